@@ -1,0 +1,35 @@
+"""gem_core's own registrations, made through the same hooks as any third-party plugin."""
+
+from __future__ import annotations
+
+from gem_core.hookspecs import hookimpl
+from gem_core.registry import EnvSpec, ToolSpec, WrapperSpec
+
+
+@hookimpl
+def register_envs() -> list[EnvSpec]:
+    return [
+        EnvSpec(
+            id="core:NumberGuess-v0",
+            entry_point="gem_core.testing:NumberGuessEnv",
+            description="Reference env: guess a secret number from higher/lower hints.",
+            tags=("multi-turn", "offline", "reference"),
+        ),
+        EnvSpec(
+            id="core:NumberGuess-v0-hard",
+            entry_point="gem_core.testing:NumberGuessEnv",
+            kwargs={"high": 100, "max_turns": 8},
+            description="Reference env, 1 to 100 in 8 turns.",
+            tags=("multi-turn", "offline", "reference"),
+        ),
+    ]
+
+
+@hookimpl
+def register_tools() -> list[ToolSpec]:
+    return []
+
+
+@hookimpl
+def register_wrappers() -> list[WrapperSpec]:
+    return []

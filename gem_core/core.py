@@ -1,0 +1,341 @@
+"""The text environment contract: :class:`Env`, :class:`AsyncEnv` and bridges between them."""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import random
+import threading
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from gem_core.registry import EnvSpec
+
+__all__ = [
+    "RESERVED_INFO_KEYS",
+    "AsyncEnv",
+    "Env",
+    "ResetReturn",
+    "StepReturn",
+    "make_rngs",
+    "to_async",
+    "to_sync",
+]
+
+#: ``reset`` returns the first observation and an info dict.
+ResetReturn = tuple[str, dict[str, Any]]
+#: ``step`` returns observation, reward, terminated, truncated, info.
+StepReturn = tuple[str, float, bool, bool, dict[str, Any]]
+
+#: Info keys with a fixed meaning across gem. Envs may set the first group; wrappers and
+#: vector envs own the rest, and an env must not write them.
+RESERVED_INFO_KEYS: dict[str, str] = {
+    # set by envs
+    "success": "bool: the episode reached its goal (set on the last step).",
+    "format_error": "bool: the action could not be parsed.",
+    "parsed_action": "str: the action as the env understood it.",
+    "tool_calls": "int: tool calls made during this step (set by the tool wrapper).",
+    # set by wrappers and vector envs
+    "episode": "dict: statistics of a finished episode (EpisodeStatistics wrapper).",
+    "final_obs": "str: last observation of an episode finished by autoreset.",
+    "final_info": "dict: last info of an episode finished by autoreset.",
+    "messages": "list: structured chat history (chat wrapper).",
+}
+
+
+def make_rngs(seed: int | None) -> tuple[np.random.Generator, random.Random, int]:
+    """Build an env's private numpy and stdlib RNGs from one seed.
+
+    Args:
+        seed: A non-negative integer, or ``None`` to draw fresh entropy from the OS.
+
+    Returns:
+        ``(np_generator, py_random, seed_used)``; both RNGs derive from the same
+        ``SeedSequence`` so one number reproduces both.
+    """
+    if seed is not None and (not isinstance(seed, (int, np.integer)) or seed < 0):
+        raise ValueError(f"seed must be a non-negative int or None, got {seed!r}")
+    seq = np.random.SeedSequence(None if seed is None else int(seed))
+    used = int(seq.entropy)  # type: ignore[arg-type]
+    np_rng = np.random.Generator(np.random.PCG64(seq))
+    py_rng = random.Random(int.from_bytes(seq.generate_state(4, np.uint32).tobytes(), "little"))
+    return np_rng, py_rng, used
+
+
+class _Seeded:
+    """RNG bookkeeping shared by :class:`Env` and :class:`AsyncEnv`."""
+
+    _np_random: np.random.Generator | None = None
+    _py_random: random.Random | None = None
+    _seed: int | None = None
+
+    def _seed_rngs(self, seed: int | None) -> None:
+        self._np_random, self._py_random, self._seed = make_rngs(seed)
+
+    @property
+    def np_random(self) -> np.random.Generator:
+        """The env's numpy Generator; seeded from OS entropy if ``reset`` gave no seed."""
+        if self._np_random is None:
+            self._seed_rngs(None)
+        assert self._np_random is not None
+        return self._np_random
+
+    @property
+    def py_random(self) -> random.Random:
+        """The env's ``random.Random``, derived from the same seed as :attr:`np_random`."""
+        if self._py_random is None:
+            self._seed_rngs(None)
+        assert self._py_random is not None
+        return self._py_random
+
+    @property
+    def seed_used(self) -> int | None:
+        """The seed (or drawn entropy) behind the current RNG state; ``None`` before any draw."""
+        return self._seed
+
+
+class Env(_Seeded, abc.ABC):
+    """A text environment for LLM agents, in Gymnasium's shape.
+
+    Observations and actions are ``str``. An episode is one ``reset`` followed by
+    ``step`` calls until ``terminated`` or ``truncated`` is true.
+
+    Contract:
+        * ``reset(*, seed=None, options=None) -> (obs, info)`` starts an episode.
+          Subclasses call ``super().reset(seed=seed)`` first: a non-``None`` seed
+          reseeds :attr:`np_random` and :attr:`py_random`; ``None`` continues the
+          current streams. Envs draw all randomness from these two RNGs and never
+          from the process-global ``random`` or ``numpy.random`` state, so the same
+          seed and the same actions give the same episode.
+        * ``step(action) -> (obs, reward, terminated, truncated, info)``:
+            - ``terminated``: the episode reached a terminal state of the task
+              (solved, failed, format error that ends the game). Returns after it
+              carry no future value.
+            - ``truncated``: the episode was cut short from outside the task's
+              dynamics (turn limit, time limit). Future value is not zero, so
+              bootstrapping trainers must not treat it as terminal.
+            - ``reward``: the reward of this turn alone (not cumulative).
+            - ``step`` must never raise for any ``str`` the model can produce:
+              malformed actions produce an observation explaining the expected
+              format (and ``info["format_error"] = True``).
+        * ``close()`` releases resources and may be called any number of times.
+        * ``info`` keys listed in :data:`RESERVED_INFO_KEYS` have fixed meanings.
+
+    Attributes:
+        metadata: Free-form class-level facts (e.g. ``{"multi_turn": True}``).
+        spec: The :class:`~gem_core.registry.EnvSpec` the env was made from, set by ``make``.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {}
+    spec: EnvSpec | None = None
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
+        """Start a new episode.
+
+        Args:
+            seed: Reseeds the env's RNGs when given; ``None`` keeps the current streams.
+            options: Env-specific reset options (e.g. a dataset index).
+
+        Returns:
+            The first observation and an info dict.
+        """
+        if seed is not None or self._np_random is None:
+            self._seed_rngs(seed)
+        return "", {}
+
+    @abc.abstractmethod
+    def step(self, action: str) -> StepReturn:
+        """Apply the agent's response and advance one turn.
+
+        Args:
+            action: The model's raw text response.
+
+        Returns:
+            ``(observation, reward, terminated, truncated, info)``.
+        """
+
+    def close(self) -> None:  # noqa: B027 - optional hook, empty on purpose
+        """Release resources; idempotent."""
+
+    def sample_random_action(self) -> str:
+        """A random valid-looking action, for smoke tests and ``check_env``.
+
+        Raises:
+            NotImplementedError: the env does not provide one.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not implement sample_random_action()")
+
+    @property
+    def unwrapped(self) -> Env:
+        """The innermost env (itself for an unwrapped env)."""
+        return self
+
+    def __enter__(self) -> Env:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        sid = f" {self.spec.id}" if self.spec is not None else ""
+        return f"<{type(self).__name__}{sid}>"
+
+
+class AsyncEnv(_Seeded, abc.ABC):
+    """An env whose ``reset``/``step``/``close`` are coroutines, for envs that wait on I/O.
+
+    The contract is exactly :class:`Env`'s; only the calling convention differs.
+    Use :func:`to_sync` to drive one from plain code and :func:`to_async` to drive a
+    sync :class:`Env` from asyncio.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {}
+    spec: EnvSpec | None = None
+
+    async def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
+        """Async :meth:`Env.reset`."""
+        if seed is not None or self._np_random is None:
+            self._seed_rngs(seed)
+        return "", {}
+
+    @abc.abstractmethod
+    async def step(self, action: str) -> StepReturn:
+        """Async :meth:`Env.step`."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook, empty on purpose
+        """Async :meth:`Env.close`; idempotent."""
+
+    def sample_random_action(self) -> str:
+        """See :meth:`Env.sample_random_action`."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement sample_random_action()")
+
+    @property
+    def unwrapped(self) -> AsyncEnv:
+        """The innermost env."""
+        return self
+
+    def __repr__(self) -> str:
+        sid = f" {self.spec.id}" if self.spec is not None else ""
+        return f"<{type(self).__name__}{sid}>"
+
+
+class SyncToAsync(AsyncEnv):
+    """Drives a sync :class:`Env` from asyncio.
+
+    Args:
+        env: The sync env.
+        in_thread: Run each call in the default thread pool (for envs that block);
+            ``False`` runs it inline on the event loop, which is faster for cheap envs.
+    """
+
+    def __init__(self, env: Env, *, in_thread: bool = True) -> None:
+        self.env = env
+        self.in_thread = in_thread
+        self.spec = env.spec
+
+    async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.in_thread:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        return fn(*args, **kwargs)
+
+    async def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
+        result: ResetReturn = await self._call(self.env.reset, seed=seed, options=options)
+        return result
+
+    async def step(self, action: str) -> StepReturn:
+        result: StepReturn = await self._call(self.env.step, action)
+        return result
+
+    async def close(self) -> None:
+        await self._call(self.env.close)
+
+    def sample_random_action(self) -> str:
+        return self.env.sample_random_action()
+
+    @property
+    def np_random(self) -> np.random.Generator:
+        return self.env.np_random
+
+    @property
+    def unwrapped(self) -> AsyncEnv:
+        return self
+
+    @property
+    def inner(self) -> Env:
+        """The wrapped sync env."""
+        return self.env
+
+
+_T = TypeVar("_T")
+
+
+class AsyncToSync(Env):
+    """Drives an :class:`AsyncEnv` from plain (blocking) code.
+
+    Each bridged env owns one event loop running in a daemon thread, so it works
+    both from plain code and from inside a running event loop (where
+    ``asyncio.run`` would fail). ``close()`` stops the loop and joins the thread.
+    """
+
+    def __init__(self, env: AsyncEnv) -> None:
+        self.env = env
+        self.spec = env.spec
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def _run(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="gem-async-bridge", daemon=True)
+                thread.start()
+                self._loop, self._thread = loop, thread
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
+        return self._run(self.env.reset(seed=seed, options=options))
+
+    def step(self, action: str) -> StepReturn:
+        return self._run(self.env.step(action))
+
+    def close(self) -> None:
+        if self._loop is None:
+            return
+        try:
+            self._run(self.env.close())
+        finally:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+            loop.call_soon_threadsafe(loop.stop)
+            if thread is not None:
+                thread.join()
+            loop.close()
+
+    def sample_random_action(self) -> str:
+        return self.env.sample_random_action()
+
+    @property
+    def np_random(self) -> np.random.Generator:
+        return self.env.np_random
+
+
+def to_async(env: Env | AsyncEnv, *, in_thread: bool = True) -> AsyncEnv:
+    """Return an :class:`AsyncEnv` view of ``env`` (unchanged if it already is one)."""
+    if isinstance(env, AsyncEnv):
+        return env
+    if isinstance(env, AsyncToSync):
+        return env.env
+    return SyncToAsync(env, in_thread=in_thread)
+
+
+def to_sync(env: Env | AsyncEnv) -> Env:
+    """Return a blocking :class:`Env` view of ``env`` (unchanged if it already is one)."""
+    if isinstance(env, Env):
+        return env
+    if isinstance(env, SyncToAsync):
+        return env.env
+    return AsyncToSync(env)

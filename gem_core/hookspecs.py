@@ -1,0 +1,86 @@
+"""The hooks through which packages add envs, tools and wrappers to gem.
+
+A plugin is a module (or object) with functions marked ``@gem_core.hookimpl``.
+Third-party packages expose it through the ``gem_core`` entry-point group::
+
+    # pyproject.toml of a plugin distribution
+    [project.entry-points.gem_core]
+    my_envs = "my_envs.plugin"
+
+gem_core's own registrations (the reference env, the built-in wrappers) go
+through these same hooks; only their discovery differs (they are imported
+directly, so they work with autoload off and from a source checkout).
+
+Rules that hold for every hook:
+
+* Hooks are *declarations*: they return specs and must not build envs, open
+  connections or import heavy dependencies. gem imports the plugin module
+  lazily (on first registry use), so keep the module itself light too and
+  point entry points at the modules that do the heavy imports.
+* Hooks are called with keyword arguments only, and an implementation may
+  accept any subset of a hook's arguments; adding arguments to a hook later
+  is therefore not a breaking change.
+* Every hook here collects results from all plugins (none is ``firstresult``).
+  gem calls each plugin's implementation separately so that a failure or a
+  duplicate id is attributed to the plugin that caused it.
+* An implementation may return one spec, a list of specs, or ``None``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from gem_core.registry import EnvAlias, EnvSpec, ToolSpec, WrapperSpec
+
+PROJECT = "gem_core"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+# ---------------------------------------------------------------------------
+# Registration hooks
+# ---------------------------------------------------------------------------
+
+
+@hookspec
+def register_envs() -> list[EnvSpec | EnvAlias]:  # type: ignore[empty-body]
+    """Declare env ids.
+
+    Returns:
+        A list of :class:`~gem_core.registry.EnvSpec` (and :class:`~gem_core.registry.EnvAlias`
+        for alternative or deprecated ids). The plugin manager fills in each spec's
+        ``distribution`` and ``plugin`` fields. An id already declared by another
+        plugin raises :class:`~gem_core.errors.DuplicateIdError` naming both owners
+        (or is skipped with a warning when broken plugins are skipped).
+
+    Example::
+
+        @hookimpl
+        def register_envs():
+            return [EnvSpec(id="mygames:Maze-v0", entry_point="mygames.maze:MazeEnv",
+                            tags=("multi-turn",), description="Find the exit.")]
+    """
+
+
+@hookspec
+def register_tools() -> list[ToolSpec]:  # type: ignore[empty-body]
+    """Declare tools buildable with ``gem_core.make_tool(name)``.
+
+    Returns:
+        A list of :class:`~gem_core.registry.ToolSpec`. The entry point must build an
+        object implementing :class:`gem_core.tools.Tool`.
+    """
+
+
+@hookspec
+def register_wrappers() -> list[WrapperSpec]:  # type: ignore[empty-body]
+    """Declare wrappers usable by name in ``make(id, wrappers=[...])`` and ``EnvSpec.wrappers``.
+
+    Returns:
+        A list of :class:`~gem_core.registry.WrapperSpec`. The entry point is called as
+        ``factory(env, **kwargs)`` and returns the wrapped env.
+    """

@@ -1,0 +1,295 @@
+"""Test kit for env authors: :func:`check_env`, a reference env and an injectable test env.
+
+Every env package calls :func:`check_env` in its own tests::
+
+    from gem_core import make
+    from gem_core.testing import check_env
+
+    def test_contract():
+        check_env(make("mygames:Maze-v0"))
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import random
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from gem_core.core import AsyncEnv, Env, ResetReturn, StepReturn, to_sync
+from gem_core.errors import EnvCheckError
+
+__all__ = ["FUZZ_ACTIONS", "GenericTestEnv", "NumberGuessEnv", "check_env"]
+
+
+class NumberGuessEnv(Env):
+    """Reference env: find a secret integer in ``[low, high]`` from higher/lower hints.
+
+    Reward 1.0 on the right guess (terminated), 0.0 otherwise; an action with no
+    integer costs -0.1 and explains the expected format. The episode is truncated
+    after ``max_turns`` guesses.
+    """
+
+    metadata = {"multi_turn": True}
+    _INT = re.compile(r"-?\d+")
+
+    def __init__(self, low: int = 1, high: int = 16, max_turns: int = 5) -> None:
+        if low >= high:
+            raise ValueError(f"low ({low}) must be below high ({high})")
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        self.low, self.high, self.max_turns = low, high, max_turns
+        self.target: int | None = None
+        self.turn = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
+        super().reset(seed=seed)
+        self.target = int(self.np_random.integers(self.low, self.high + 1))
+        self.turn = 0
+        return (
+            f"I picked a whole number between {self.low} and {self.high}. You have {self.max_turns} guesses. "
+            "Answer with a number, e.g. 7.",
+            {},
+        )
+
+    def step(self, action: str) -> StepReturn:
+        if self.target is None:
+            from gem_core.errors import ResetNeeded
+
+            raise ResetNeeded("call reset() before step()")
+        self.turn += 1
+        truncated = self.turn >= self.max_turns
+        found = self._INT.findall(action[-200:])
+        if not found:
+            obs = f"I could not find a number in your answer. Reply with one whole number between {self.low} and {self.high}."
+            return obs, -0.1, False, truncated, {"format_error": True}
+        guess = int(found[-1])
+        if guess == self.target:
+            return f"Correct, it was {guess}!", 1.0, True, False, {"success": True, "parsed_action": str(guess)}
+        hint = "higher" if guess < self.target else "lower"
+        obs = f"{guess} is wrong; the number is {hint}."
+        if truncated:
+            obs += f" Out of guesses: it was {self.target}."
+        return obs, 0.0, False, truncated, {"success": False, "parsed_action": str(guess)}
+
+    def sample_random_action(self) -> str:
+        return str(self.py_random.randint(self.low, self.high))
+
+
+class GenericTestEnv(Env):
+    """An env whose behaviour is injected, to test wrappers and tools without writing a class.
+
+    Args:
+        reset_func: ``(env, seed, options) -> (obs, info)``; default returns ``("start", {})``.
+        step_func: ``(env, action) -> step tuple``; default echoes the action and ends after
+            ``episode_length`` steps with reward 1.0 on the last one.
+        episode_length: Steps per episode for the default ``step_func``.
+    """
+
+    def __init__(
+        self,
+        reset_func: Callable[[GenericTestEnv, int | None, dict[str, Any] | None], ResetReturn] | None = None,
+        step_func: Callable[[GenericTestEnv, str], StepReturn] | None = None,
+        episode_length: int = 3,
+    ) -> None:
+        self.reset_func = reset_func
+        self.step_func = step_func
+        self.episode_length = episode_length
+        self.t = 0
+        self.closed = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
+        super().reset(seed=seed)
+        self.t = 0
+        if self.reset_func is not None:
+            return self.reset_func(self, seed, options)
+        return f"start {int(self.np_random.integers(1_000_000))}", {}
+
+    def step(self, action: str) -> StepReturn:
+        self.t += 1
+        if self.step_func is not None:
+            return self.step_func(self, action)
+        done = self.t >= self.episode_length
+        return f"echo[{self.t}]: {action[:50]}", 1.0 if done else 0.0, done, False, {}
+
+    def close(self) -> None:
+        self.closed += 1
+
+    def sample_random_action(self) -> str:
+        return f"action {int(self.np_random.integers(100))}"
+
+
+#: Malformed actions ``step`` must survive: empty, huge, unicode, binary junk, markup fragments.
+FUZZ_ACTIONS: tuple[str, ...] = (
+    "",
+    " \n\t ",
+    "x" * 100_000,
+    "\\boxed{" * 1000,
+    "🤖 ∑ ñ 中文 العربية \u200b\u202e",
+    "\x00\x01\x02\xff\ufffd\ud800",
+    "\\boxed{}",
+    "\\boxed{\\boxed{1}}",
+    "\\boxed{ }",
+    "\\boxed{-1}",
+    "\\boxed{1e309}",
+    "\\boxed{NaN}",
+    "None",
+    "<python>import os</python>",
+    '<tool_call>{"name": 1}</tool_call>',
+    "]]}}))",
+)
+
+
+def _fail(message: str) -> EnvCheckError:
+    return EnvCheckError(message)
+
+
+def _check_reset_signature(env: Env) -> None:
+    params = inspect.signature(env.reset).parameters
+    for name in ("seed", "options"):
+        p = params.get(name)
+        if p is None or p.kind is not inspect.Parameter.KEYWORD_ONLY:
+            raise _fail(f"reset() must take keyword-only '{name}': define `def reset(self, *, seed=None, options=None)`")
+
+
+def _check_reset_return(result: Any) -> tuple[str, dict[str, Any]]:
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise _fail(f"reset() must return (obs, info), got {type(result).__name__}: {result!r:.200}")
+    obs, info = result
+    if not isinstance(obs, str):
+        raise _fail(f"reset() observation must be str, got {type(obs).__name__}")
+    if not isinstance(info, dict):
+        raise _fail(f"reset() info must be dict, got {type(info).__name__}")
+    return obs, info
+
+
+def _check_step_return(result: Any, action: str) -> StepReturn:
+    shown = repr(action[:60])
+    if not (isinstance(result, tuple) and len(result) == 5):
+        raise _fail(f"step({shown}) must return a 5-tuple (obs, reward, terminated, truncated, info), got {result!r:.200}")
+    obs, reward, terminated, truncated, info = result
+    if not isinstance(obs, str):
+        raise _fail(f"step({shown}) observation must be str, got {type(obs).__name__}")
+    if isinstance(reward, bool) or not isinstance(reward, (int, float, np.integer, np.floating)):
+        raise _fail(f"step({shown}) reward must be a float, got {type(reward).__name__}")
+    if not math.isfinite(float(reward)):
+        raise _fail(f"step({shown}) reward must be finite, got {reward}")
+    for name, flag in (("terminated", terminated), ("truncated", truncated)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise _fail(f"step({shown}) {name} must be bool, got {type(flag).__name__}")
+    if not isinstance(info, dict):
+        raise _fail(f"step({shown}) info must be dict, got {type(info).__name__}")
+    for key in ("success", "format_error"):
+        if key in info and not isinstance(info[key], (bool, np.bool_)):
+            raise _fail(f"step({shown}) info[{key!r}] is reserved for a bool, got {type(info[key]).__name__}")
+    return obs, float(reward), bool(terminated), bool(truncated), info
+
+
+def _rollout(env: Env, seed: int, actions: Sequence[str]) -> list[tuple[Any, ...]]:
+    obs, info = _check_reset_return(env.reset(seed=seed))
+    trace: list[tuple[Any, ...]] = [(obs, sorted(info))]
+    for action in actions:
+        obs, reward, terminated, truncated, info = _check_step_return(env.step(action), action)
+        trace.append((obs, reward, terminated, truncated, sorted(info)))
+        if terminated or truncated:
+            break
+    return trace
+
+
+def _actions_for(env: Env, n: int) -> list[str]:
+    try:
+        return [env.sample_random_action() for _ in range(n)]
+    except NotImplementedError:
+        return ["1", "a", "\\boxed{1}", "hello"] * (n // 4 + 1)
+
+
+def check_env(
+    env: Env | AsyncEnv,
+    *,
+    seed: int = 0,
+    num_steps: int = 20,
+    fuzz: bool = True,
+    env_factory: Callable[[], Env | AsyncEnv] | None = None,
+) -> None:
+    """Check that ``env`` keeps the :class:`~gem_core.Env` contract.
+
+    Checks, in order: ``reset`` signature and return types; ``step`` return types
+    (str obs, finite float reward, bool flags, dict info, reserved info keys);
+    determinism (same seed and actions give the same episode, on this instance and
+    on a fresh one from ``env_factory``); that the process-global ``random`` and
+    ``numpy.random`` states are untouched; that ``step`` survives every action in
+    :data:`FUZZ_ACTIONS` and the previous observation echoed back; and that ``close``
+    can be called twice.
+
+    Args:
+        env: The env to check (async envs are driven through :func:`~gem_core.to_sync`).
+        seed: Seed used for the determinism check.
+        num_steps: Maximum steps per checked episode.
+        fuzz: Run the malformed-action fuzz.
+        env_factory: Builds a second instance for the cross-instance determinism check.
+
+    Raises:
+        EnvCheckError: the first violation found, with what to fix.
+    """
+    sync_env = to_sync(env)
+    _check_reset_signature(sync_env.unwrapped if isinstance(sync_env.unwrapped, Env) else sync_env)
+    py_state, np_state = random.getstate(), np.random.get_state()
+
+    _check_reset_return(sync_env.reset(seed=seed))
+    actions = _actions_for(sync_env, num_steps)
+    first = _rollout(sync_env, seed, actions)
+    second = _rollout(sync_env, seed, actions)
+    if first != second:
+        raise _fail(_diff_message("the same instance reset twice", first, second))
+    if env_factory is not None:
+        other = to_sync(env_factory())
+        try:
+            third = _rollout(other, seed, actions)
+        finally:
+            other.close()
+        if first != third:
+            raise _fail(_diff_message("two instances", first, third))
+
+    if fuzz:
+        obs, _ = _check_reset_return(sync_env.reset(seed=seed + 1))
+        for action in (*FUZZ_ACTIONS, obs):
+            try:
+                result = sync_env.step(action)
+            except Exception as exc:
+                raise _fail(
+                    f"step({action[:60]!r}) raised {type(exc).__name__}: {exc}. step() must never raise for a "
+                    "malformed action: return an observation that explains the expected format instead"
+                ) from exc
+            *_, terminated, truncated, _info = _check_step_return(result, action)
+            if terminated or truncated:
+                obs, _ = _check_reset_return(sync_env.reset())
+
+    if random.getstate() != py_state:
+        raise _fail("the env changed the global `random` state: draw from self.py_random / self.np_random instead")
+    if not _same_np_state(np.random.get_state(), np_state):
+        raise _fail("the env changed the global `numpy.random` state: draw from self.np_random instead")
+
+    try:
+        sync_env.close()
+        sync_env.close()
+    except Exception as exc:
+        raise _fail(f"close() must be idempotent; the second call raised {type(exc).__name__}: {exc}") from exc
+
+
+def _same_np_state(a: Any, b: Any) -> bool:
+    return bool(a[0] == b[0] and np.array_equal(a[1], b[1]) and tuple(a[2:]) == tuple(b[2:]))
+
+
+def _diff_message(what: str, a: list[tuple[Any, ...]], b: list[tuple[Any, ...]]) -> str:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            where = "reset" if i == 0 else f"step {i}"
+            return (
+                f"not deterministic across {what} with the same seed and actions: at {where}, {x!r:.300} != {y!r:.300}. "
+                "Draw all randomness from self.np_random / self.py_random, seeded by super().reset(seed=seed)"
+            )
+    return f"not deterministic across {what}: episodes have different lengths ({len(a)} vs {len(b)})"
