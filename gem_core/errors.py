@@ -20,10 +20,13 @@ __all__ = [
     "PluginValidationError",
     "PluginWarning",
     "RegistrationError",
+    "RLInputError",
     "ResetNeeded",
+    "TemplatePrefixError",
     "ToolError",
     "ToolNotFound",
     "ToolTimeout",
+    "TrajectoryError",
     "WrapperNotFound",
 ]
 
@@ -94,3 +97,27 @@ class ToolError(GemCoreError):
 
 class ToolTimeout(ToolError, TimeoutError):
     """A tool call ran past its time limit."""
+
+
+# --- rl (gem_core.rl: trajectories, returns, advantages, sample layouts) ---
+
+
+class RLInputError(GemCoreError, ValueError):
+    """Bad input to the RL math (non-finite rewards, gamma outside [0, 1], mismatched lengths)."""
+
+
+class TrajectoryError(RLInputError):
+    """A :class:`~gem_core.rl.types.Turn`/``Episode`` record (or a JSONL line of one) is malformed."""
+
+
+class TemplatePrefixError(RLInputError):
+    """A chat template does not extend its own rendering of the earlier turns.
+
+    Raised by the token-in/token-out layout; the message names the turn. Typical cause:
+    templates that drop earlier reasoning (``<think>``) when a new message arrives. Fall
+    back to the per-transition layout, or use a template that keeps history verbatim.
+    """
+
+    def __init__(self, message: str, *, turn: int) -> None:
+        super().__init__(message)
+        self.turn = turn
