@@ -32,6 +32,15 @@ _EXPORTS: dict[str, str] = {
     "spec": "gem_core.api",
     "list_envs": "gem_core.api",
     "errors": "gem_core.errors",
+    "Turn": "gem_core.rl.types",
+    "Episode": "gem_core.rl.types",
+    "discounted_returns": "gem_core.rl.returns",
+    "rebn": "gem_core.rl.advantages",
+    "rebn_from_moments": "gem_core.rl.advantages",
+    "rebn_advantages": "gem_core.rl.advantages",
+    "estimate_advantages": "gem_core.rl.advantages",
+    "episode_to_transitions": "gem_core.rl.layouts",
+    "episode_to_sequence": "gem_core.rl.layouts",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]

@@ -292,4 +292,3 @@ def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[Episode]:
 def read_jsonl(path: str | os.PathLike[str]) -> list[Episode]:
     """Read every episode of a JSONL file written by :func:`write_jsonl`."""
     return list(iter_jsonl(path))
-
