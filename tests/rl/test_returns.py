@@ -83,3 +83,13 @@ def test_bad_gamma_is_rejected(gamma: object) -> None:
 def test_bad_rewards_are_rejected(rewards: object, message: str) -> None:
     with pytest.raises(RLInputError, match=message):
         discounted_returns(rewards, 1.0)  # type: ignore[arg-type]
+
+
+def test_docstring_examples_run() -> None:
+    import doctest
+
+    from gem_core.rl import advantages, returns
+
+    for module in (returns, advantages):
+        result = doctest.testmod(module)
+        assert result.attempted > 0 and result.failed == 0, module.__name__
