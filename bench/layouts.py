@@ -22,9 +22,9 @@ from typing import Any
 
 from gem_core.rl.advantages import rebn_advantages
 from gem_core.rl.layouts import episode_to_sequence, episode_to_transitions
-from gem_core.rl.types import Episode, Turn
+from gem_core.rl.types import Episode
 from gem_core.testing import NumberGuessEnv
-from gem_core.testing_tokenizers import build_chat_tokenizer
+from gem_core.testing_tokenizers import build_chat_tokenizer, synthetic_chat_episode
 
 SYSTEM = "You are playing a game. Think step by step, then answer with a number."
 REASONING_TEXT = (
@@ -37,35 +37,29 @@ REASONING = REASONING_TEXT.split(" ")
 def play(tokenizer: Any, turns: int, reasoning_words: int, seed: int) -> Episode:
     """One episode of exactly ``turns`` turns, recorded as a chat runner would."""
     env = NumberGuessEnv(low=1, high=10_000, max_turns=turns)
-    observation, _ = env.reset(seed=seed)
-    history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": observation}]
+    first_prompt, _ = env.reset(seed=seed)
     assert env.target is not None
-    records: list[Turn] = []
+    thought = " ".join(REASONING[i % len(REASONING)] for i in range(reasoning_words))
+    actions, replies, rewards = [], [], []
     for t in range(turns):
         # Wrong guesses until the last turn, so the episode lasts exactly `turns` turns.
         guess = env.target if t == turns - 1 else (env.target + 1 + t) % 10_000 + 1
-        thought = " ".join(REASONING[i % len(REASONING)] for i in range(reasoning_words))
-        action = f"<think>\n{thought}\n</think>\n\nMy guess is {guess}."
-        next_obs, reward, terminated, truncated, info = env.step(action)
-        ids = [*tokenizer.encode(action, add_special_tokens=False), tokenizer.eos_token_id]
-        records.append(
-            Turn(
-                observation=observation,
-                action=action,
-                reward=reward,
-                terminated=terminated,
-                truncated=truncated,
-                next_observation=next_obs,
-                info=info,
-                prompt_messages=list(history),
-                action_token_ids=ids,
-            )
-        )
-        history += [{"role": "assistant", "content": action}, {"role": "user", "content": next_obs}]
-        observation = next_obs
+        actions.append(f"<think>\n{thought}\n</think>\n\nMy guess is {guess}.")
+        reply, reward, terminated, truncated, _ = env.step(actions[-1])
+        replies.append(reply)
+        rewards.append(reward)
         if terminated or truncated:
             break
-    return Episode(records, start_state_id=f"core:NumberGuess-v0/seed={seed}", episode_id=f"{turns}-{seed}")
+    return synthetic_chat_episode(
+        tokenizer,
+        actions,
+        replies,
+        rewards,
+        first_prompt=first_prompt,
+        system=SYSTEM,
+        start_state_id=f"core:NumberGuess-v0/seed={seed}",
+        episode_id=f"{turns}-{seed}",
+    )
 
 
 def main() -> None:
