@@ -151,9 +151,7 @@ def render_ids(
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
-def _advantages_for(episode: Episode, advantages: npt.ArrayLike | None) -> npt.NDArray[np.float64] | None:
-    if advantages is None:
-        return None
+def _advantages_for(episode: Episode, advantages: npt.ArrayLike) -> npt.NDArray[np.float64]:
     array = np.asarray(advantages, dtype=np.float64).reshape(-1)
     if array.shape[0] != episode.num_turns:
         raise RLInputError(
@@ -198,7 +196,6 @@ def episode_to_transitions(
         One :class:`TransitionSample` per turn.
     """
     adv = _advantages_for(episode, advantages)
-    assert adv is not None
     samples: list[TransitionSample] = []
     for index, turn in enumerate(episode.turns):
         retokenized = turn.action_token_ids is None
@@ -382,7 +379,7 @@ def episode_to_sequence(
             :func:`episode_to_transitions`.
         TrajectoryError: A turn lacks generated ids or prompts.
     """
-    adv = _advantages_for(episode, advantages)
+    adv = None if advantages is None else _advantages_for(episode, advantages)
     turns = episode.turns
     if not turns:
         raise TrajectoryError(f"episode {episode.episode_id!r} has no turns")
