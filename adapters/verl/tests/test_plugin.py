@@ -1,0 +1,62 @@
+"""The ``verl.plugins`` entry point registers both names on a bare ``import verl``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+_PROBE = """
+import json, sys
+assert "gem_verl" not in sys.modules
+import verl
+from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
+fn = ADV_ESTIMATOR_REGISTRY.get("rebn")
+print(json.dumps({
+    "agent": _agent_loop_registry.get("gem_env_agent"),
+    "rebn": None if fn is None else f"{fn.__module__}.{fn.__qualname__}",
+    "plugin_loaded": "gem_verl.plugin" in sys.modules,
+}))
+"""
+
+
+def _probe(policy: str | None) -> dict[str, object]:
+    env = {k: v for k, v in os.environ.items() if k not in {"VERL_USE_EXTERNAL_PLUGINS", "VERL_USE_EXTERNAL_MODULES"}}
+    if policy is not None:
+        env["VERL_USE_EXTERNAL_PLUGINS"] = policy
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("policy", [None, "auto", "gem"], ids=["default", "auto", "by-name"])
+def test_import_verl_registers_agent_loop_and_estimator(policy: str | None) -> None:
+    result = _probe(policy)
+    assert result == {
+        "agent": {"_target_": "gem_verl.agent_loop.GemEnvAgentLoop"},
+        "rebn": "gem_verl.advantage.compute_rebn_advantage",
+        "plugin_loaded": True,
+    }
+
+
+def test_plugins_switched_off_registers_nothing() -> None:
+    # The control: with verl's plugin discovery off, nothing else registers these names.
+    result = _probe("none")
+    assert result == {"agent": None, "rebn": None, "plugin_loaded": False}
+
+
+def test_registration_is_idempotent() -> None:
+    import verl  # noqa: F401  (runs the entry point)
+    from gem_verl.plugin import register
+
+    register()  # a second registration of the same objects must not raise
+    from gem_verl.advantage import compute_rebn_advantage
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
+    assert get_adv_estimator_fn("rebn") is compute_rebn_advantage
