@@ -24,12 +24,12 @@ JSON object per line: ``{"event": "monitor", "pid": N}`` (host pid of the monito
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import linecache
 import os
 import resource
-import select
 import signal
 import socket
 import sys
@@ -181,10 +181,8 @@ def _kill_leftovers(cfg: dict[str, Any], runner_pid: int) -> None:
     """Fallback mode: kill the runner's session and, as root, every process of the call's uid."""
     if cfg["namespaces"]:
         return  # the kernel kills the whole pid namespace when we exit
-    try:
+    with contextlib.suppress(OSError):
         os.killpg(runner_pid, signal.SIGKILL)
-    except OSError:
-        pass
     uid = cfg["uid"]
     if uid is not None and os.fork() == 0:
         # kill(-1) as the call's uid reaches every process of that uid, including ones that left
@@ -253,10 +251,8 @@ def _count_own_processes(uid: int) -> int:
     count = 0
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            try:
+            with contextlib.suppress(OSError):
                 count += os.stat(f"/proc/{entry}").st_uid == uid
-            except OSError:
-                pass
     return count
 
 
@@ -326,7 +322,8 @@ def _run(code: str) -> tuple[str, str | None]:
     except BaseException as exc:
         # Skip this frame: the model should see only its own code in the traceback.
         status = "error"
-        error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next)).rstrip()
+        tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+        error = "".join(traceback.format_exception(type(exc), exc, tb)).rstrip()
     if os.getpid() != me:  # a child forked by the program finished it: stay silent
         os._exit(0)
     return status, error

@@ -482,7 +482,8 @@ class SandboxPool:
                 worker = self._ready.get(timeout=max(deadline - time.monotonic(), 0.001))
             except queue.Empty:
                 reason = f": {self._spawn_error}" if self._spawn_error else ""
-                raise ToolError(f"no sandbox worker became ready within {self.config.spawn_timeout_s:g}s{reason}") from None
+                waited = f"{self.config.spawn_timeout_s:g}s"
+                raise ToolError(f"no sandbox worker became ready within {waited}{reason}") from None
             self._wanted.release()  # ask for a replacement of the worker we just took
             if worker.alive():
                 return worker
