@@ -20,10 +20,11 @@ from collections.abc import Coroutine, Sequence
 from typing import Any, ClassVar, Literal, TypeVar, Union
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gem_core.core import Env, ResetReturn, StepReturn
 from gem_core.errors import ConfigError, ResetNeeded, ToolError
+from gem_core.registry import format_config_error
 from gem_core.tools.base import Tool, ToolCall, ToolResult
 from gem_core.tools.parsing import MalformedCall, ParsedResponse, Syntax, parse_tool_calls
 
@@ -124,12 +125,12 @@ class ToolEnvWrapper(Env):
     config_model: ClassVar[type[BaseModel]] = ToolWrapperConfig
 
     def __init__(self, env: Env, tools: Sequence[str | Tool], **config: Any) -> None:
-        try:
-            self.config = ToolWrapperConfig.model_validate({"tools": list(tools), **config})
-        except Exception as exc:
-            raise ConfigError(f"invalid ToolEnvWrapper configuration: {exc}") from exc
         self.env = env
         self.tools: dict[str, Tool] = {}
+        try:
+            self.config = ToolWrapperConfig.model_validate({"tools": list(tools), **config})
+        except ValidationError as exc:
+            raise ConfigError(format_config_error("ToolEnvWrapper configuration", exc)) from exc
         self._owned: list[Tool] = []
         for item in self.config.tools:
             tool = self._build(item) if isinstance(item, str) else item
