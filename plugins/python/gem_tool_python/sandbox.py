@@ -43,6 +43,8 @@ Isolation = Literal["namespaces", "uid", "rlimits"]
 _LEVELS: tuple[Isolation, ...] = ("namespaces", "uid", "rlimits")
 _WORKER = str(Path(__file__).with_name("_worker.py"))
 _warned: set[str] = set()
+#: Linux pipes hold 64 KiB by default; smaller programs are written in one non-blocking go.
+_PIPE_BUFFER = 60_000
 _warn_lock = threading.Lock()
 
 
@@ -133,8 +135,9 @@ def _warn_once(level: Isolation, reason: str) -> None:
         _warned.add(level)
     missing = {
         "uid": "no network isolation and no private /tmp",
-        "rlimits": "no network isolation, no private /tmp, and the code runs as the host user "
-        "(fork bombs are bounded only by RLIMIT_NPROC of that user)",
+        "rlimits": f"no network isolation, no private /tmp, and the code runs as the host user (uid "
+        f"{os.geteuid()}{', root!' if os.geteuid() == 0 else ''}); processes are bounded only by that "
+        "user's RLIMIT_NPROC, and children that leave the session can outlive the call",
     }[level]
     warnings.warn(
         f"python sandbox: Linux namespaces are unavailable ({reason}); falling back to isolation "
@@ -528,10 +531,14 @@ class SandboxPool:
         status: Status | None = None
         error: str | None = None
         exit_code: int | None = None
-        # Feed the program from a thread: a large one fills the pipe while we read output.
         stdin, worker.stdin = worker.stdin, -1
-        writer = threading.Thread(target=_feed, args=(stdin, code.encode()), daemon=True)
-        writer.start()
+        data = code.encode()
+        writer: threading.Thread | None = None
+        if len(data) < _PIPE_BUFFER:  # fits in the pipe: write it without blocking
+            _feed(stdin, data)
+        else:  # a large program fills the pipe: feed it from a thread while we read output
+            writer = threading.Thread(target=_feed, args=(stdin, data), daemon=True)
+            writer.start()
         open_fds = [worker.stdout, worker.stderr, worker.ctrl]
         while status is None and worker.ctrl in open_fds:
             left = deadline - time.monotonic()
@@ -566,7 +573,8 @@ class SandboxPool:
                     )
         if status is None:
             status, error = "crashed", "the sandbox lost the program's process"
-        writer.join(timeout=1.0)
+        if writer is not None:
+            writer.join(timeout=1.0)
         worker.kill()
         _drain([fd for fd in open_fds if fd != worker.ctrl], captured, cap, time.monotonic() + 1.0)
         return SandboxResult(

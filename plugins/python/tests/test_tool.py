@@ -6,6 +6,7 @@ import asyncio
 import re
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -155,3 +156,54 @@ def test_number_guess_binary_search_with_python() -> None:
             assert total_calls == env.calls_used <= 5
     finally:
         env.close()
+
+
+def test_fallback_is_announced_once_per_level(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gem_tool_python import sandbox
+
+    monkeypatch.setattr(sandbox, "_warned", set())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sandbox._warn_once("uid", "unshare: Operation not permitted")
+        sandbox._warn_once("uid", "unshare: Operation not permitted")
+    assert len(caught) == 1 and caught[0].category is SandboxIsolationWarning
+    assert "namespaces are unavailable (unshare: Operation not permitted)" in str(caught[0].message)
+    assert "falling back to isolation 'uid': no network isolation" in str(caught[0].message)
+
+
+def test_auto_isolation_falls_back_and_warns_when_namespaces_fail(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gem_tool_python import SandboxPool, sandbox
+
+    real_spawn = SandboxPool._spawn
+
+    def spawn(self: SandboxPool) -> Any:
+        if self.isolation == "namespaces":
+            raise sandbox.ToolError("sandbox worker failed to start: unshare: [Errno 1] Operation not permitted")
+        return real_spawn(self)
+
+    monkeypatch.setattr(SandboxPool, "_spawn", spawn)
+    monkeypatch.setattr(sandbox, "_warned", set())
+    pool = SandboxPool(pool_size=1, python="/usr/bin/python3" if Path("/usr/bin/python3").exists() else None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            pool.start()
+            assert pool.isolation in ("uid", "rlimits")
+            assert pool.run("print(3)").stdout == "3\n"
+        finally:
+            pool.close()
+    [warning] = [w for w in caught if w.category is SandboxIsolationWarning]
+    assert "Operation not permitted" in str(warning.message)
+
+
+def test_naming_an_unavailable_level_fails_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gem_tool_python import SandboxPool, sandbox
+
+    def spawn(self: SandboxPool) -> Any:
+        raise sandbox.ToolError("sandbox worker failed to start: unshare: [Errno 1] Operation not permitted")
+
+    monkeypatch.setattr(SandboxPool, "_spawn", spawn)
+    pool = SandboxPool(pool_size=1, isolation="namespaces")
+    with pytest.raises(sandbox.ToolError, match="isolation 'namespaces' is unavailable here: namespaces: sandbox"):
+        pool.start()
+    pool.close()
