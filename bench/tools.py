@@ -49,7 +49,7 @@ def section(name: str) -> Callable[[Callable[[argparse.Namespace, Report], None]
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
 def latency_and_throughput(
@@ -77,8 +77,9 @@ EXPECTED = str(sum(int(i**0.5) for i in range(1000)))
 
 @section("python")
 def bench_python(args: argparse.Namespace, report: Report) -> None:
-    from gem_core.errors import SandboxIsolationWarning
     from gem_tool_python import SandboxPool
+
+    from gem_core.errors import SandboxIsolationWarning
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SandboxIsolationWarning)

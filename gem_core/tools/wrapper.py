@@ -257,10 +257,10 @@ class ToolEnvWrapper(Env):
             return ToolResult(error=f"the {item.name} tool failed: {exc}")
 
     def _render(self, items: list[ToolCall | MalformedCall], results: list[ToolResult], skipped: int) -> str:
-        blocks = [
-            f'<tool_response name="{item.name or "?"}">\n{result.render()}\n</tool_response>'
-            for item, result in zip(items, results, strict=True)
-        ]
+        blocks = []
+        for item, result in zip(items, results, strict=True):
+            text = result.render().rstrip("\n")  # programs end with a newline; the tag adds one
+            blocks.append(f'<tool_response name="{item.name or "?"}">\n{text}\n</tool_response>')
         left = self.config.max_tool_calls - self.calls_used
         if skipped:
             blocks.append(

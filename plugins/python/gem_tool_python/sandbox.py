@@ -299,6 +299,7 @@ class SandboxPool:
         self._executor: ThreadPoolExecutor | None = None
         self._start_lock = threading.Lock()
         self._zygote: _Zygote | None = None
+        self._zygote_lock = threading.Lock()
         self.isolation: Isolation | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -374,9 +375,21 @@ class SandboxPool:
         self.close()
 
     # ------------------------------------------------------------------ workers
+    def _live_zygote(self) -> _Zygote:
+        """The fork server, restarted if it died (it never runs programs, but it can be killed)."""
+        with self._zygote_lock:
+            if self._zygote is None:
+                raise ToolError("the sandbox pool is not started")
+            if self._zygote.popen.poll() is not None and not self._closed.is_set():
+                self._zygote.close()
+                self._zygote = _Zygote(
+                    self.python, self._program_env(), self.config.preimport, self.config.spawn_timeout_s
+                )
+            return self._zygote
+
     def _spawn(self) -> _Worker:
-        level, zygote, cfg = self.isolation, self._zygote, self.config
-        if level is None or zygote is None:
+        level, zygote, cfg = self.isolation, self._live_zygote(), self.config
+        if level is None:
             raise ToolError("the sandbox pool is not started")
         uid = None
         if level != "rlimits":

@@ -207,3 +207,17 @@ def test_naming_an_unavailable_level_fails_clearly(monkeypatch: pytest.MonkeyPat
     with pytest.raises(sandbox.ToolError, match="isolation 'namespaces' is unavailable here: namespaces: sandbox"):
         pool.start()
     pool.close()
+
+
+def test_a_dead_fork_server_is_restarted() -> None:
+    from gem_tool_python import SandboxPool
+
+    pool = SandboxPool(pool_size=1).start()
+    try:
+        assert pool._zygote is not None
+        pool._zygote.popen.kill()
+        pool._zygote.popen.wait()
+        results = [pool.run("print(5)") for _ in range(3)]  # the warm worker, then fresh ones
+        assert [r.stdout for r in results] == ["5\n"] * 3
+    finally:
+        pool.close()
