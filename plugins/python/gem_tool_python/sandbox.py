@@ -296,6 +296,8 @@ class SandboxPool:
         self._closed = threading.Event()
         self._spawn_error: str | None = None
         self._thread: threading.Thread | None = None
+        self._reaper: threading.Thread | None = None
+        self._retired: queue.Queue[_Worker | None] = queue.Queue()
         self._executor: ThreadPoolExecutor | None = None
         self._start_lock = threading.Lock()
         self._zygote: _Zygote | None = None
@@ -327,6 +329,8 @@ class SandboxPool:
                 self._wanted.release()
             self._thread = threading.Thread(target=self._spawn_loop, name="gem-sandbox-spawner", daemon=True)
             self._thread.start()
+            self._reaper = threading.Thread(target=self._reap_loop, name="gem-sandbox-reaper", daemon=True)
+            self._reaper.start()
         return self
 
     def _probe(self) -> _Worker:
@@ -356,6 +360,10 @@ class SandboxPool:
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None
+        if self._reaper is not None:
+            self._retired.put(None)
+            self._reaper.join(timeout=30)
+            self._reaper = None
         while True:
             try:
                 self._ready.get_nowait().dispose()
@@ -523,8 +531,20 @@ class SandboxPool:
             raise ToolError("the sandbox pool is closed; create a new one")
         worker = self._take()
         try:
-            return self._execute(worker, code, timeout_s or self.config.timeout_s)
-        finally:
+            result = self._execute(worker, code, timeout_s or self.config.timeout_s)
+        except BaseException:
+            worker.dispose()
+            raise
+        # The program and its processes already got SIGKILL in _execute; waiting for them to be
+        # reaped (and removing a fallback work dir) happens off the caller's critical path.
+        self._retired.put(worker)
+        return result
+
+    def _reap_loop(self) -> None:
+        while True:
+            worker = self._retired.get()
+            if worker is None:
+                return
             worker.dispose()
 
     async def arun(self, code: str, *, timeout_s: float | None = None) -> SandboxResult:
@@ -589,7 +609,9 @@ class SandboxPool:
         if writer is not None:
             writer.join(timeout=1.0)
         worker.kill()
-        _drain([fd for fd in open_fds if fd != worker.ctrl], captured, cap, time.monotonic() + 1.0)
+        # The runner flushes before it reports, so its output is already in the pipes: take what
+        # is there without waiting for the killed processes to close them.
+        _drain([fd for fd in open_fds if fd != worker.ctrl], captured, cap, time.monotonic())
         return SandboxResult(
             status=status,
             stdout=captured[worker.stdout][:cap].decode("utf-8", "replace"),
@@ -615,12 +637,12 @@ def _feed(fd: int, data: bytes) -> None:
 
 
 def _drain(fds: list[int], captured: dict[int, bytearray], cap: int, deadline: float) -> None:
-    """Read what the killed processes left in the pipes, until EOF or the deadline."""
+    """Read what is in the pipes, until EOF, or until nothing is ready at the deadline."""
     while fds:
-        left = deadline - time.monotonic()
-        if left <= 0:
+        ready = select.select(fds, [], [], max(deadline - time.monotonic(), 0))[0]
+        if not ready:
             return
-        for fd in select.select(fds, [], [], left)[0]:
+        for fd in ready:
             chunk = os.read(fd, 65_536)
             if not chunk:
                 fds.remove(fd)

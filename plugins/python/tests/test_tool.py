@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -217,7 +218,12 @@ def test_a_dead_fork_server_is_restarted() -> None:
         assert pool._zygote is not None
         pool._zygote.popen.kill()
         pool._zygote.popen.wait()
-        results = [pool.run("print(5)") for _ in range(3)]  # the warm worker, then fresh ones
+        # Its idle workers die with it (parent-death signal); the pool must notice and replace them.
+        for _ in range(500):
+            if not any(w.alive() for w in list(pool._ready.queue)):
+                break
+            time.sleep(0.01)
+        results = [pool.run("print(5)") for _ in range(3)]
         assert [r.stdout for r in results] == ["5\n"] * 3
     finally:
         pool.close()
