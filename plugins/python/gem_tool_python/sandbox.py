@@ -26,7 +26,7 @@ import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -120,7 +120,6 @@ class SandboxResult:
     isolation: Isolation = "rlimits"
     exit_code: int | None = None
     uid: int | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
