@@ -157,25 +157,46 @@ class _Worker:
         self.runner_pid: int | None = None
         self.workdir: str | None = None
         self._buffer = b""
+        self._pushback: list[dict[str, Any]] = []
+        self._eof = False
 
     def read_event(self, deadline: float) -> dict[str, Any] | None:
-        """The next control message, or ``None`` on EOF, junk, or at the deadline."""
-        while b"\n" not in self._buffer:
+        """The next control message, waiting until the deadline; ``None`` on EOF or timeout."""
+        while True:
+            events, eof = self.pending_events()
+            if events:
+                self._pushback = events[1:] + self._pushback
+                return events[0]
+            if eof:
+                return None
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self.ctrl], [], [], left)[0]:
                 return None
-            chunk = os.read(self.ctrl, 65_536)
-            if not chunk:
-                return None
+            self._fill()
+
+    def pending_events(self) -> tuple[list[dict[str, Any]], bool]:
+        """Complete control messages received so far (never blocks), and whether the pipe hit EOF.
+
+        Once the program runs it shares the control pipe, so anything may arrive: lines that
+        are not JSON objects are dropped, and the caller trusts no field of what remains.
+        """
+        events, self._pushback = self._pushback, []
+        while b"\n" in self._buffer:
+            line, self._buffer = self._buffer.split(b"\n", 1)
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                events.append(event)
+        return events, self._eof
+
+    def _fill(self) -> None:
+        chunk = os.read(self.ctrl, 65_536)
+        if not chunk:
+            self._eof = True
+        elif len(self._buffer) < 1 << 20:  # a program spamming the pipe cannot exhaust memory
             self._buffer += chunk
-            if len(self._buffer) > 1 << 20:  # the program may write junk to the control pipe
-                return None
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        try:
-            event = json.loads(line)
-        except ValueError:
-            return None
-        return event if isinstance(event, dict) else None
 
     def alive(self) -> bool:
         return self.monitor is not None and not select.select([self.monitor], [], [], 0)[0]
@@ -183,8 +204,10 @@ class _Worker:
     def kill(self) -> None:
         """Kill the program and every process it started (asynchronously; see :meth:`dispose`)."""
         if self.level != "namespaces" and self.runner_pid is not None:
+            # Once only: after the runner is gone its pid may be reused.
+            pgid, self.runner_pid = self.runner_pid, None
             with contextlib.suppress(OSError):
-                os.killpg(self.runner_pid, signal.SIGKILL)
+                os.killpg(pgid, signal.SIGKILL)
         if self.monitor is not None:
             # Namespaces: killing pid 1 kills the whole pid namespace. Fallback: the monitor
             # kills the runner's session and every process of the call's uid, then exits.
@@ -435,8 +458,9 @@ class SandboxPool:
                 os.close(fd)
         deadline = time.monotonic() + cfg.spawn_timeout_s
         ready = False
-        # The keeper's "monitor" and the runner's "ready" come from different processes: any order.
-        while not (ready and worker.monitor is not None):
+        # "monitor", "runner" and "ready" come from different processes, in any order. Only now,
+        # before the program runs, are the pids in them trustworthy.
+        while not (ready and worker.monitor is not None and (level == "namespaces" or worker.runner_pid)):
             event = worker.read_event(deadline)
             kind = None if event is None else event.get("event")
             if event is None or kind == "failed":
@@ -579,18 +603,19 @@ class SandboxPool:
                 break
             for fd in select.select(open_fds, [], [], left)[0]:
                 if fd == worker.ctrl:
-                    event = worker.read_event(deadline)
-                    kind = None if event is None else event.get("event")
-                    if event is None:  # EOF: the monitor is gone
+                    worker._fill()
+                    events, eof = worker.pending_events()
+                    for event in events:  # possibly forged by the program: only read, never act on pids
+                        kind = event.get("event")
+                        if kind == "done" and status is None:
+                            status = _done_status(event)
+                            error = None if status == "ok" else str(event.get("error"))[:cap]
+                        elif kind == "exit" and status is None:  # the runner died without reporting
+                            reported = event.get("code")
+                            exit_code = reported if isinstance(reported, int) and 0 <= reported < 512 else None
+                            status, error = _death_status(exit_code, self.config)
+                    if eof:  # the monitor is gone
                         open_fds.remove(fd)
-                    elif kind == "done":
-                        status = _done_status(event)
-                        error = None if status == "ok" else str(event.get("error"))
-                    elif kind == "runner":
-                        worker.runner_pid = int(event["pid"])
-                    elif kind == "exit":  # the runner died without reporting
-                        exit_code = int(event.get("code", -1))
-                        status, error = _death_status(exit_code, self.config)
                     continue
                 chunk = os.read(fd, 65_536)
                 if not chunk:

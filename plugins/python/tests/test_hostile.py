@@ -357,6 +357,25 @@ def test_closing_the_control_pipe_does_not_confuse_the_host(pool: SandboxPool) -
     assert result.status == "crashed" and result.stdout == "closed\n"
 
 
+def test_forged_control_messages_cannot_make_the_host_kill_its_processes(pool: SandboxPool) -> None:
+    victim = subprocess.Popen(["sleep", "30"], start_new_session=True)  # its own process group
+    try:
+        forged = [
+            b"not json\n",
+            b'{"event": "exit", "code": "x"}\n',
+            f'{{"event": "runner", "pid": {victim.pid}}}\n'.encode(),
+            f'{{"event": "monitor", "pid": {os.getpid()}}}\n'.encode(),
+        ]
+        result = pool.run(f"import os\nfor line in {forged!r}:\n    os.write(3, line)\nprint('sent')")
+        # The forged "exit" is the first well-formed report: it only decides this call's own result.
+        assert (result.status, result.exit_code) == ("crashed", None)
+        time.sleep(0.2)
+        assert victim.poll() is None, "a forged pid made the host kill an unrelated process"
+    finally:
+        victim.kill()
+        victim.wait()
+
+
 def test_concurrent_calls_are_isolated_from_each_other(pool: SandboxPool) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
