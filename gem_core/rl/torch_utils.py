@@ -72,25 +72,26 @@ def pad_sequences(
     return out
 
 
-def torch_moments(values: Any) -> Any:
-    """Float64 ``[sum, sum_sq, count]`` of a tensor, on its device, ready for ``all_reduce``."""
+def torch_moments(values: Any, shift: float = 0.0) -> Any:
+    """Float64 ``[sum, sum_sq, count]`` of ``values - shift``, on the tensor's device, ready for ``all_reduce``."""
     torch = _torch()
-    x = values.detach().to(torch.float64).reshape(-1)
+    x = values.detach().to(torch.float64).reshape(-1) - shift
     return torch.stack([x.sum(), (x * x).sum(), torch.tensor(float(x.numel()), dtype=torch.float64, device=x.device)])
 
 
-def all_reduce_moments(values: Any, group: Any = None) -> Moments:
-    """Sum, sum of squares and count of ``values`` over all ranks (this rank only if not distributed).
-
-    The three numbers are reduced in float64 in one ``all_reduce`` call, so the
-    statistics are exact to float64 rounding whatever dtype the returns have.
-    """
-    torch = _torch()
-    stats = torch_moments(values)
-    dist = torch.distributed
+def _sum_over_ranks(stats: Any, group: Any) -> Any:
+    dist = _torch().distributed
     if dist.is_available() and dist.is_initialized():
         dist.all_reduce(stats, op=dist.ReduceOp.SUM, group=group)
-    total, total_sq, count = (float(v) for v in stats.tolist())
+    return stats
+
+
+def all_reduce_moments(values: Any, group: Any = None, *, shift: float = 0.0) -> Moments:
+    """Sum, sum of squares and count of ``values - shift`` over all ranks (this rank only if not distributed).
+
+    The three numbers are reduced in float64 in one ``all_reduce`` call.
+    """
+    total, total_sq, count = (float(v) for v in _sum_over_ranks(torch_moments(values, shift), group).tolist())
     return Moments(total, total_sq, round(count))
 
 
@@ -99,8 +100,10 @@ def rebn_tensor(
 ) -> Any:
     """ReBN on a tensor of per-transition returns, optionally with statistics from every rank.
 
-    Same contract as :func:`~gem_core.rl.advantages.rebn_from_moments`: float64 statistics,
-    exact zeros when all returns (on all ranks) are equal, the input's dtype and device.
+    Two float64 all-reduces: sums and counts give the global mean, then the moments are
+    taken around it, so the variance does not cancel (see
+    :func:`~gem_core.rl.advantages.stats_from_moments`). Exact zeros when all returns
+    (on all ranks) are equal; the result has the input's dtype and device.
 
     Args:
         returns: Any-shaped floating tensor; every element is one transition's return.
@@ -114,14 +117,19 @@ def rebn_tensor(
         returns = returns.to(torch.float32)
     if not bool(torch.isfinite(returns).all()):
         raise RLInputError("returns hold NaN or inf; fix the rewards before computing advantages")
+    first = torch_moments(returns)
     if distributed:
-        totals = all_reduce_moments(returns, group)
-    else:
-        local = torch_moments(returns).tolist()
-        totals = Moments(local[0], local[1], round(local[2]))
-    if totals.count == 0:
+        first = _sum_over_ranks(first, group)
+    total, _, count = (float(v) for v in first.tolist())
+    if count == 0:
         return returns.clone()
-    mean, std = stats_from_moments(totals.total, totals.total_sq, totals.count, unbiased=unbiased)
+    shift = total / count
+    second = torch_moments(returns, shift)
+    if distributed:
+        second = _sum_over_ranks(second, group)
+    centered_total, centered_sq, _ = (float(v) for v in second.tolist())
+    # Around the mean, equal returns give E[d^2] ~ E[d]^2 ~ rounding noise, which the relative test reads as 0.
+    mean, std = stats_from_moments(centered_total, centered_sq, round(count), unbiased=unbiased, shift=shift)
     if std == 0.0:
         return torch.zeros_like(returns)
-    return ((returns.to(torch.float64) - mean) / (std + eps)).to(returns.dtype)
+    return ((returns.detach().to(torch.float64) - mean) / (std + eps)).to(returns.dtype)

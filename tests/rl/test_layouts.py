@@ -297,3 +297,20 @@ def test_batch_helpers_check_lengths() -> None:
         episodes_to_transitions([three_turns(), three_turns()], [[0, 0, 0]], tokenizer())
     with pytest.raises(RLInputError, match="advantages for 1 episodes"):
         episodes_to_sequences([three_turns(), three_turns()], tokenizer(), advantages=[[0, 0, 0]])
+
+
+def test_episodes_read_back_from_jsonl_give_the_same_samples(tmp_path: Any) -> None:
+    from gem_core.rl.types import read_jsonl, write_jsonl
+
+    episodes = [three_turns(), synthetic_chat_episode(tokenizer(), ["8"], ["Correct!"], [1.0], episode_id="ep-1")]
+    write_jsonl(episodes, tmp_path / "episodes.jsonl")
+    loaded = read_jsonl(tmp_path / "episodes.jsonl")
+    advantages = rebn_advantages(loaded, 0.9)
+    for before, after in zip(
+        episodes_to_sequences(episodes, tokenizer(), advantages=rebn_advantages(episodes, 0.9)),
+        episodes_to_sequences(loaded, tokenizer(), advantages=advantages),
+        strict=True,
+    ):
+        assert np.array_equal(before.input_ids, after.input_ids)
+        assert np.array_equal(before.token_advantages, after.token_advantages)  # type: ignore[arg-type]
+        assert np.array_equal(before.token_logprobs, after.token_logprobs)  # type: ignore[arg-type]

@@ -62,8 +62,12 @@ def test_rebn_tensor_matches_numpy_and_is_nan_free(dtype: str) -> None:
     assert out.dtype == torch_dtype
     expected = rebn(returns.to(torch.float64).numpy())
     np.testing.assert_allclose(out.to(torch.float64).numpy(), expected, atol=1e-2 if dtype == "bfloat16" else 1e-6)
-    for value in (-0.1, 0.1, 0.6561):
-        assert not rebn_tensor(torch.full((7,), value, dtype=torch_dtype)).any()
+    for value in (-0.1, 0.1, 0.6561, -999500.0):
+        for n in (1, 7, 1000):
+            assert not rebn_tensor(torch.full((n,), value, dtype=torch_dtype)).any()
+    # A small spread at a large magnitude is resolved (the statistics are taken around the mean).
+    big = rebn_tensor(torch.tensor([-999501.0, -999500.0], dtype=torch.float64))
+    np.testing.assert_allclose(big.numpy(), [-1.0, 1.0], atol=1e-8)
 
 
 def test_moments_without_distributed_are_local() -> None:
