@@ -22,6 +22,7 @@ import torch
 import verl  # noqa: F401  (the entry point registers the loop and the estimator)
 from gem_verl.agent_loop import GemAgentLoopOutput, GemEnvAgentLoop
 from gem_verl.dataset import make_rows, write_parquet
+from hydra.errors import InstantiationException
 from omegaconf import OmegaConf
 from verl import DataProto
 from verl.experimental.agent_loop.agent_loop import (
@@ -127,14 +128,19 @@ def _row(seed: int, index: int = 0, **kwargs: Any) -> dict[str, Any]:
     return {**row, "raw_prompt": row["prompt"], "index": index, "uid": f"uid{index}", "session_id": 0}
 
 
-def _play(loop: GemEnvAgentLoop, row: dict[str, Any]) -> list[Any]:
-    return asyncio.run(loop.run({"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}, **row))
+def _play(config: Any, server: _ScriptedServer, tokenizer: Any, row: dict[str, Any]) -> list[Any]:
+    """Build the loop and run it inside one event loop, as verl's worker does (the loop keeps a handle on it)."""
+
+    async def play() -> list[Any]:
+        loop = _make_loop(config, server, tokenizer)
+        return await loop.run({"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}, **row)
+
+    return asyncio.run(play())
 
 
 def test_sequence_layout_plays_a_multi_turn_episode_token_in_token_out(tokenizer: Any) -> None:
     server = _ScriptedServer(tokenizer)
-    loop = _make_loop(_config("sequence"), server, tokenizer)
-    (out,) = _play(loop, _row(seed=3))
+    (out,) = _play(_config("sequence"), server, tokenizer, _row(seed=3))
     assert isinstance(out, GemAgentLoopOutput)
     turn_scores = out.extra_fields["turn_scores"]
     assert len(turn_scores) >= 2 and turn_scores[-1] == 1.0 and all(r == 0.0 for r in turn_scores[:-1])
@@ -180,8 +186,8 @@ def test_sequence_layout_plays_a_multi_turn_episode_token_in_token_out(tokenizer
 def test_transition_layout_returns_one_output_per_turn_with_returns(tokenizer: Any) -> None:
     gamma = 0.8
     server = _ScriptedServer(tokenizer)
-    outputs = _play(_make_loop(_config("transition", gamma=gamma), server, tokenizer), _row(seed=3))
-    (sequence,) = _play(_make_loop(_config("sequence", gamma=gamma), _ScriptedServer(tokenizer), tokenizer), _row(3))
+    outputs = _play(_config("transition", gamma=gamma), server, tokenizer, _row(seed=3))
+    (sequence,) = _play(_config("sequence", gamma=gamma), _ScriptedServer(tokenizer), tokenizer, _row(3))
     turn_scores = sequence.extra_fields["turn_scores"]
     assert len(outputs) == len(turn_scores) >= 2
     expected_returns = discounted_returns(turn_scores, gamma)
@@ -197,21 +203,21 @@ def test_transition_layout_returns_one_output_per_turn_with_returns(tokenizer: A
 
 
 def test_format_errors_until_the_env_truncates(tokenizer: Any) -> None:
-    (out,) = _play(_make_loop(_config(), _ScriptedServer(tokenizer, mode="garbage"), tokenizer), _row(seed=1))
+    (out,) = _play(_config(), _ScriptedServer(tokenizer, mode="garbage"), tokenizer, _row(seed=1))
     assert out.extra_fields["turn_scores"] == [-0.1] * 5  # NumberGuess allows 5 guesses
     assert out.extra_fields["gem"]["format_errors"] == 5
     assert out.extra_fields["gem"]["truncated"] is True and out.extra_fields["gem"]["success"] is None
 
 
 def test_max_turns_and_response_budget_cut_episodes(tokenizer: Any) -> None:
-    (out,) = _play(_make_loop(_config(max_turns=2), _ScriptedServer(tokenizer, mode="garbage"), tokenizer), _row(1))
+    (out,) = _play(_config(max_turns=2), _ScriptedServer(tokenizer, mode="garbage"), tokenizer, _row(1))
     assert out.extra_fields["turn_scores"] == [-0.1, -0.1]
     assert out.extra_fields["gem"]["truncated"] is True
 
     small = _config()
     small.actor_rollout_ref.rollout.response_length = 40
     server = _ScriptedServer(tokenizer, mode="garbage", with_logprobs=False)
-    (out,) = _play(_make_loop(small, server, tokenizer), _row(1))
+    (out,) = _play(small, server, tokenizer, _row(1))
     assert len(out.response_ids) <= 40
     assert out.response_logprobs is None
     assert out.extra_fields["gem"]["truncated"] is True
@@ -271,17 +277,23 @@ def test_outputs_pass_verl_postprocessing_and_rebn_matches_core(tokenizer: Any, 
     rows = [_row(seed=s, index=i) for i, s in enumerate([0, 3, 5, 11])]
     modes = ["bisect", "garbage", "bisect", "garbage"]
     outputs_per_episode = [
-        _play(_make_loop(config, _ScriptedServer(tokenizer, mode=m), tokenizer), row)
-        for row, m in zip(rows, modes, strict=True)
+        _play(config, _ScriptedServer(tokenizer, mode=m), tokenizer, row) for row, m in zip(rows, modes, strict=True)
     ]
     turn_scores = [outs[0].extra_fields["turn_scores"] for outs in outputs_per_episode]
     assert any(len(s) > 1 for s in turn_scores)
 
     # verl's worker validation: padding to prompt/response length and batch assembly accept the outputs.
+    # A transition's prompt is the history so far, so it may exceed rollout.prompt_length (never the
+    # prompt + response budget); the v1 trainer stores it unpadded, the legacy padding needs that width.
+    pad_config = _config(layout, gamma=gamma)
+    if layout == "transition":
+        pad_config.actor_rollout_ref.rollout.prompt_length = PROMPT_LENGTH + RESPONSE_LENGTH
+    prompt_width = pad_config.actor_rollout_ref.rollout.prompt_length
     for outs, row in zip(outputs_per_episode, rows, strict=True):
-        batch = _worker_postprocess(outs, config, tokenizer, row)
+        assert all(len(o.prompt_ids) + len(o.response_ids) <= PROMPT_LENGTH + RESPONSE_LENGTH for o in outs)
+        batch = _worker_postprocess(outs, pad_config, tokenizer, row)
         assert batch.batch["responses"].shape == (len(outs), RESPONSE_LENGTH)
-        assert batch.batch["prompts"].shape == (len(outs), PROMPT_LENGTH)
+        assert batch.batch["prompts"].shape == (len(outs), prompt_width)
         assert torch.equal(batch.batch["response_mask"].sum(-1), torch.tensor([sum(o.response_mask) for o in outs]))
 
     # v1 path: stored as_dict fields -> padded batch -> verl's advantage dispatch -> our rebn.
@@ -323,7 +335,7 @@ def test_rows_from_parquet_through_verl_dataset(tokenizer: Any, tmp_path: Any) -
     assert item["agent_name"] == "gem_env_agent" and item["index"] == 1
     server = _ScriptedServer(tokenizer)
     row = {k: v for k, v in item.items() if not isinstance(v, torch.Tensor)}
-    (out,) = _play(_make_loop(_config(), server, tokenizer), {**row, "uid": "u", "session_id": 0})
+    (out,) = _play(_config(), server, tokenizer, {**row, "uid": "u", "session_id": 0})
     first_prompt = tokenizer.decode(server.calls[0]["prompt_ids"], skip_special_tokens=False)
     assert first_prompt.startswith("<|im_start|>system\nPlay well.<|im_end|>\n<|im_start|>user\nI picked")
     assert out.extra_fields["gem"]["seed"] == 9
@@ -340,8 +352,11 @@ def test_rows_from_parquet_through_verl_dataset(tokenizer: Any, tmp_path: Any) -
 )
 def test_bad_trainer_config_raises_config_error(tokenizer: Any, change: dict[str, Any], message: str) -> None:
     config = OmegaConf.merge(_config(), OmegaConf.create(change))
-    with pytest.raises(ConfigError, match=message):
-        _make_loop(config, _ScriptedServer(tokenizer), tokenizer)
+    # verl builds loops with hydra, which wraps constructor errors; the ConfigError is the cause.
+    with pytest.raises(InstantiationException) as raised:
+        _play(config, _ScriptedServer(tokenizer), tokenizer, _row(seed=0))
+    assert isinstance(raised.value.__cause__, ConfigError)
+    assert message in str(raised.value.__cause__)
 
 
 @pytest.mark.parametrize(
@@ -354,6 +369,5 @@ def test_bad_trainer_config_raises_config_error(tokenizer: Any, change: dict[str
     ids=["missing-gem", "bad-options-json", "unknown-field"],
 )
 def test_bad_rows_raise_config_error(tokenizer: Any, row: dict[str, Any], message: str) -> None:
-    loop = _make_loop(_config(), _ScriptedServer(tokenizer), tokenizer)
     with pytest.raises(ConfigError, match=message):
-        _play(loop, row)
+        _play(_config(), _ScriptedServer(tokenizer), tokenizer, row)

@@ -1,0 +1,20 @@
+"""Warnings verl 0.9.1 and its dependencies raise on import; the project runs tests with warnings as errors.
+
+Each filter names one third-party message, so a warning from gem code still fails a test.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+THIRD_PARTY_WARNINGS = [
+    # verl.single_controller.ray imports ray.experimental.state (ray >= 2.4x moved it).
+    "ignore:Ray state API is no longer experimental:DeprecationWarning",
+    # verl.workers.engine announces every optional training engine it cannot import (GPU-only ones).
+    r"ignore:(torchtitan|veomni|automodel|mindspeed|megatron) engine is not available:UserWarning",
+]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in THIRD_PARTY_WARNINGS:
+        config.addinivalue_line("filterwarnings", line)
