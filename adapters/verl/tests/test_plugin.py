@@ -45,6 +45,37 @@ def test_import_verl_registers_agent_loop_and_estimator(policy: str | None) -> N
     }
 
 
+_RAY_PROBE = """
+import json, sys
+import ray
+
+ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+
+
+@ray.remote
+def probe():
+    import sys
+    loaded_before = "gem_verl.plugin" in sys.modules
+    import verl
+    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
+    return [loaded_before, "gem_env_agent" in _agent_loop_registry, "rebn" in ADV_ESTIMATOR_REGISTRY]
+
+
+try:
+    print(json.dumps(ray.get(probe.remote(), timeout=240)))
+finally:
+    ray.shutdown()
+"""
+
+
+def test_a_ray_worker_registers_both_names_on_import_verl() -> None:
+    # verl's agent-loop workers and its trainer are Ray actors: fresh processes that import verl.
+    done = subprocess.run([sys.executable, "-c", _RAY_PROBE], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [False, True, True]
+
+
 def test_plugins_switched_off_registers_nothing() -> None:
     # The control: with verl's plugin discovery off, nothing else registers these names.
     result = _probe("none")
