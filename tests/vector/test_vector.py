@@ -105,7 +105,7 @@ def test_disabled_requires_explicit_reset(vec_factory: Callable[..., VectorEnv])
 def test_subset_step_only_touches_listed_envs(vec_factory: Callable[..., VectorEnv]) -> None:
     vec = vec_factory(n=3, episode_length=5)
     vec.reset(seed=4)
-    obs, rew, *_ , infos = vec.step({2: "x", 0: "y"})
+    obs, _rew, *_, infos = vec.step({2: "x", 0: "y"})
     assert len(obs) == 2 and [i["t"] for i in infos] == [1, 1]
     assert obs[0].endswith("t 1 x") and obs[1].endswith("t 1 y")  # mapping order
     obs, *_ = vec.step(["p", "q", "r"])
@@ -126,7 +126,7 @@ def run_trace(vec: VectorEnv, seed: int, steps: int = 12) -> list[Any]:
     trace: list[Any] = [list(obs)]
     for k in range(steps):
         actions = {i: f"a{k}" for i in range(vec.num_envs) if (i + k) % 3}  # ragged
-        obs, rew, term, trunc, infos = vec.step(actions)
+        obs, rew, term, _trunc, infos = vec.step(actions)
         trace.append((obs, rew.tolist(), term.tolist(), [i.get("final_obs") for i in infos]))
     return trace
 

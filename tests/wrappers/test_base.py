@@ -84,7 +84,7 @@ def test_close_is_forwarded() -> None:
 
 
 def test_wrapper_rejects_non_envs() -> None:
-    with pytest.raises(TypeError, match="wraps a gem_core.Env, got str"):
+    with pytest.raises(TypeError, match=r"wraps a gem_core\.Env, got str"):
         Wrapper("not an env")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="for an AsyncEnv use the async variant"):
         EpisodeStatistics(to_async(GenericTestEnv()))  # type: ignore[arg-type]
