@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import importlib.metadata
 import os
 import statistics
 import sys
@@ -30,7 +31,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from gem_core.testing import NumberGuessEnv
-from gem_core.vector import VectorEnv, episode_seed, make_vec
+from gem_core.vector import VectorEnv, episode_seeds, make_vec
 
 ENV_ID = "core:NumberGuess-v0"
 ROOT_SEED = 2026
@@ -42,38 +43,49 @@ def action_table(num_envs: int, steps: int) -> list[list[str]]:
 
 
 def seed_stream(env_index: int) -> Iterator[int]:
-    k = 0
-    while True:
-        yield episode_seed(ROOT_SEED, env_index, k)
-        k += 1
+    """The per-episode seeds gem_core's vector envs use, so every column resets identically."""
+    return episode_seeds(ROOT_SEED, env_index)
 
 
 # ---------------------------------------------------------------------------- runners
-# Each returns the elapsed seconds of ``steps`` batched steps (setup and first reset excluded).
+# Each returns (wall seconds, CPU seconds of the calling thread) for the batched steps
+# (setup and first reset excluded). The CPU time is immune to other processes on the
+# machine; it is meaningful only for columns that do all their work in the calling thread.
 
 
-def run_bare(num_envs: int, actions: list[list[str]]) -> float:
+Timing = tuple[float, float]
+
+
+def clock() -> Timing:
+    return time.perf_counter(), time.thread_time()
+
+
+def since(start: Timing) -> Timing:
+    return time.perf_counter() - start[0], time.thread_time() - start[1]
+
+
+def run_bare(num_envs: int, actions: list[list[str]]) -> Timing:
     envs = [NumberGuessEnv() for _ in range(num_envs)]
     seeds = [seed_stream(i) for i in range(num_envs)]
     for env, stream in zip(envs, seeds, strict=True):
         env.reset(seed=next(stream))
-    start = time.perf_counter()
+    start = clock()
     for row in actions:
         for i, env in enumerate(envs):
             _, _, terminated, truncated, _ = env.step(row[i])
             if terminated or truncated:
                 env.reset(seed=next(seeds[i]))
-    return time.perf_counter() - start
+    return since(start)
 
 
-def run_ours(make: Callable[[], VectorEnv], actions: list[list[str]]) -> float:
+def run_ours(make: Callable[[], VectorEnv], actions: list[list[str]]) -> Timing:
     vec = make()
     try:
         vec.reset(seed=ROOT_SEED)
-        start = time.perf_counter()
+        start = clock()
         for row in actions:
             vec.step(row)
-        return time.perf_counter() - start
+        return since(start)
     finally:
         vec.close()
 
@@ -101,16 +113,16 @@ def gem_adapter() -> Any:
     return gem
 
 
-def run_gem(gem: Any, num_envs: int, async_mode: bool, actions: list[list[str]]) -> float:
+def run_gem(gem: Any, num_envs: int, async_mode: bool, actions: list[list[str]]) -> Timing:
     import io
 
     with contextlib.redirect_stdout(io.StringIO()):  # GEM prints a line per make_vec
         vec = gem.make_vec(["bench:NumberGuess-v0"] * num_envs, async_mode=async_mode, seed=0)
     vec.reset()
-    start = time.perf_counter()
+    start = clock()
     for row in actions:
         vec.step(row)
-    elapsed = time.perf_counter() - start
+    elapsed = since(start)
     pool = getattr(vec, "thread_pool_executer", None)  # GEM's vector envs have no close()
     if pool is not None:
         pool.shutdown(wait=True)
@@ -138,15 +150,15 @@ def main(argv: list[str] | None = None) -> None:
 
     try:
         gem = gem_adapter()
-        gem_note = f"gem-llm {getattr(gem, '__version__', '?')}"
+        gem_note = f"gem-llm {importlib.metadata.version('gem-llm')}"
     except Exception as exc:  # not installed, or it fails to import: skip its columns, say why
         gem = None
         gem_note = f"gem-llm columns skipped: {type(exc).__name__}: {exc}"
 
-    def ours(**kwargs: Any) -> Callable[[int, list[list[str]]], float]:
+    def ours(**kwargs: Any) -> Callable[[int, list[list[str]]], Timing]:
         return lambda n, a: run_ours(functools.partial(make_vec, ENV_ID, n, autoreset_mode="same_step", **kwargs), a)
 
-    columns: dict[str, Callable[[int, list[list[str]]], float]] = {
+    columns: dict[str, Callable[[int, list[list[str]]], Timing]] = {
         "bare": run_bare,
         "sync": ours(),
         "async-inline": ours(vectorization="async", sync_envs="inline"),
@@ -158,34 +170,58 @@ def main(argv: list[str] | None = None) -> None:
         columns["gem-sync"] = lambda n, a: run_gem(gem, n, False, a)
         columns["gem-async"] = lambda n, a: run_gem(gem, n, True, a)
 
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus; {gem_note}")
-    print(f"env {ENV_ID}, SAME_STEP autoreset, median of {args.repeats} runs, env-steps/s (higher is better)\n")
-    results: dict[tuple[str, int], float] = {}
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, load average {os.getloadavg()[0]:.1f}; {gem_note}")
+    print(f"env {ENV_ID}, SAME_STEP autoreset, median of {args.repeats} runs (columns interleaved)\n")
+    wall: dict[tuple[str, int], float] = {}
+    cpu: dict[tuple[str, int], float] = {}
     for n in sizes:
         actions = action_table(n, steps_for(n, args.budget))
-        rates: dict[str, list[float]] = {name: [] for name in columns}
-        for _ in range(args.repeats):  # columns interleaved, so load from other processes hits all alike
+        samples: dict[str, list[Timing]] = {name: [] for name in columns}
+        for _ in range(args.repeats):  # interleaved, so load from other processes hits all columns alike
             for name, run in columns.items():
-                rates[name].append(n * len(actions) / run(n, actions))
+                samples[name].append(run(n, actions))
+        work = n * len(actions)
         for name in columns:
-            results[(name, n)] = statistics.median(rates[name])
+            wall[(name, n)] = statistics.median(work / w for w, _ in samples[name])
+            cpu[(name, n)] = statistics.median(work / max(c, 1e-9) for _, c in samples[name])
 
-    header = f"{'num_envs':>8} " + " ".join(f"{name:>13}" for name in columns)
-    print(header)
-    for n in sizes:
-        print(f"{n:>8} " + " ".join(f"{results[(name, n)]:>13,.0f}" for name in columns))
+    def table(title: str, rates: dict[tuple[str, int], float], names: list[str]) -> None:
+        print(title)
+        print(f"{'num_envs':>8} " + " ".join(f"{name:>13}" for name in names))
+        for n in sizes:
+            print(f"{n:>8} " + " ".join(f"{rates[(name, n)]:>13,.0f}" for name in names))
+        print()
 
-    print("\nratios (median rates)")
-    pairs = [("sync", "bare", "sync / bare (1 - overhead; target >= 0.87)")]
-    pairs += [("async-inline", "bare", "async-inline / bare"), ("async-thread", "bare", "async-thread / bare")]
-    if gem is not None:
-        pairs += [
+    def ratios(rates: dict[tuple[str, int], float], pairs: list[tuple[str, str, str]]) -> None:
+        for a, b, label in pairs:
+            if (a, sizes[0]) in rates and (b, sizes[0]) in rates:
+                cells = "  ".join(f"n={n}: {rates[(a, n)] / rates[(b, n)]:.2f}" for n in sizes)
+                print(f"  {label:<40} {cells}")
+        print()
+
+    table("env-steps/s, wall clock (higher is better)", wall, list(columns))
+    print("ratios, wall clock")
+    ratios(
+        wall,
+        [
+            ("sync", "bare", "sync / bare (target >= 0.87)"),
+            ("async-inline", "bare", "async-inline / bare"),
             ("sync", "gem-sync", "sync / gem-sync (target > 1)"),
             ("async-inline", "gem-async", "async-inline / gem-async (target > 1)"),
             ("async-thread", "gem-async", "async-thread / gem-async (target > 1)"),
-        ]
-    for a, b, label in pairs:
-        print(f"  {label:<44} " + "  ".join(f"n={n}: {results[(a, n)] / results[(b, n)]:.2f}" for n in sizes))
+        ],
+    )
+    single = [name for name in ("bare", "sync", "async-inline", "gem-sync") if name in columns]
+    table("env-steps per CPU-second of the calling thread (single-threaded columns; load-immune)", cpu, single)
+    print("ratios, CPU time")
+    ratios(
+        cpu,
+        [
+            ("sync", "bare", "sync / bare (target >= 0.87)"),
+            ("async-inline", "bare", "async-inline / bare"),
+            ("sync", "gem-sync", "sync / gem-sync (target > 1)"),
+        ],
+    )
 
 
 if __name__ == "__main__":
