@@ -32,6 +32,13 @@ _EXPORTS: dict[str, str] = {
     "spec": "gem_core.api",
     "list_envs": "gem_core.api",
     "errors": "gem_core.errors",
+    "make_vec": "gem_core.vector",
+    "VectorEnv": "gem_core.vector",
+    "SyncVectorEnv": "gem_core.vector",
+    "AsyncVectorEnv": "gem_core.vector",
+    "AutoresetMode": "gem_core.vector",
+    "EpisodeRunner": "gem_core.runner",
+    "run_episodes": "gem_core.runner",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]
