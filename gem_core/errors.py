@@ -19,13 +19,16 @@ __all__ = [
     "PluginLoadError",
     "PluginValidationError",
     "PluginWarning",
+    "RLInputError",
     "RegistrationError",
     "ResetNeeded",
     "SandboxIsolationWarning",
+    "TemplatePrefixError",
     "ToolCallParseError",
     "ToolError",
     "ToolNotFound",
     "ToolTimeout",
+    "TrajectoryError",
     "VectorEnvError",
     "WrapperNotFound",
 ]
@@ -126,3 +129,27 @@ class SandboxIsolationWarning(GemCoreWarning):
 
 class ToolCallParseError(ToolError, ValueError):
     """A tool call in a model's response is malformed (raised only by strict parsing helpers)."""
+
+
+# --- rl (gem_core.rl: trajectories, returns, advantages, sample layouts) ---
+
+
+class RLInputError(GemCoreError, ValueError):
+    """Bad input to the RL math (non-finite rewards, gamma outside [0, 1], mismatched lengths)."""
+
+
+class TrajectoryError(RLInputError):
+    """A :class:`~gem_core.rl.types.Turn`/``Episode`` record (or a JSONL line of one) is malformed."""
+
+
+class TemplatePrefixError(RLInputError):
+    """A chat template does not extend its own rendering of the earlier turns.
+
+    Raised by the token-in/token-out layout; the message names the turn. Typical cause:
+    templates that drop earlier reasoning (``<think>``) when a new message arrives. Fall
+    back to the per-transition layout, or use a template that keeps history verbatim.
+    """
+
+    def __init__(self, message: str, *, turn: int) -> None:
+        super().__init__(message)
+        self.turn = turn
