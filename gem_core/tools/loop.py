@@ -15,7 +15,7 @@ import concurrent.futures
 import contextlib
 import threading
 import weakref
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 __all__ = ["LoopThread"]
@@ -124,12 +124,25 @@ class LoopThread:
             future.cancel()
             raise TimeoutError(f"{self.name}: call did not finish within {timeout_s} s") from None
 
-    def close(self, timeout_s: float = 5.0) -> None:
+    async def aclose(self, timeout_s: float = 5.0, *, before: Callable[[], Awaitable[Any]] | None = None) -> None:
+        """Async :meth:`close`, from another event loop (joining the thread runs in a worker thread)."""
+        if self._closed:
+            return
+        if before is not None and self.started:
+            await asyncio.wait_for(self.run(_awaited(before)), timeout_s)
+        await asyncio.to_thread(self.close, timeout_s)
+
+    def close(self, timeout_s: float = 5.0, *, before: Callable[[], Awaitable[Any]] | None = None) -> None:
         """Cancel pending tasks, stop the loop and join the thread; idempotent.
 
-        Owners should release their connections (``await`` their own shutdown through
-        :meth:`run_sync`) before calling this; tasks still pending here are cancelled.
+        Args:
+            timeout_s: Limit for each shutdown step.
+            before: Coroutine function run on the loop first, if it was ever started, so an
+                owner can release its connections gracefully; tasks still pending after it
+                are cancelled.
         """
+        if before is not None and self.started and not self._closed:
+            self.run_sync(_awaited(before), timeout_s)
         with self._lock:
             if self._closed:
                 return
@@ -156,3 +169,7 @@ class LoopThread:
         thread.join(timeout_s)
         if not thread.is_alive():
             loop.close()
+
+
+async def _awaited(factory: Callable[[], Awaitable[Any]]) -> Any:
+    return await factory()

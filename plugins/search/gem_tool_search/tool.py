@@ -225,19 +225,14 @@ class SearchTool(Tool):
         if self._closed:
             return
         self._closed = True
-        if self._loop.started:
-            await self._loop.run(self.retriever.aclose())
-        # Joining the loop thread blocks briefly; keep it off the caller's loop.
-        await asyncio.to_thread(self._loop.close)
+        await self._loop.aclose(before=self.retriever.aclose)
 
     def close(self) -> None:
         """Synchronous :meth:`aclose`, for code without an event loop."""
         if self._closed:
             return
         self._closed = True
-        if self._loop.started:
-            self._loop.run_sync(self.retriever.aclose())
-        self._loop.close()
+        self._loop.close(before=self.retriever.aclose)
 
 
 def _make_retriever(config: SearchConfig) -> Retriever:
