@@ -120,10 +120,6 @@ class MCPTool(Tool):
     async def execute(self, arguments: dict[str, Any]) -> ToolResult:
         return await self.toolset.call(self.mcp_name, arguments)
 
-    def instructions(self) -> str:
-        schema = json.dumps(self.parameters, separators=(",", ":"), ensure_ascii=False)
-        return f"- {self.name}: {self.description} Arguments (JSON schema): {schema}"
-
     async def aclose(self) -> None:
         await self.toolset.release(self)
 
