@@ -19,7 +19,9 @@ def run(tool: SearchTool, **arguments: Any) -> ToolResult:
 
 @pytest.fixture
 def http_tool(retrieval_server: Any) -> SearchTool:
-    tool = SearchTool(backend="http", url=retrieval_server.url, top_k=2, timeout_s=3.0, headers={"X-Api-Key": "k"})
+    tool = SearchTool(
+        backend="http", url=retrieval_server.url, top_k=2, timeout_s=3.0, headers={"X-Api-Key": "k"}, batch_wait_s=0.05
+    )
     yield tool
     tool.close()
 
