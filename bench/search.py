@@ -7,7 +7,7 @@ Side by side in one run, medians over ``--repeats``:
 * raw scoring (``BM25Index.search``) against ``rank_bm25`` (PyPI), when installed, on the same
   corpus, tokens and parameters: the usual pure-Python BM25;
 * the ``search`` tool, one query at a time and 256 concurrent queries (batched);
-* the HTTP backend against a Search-R1 style server on 127.0.0.1 (stdlib, in a thread), with
+* the HTTP backend against ``gem_tool_search.server`` (Search-R1's protocol) on 127.0.0.1, with
   batching on (``max_batch_size=64``) and off (``max_batch_size=1``, one POST per query as GEM's
   client does).
 
@@ -22,15 +22,14 @@ import asyncio
 import json
 import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from gem_tool_search import BM25Index, SearchTool, demo_corpus_path, tokenize
+from gem_tool_search.server import RetrievalServer
 
 
 def median_time(fn: Callable[[], Any], repeats: int) -> float:
@@ -99,47 +98,6 @@ def bench_tool(label: str, tool: SearchTool, queries: list[str], repeats: int, r
     )
 
 
-class RetrievalServer:
-    """Search-R1's POST /retrieve on 127.0.0.1, answering from a BM25 index."""
-
-    def __init__(self, index: BM25Index) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive, as uvicorn does
-            disable_nagle_algorithm = True  # else headers and body in two segments stall on delayed ACKs
-            wbufsize = 1 << 16
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                result = []
-                for query in body["queries"]:
-                    ranked = index.search(query, body["topk"])
-                    docs = index.documents([i for i, _ in ranked])
-                    result.append(
-                        [
-                            {"document": {"id": d.id, "contents": f'"{d.title}"\n{d.text}'}, "score": s}
-                            for d, (_, s) in zip(docs, ranked, strict=True)
-                        ]
-                    )
-                payload = json.dumps({"result": result}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_port}/retrieve"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--docs", type=int, default=20_000, help="synthetic corpus size")
@@ -161,7 +119,7 @@ def main() -> None:
             bench_tool("search tool, BM25, synthetic", tool, (synth_queries * 2)[:256], args.repeats, rows)
             tool.close()
 
-        server = RetrievalServer(big)
+        server = RetrievalServer(big).start()
         for label, batch in [("batched", 64), ("unbatched", 1)]:
             tool = SearchTool(backend="http", url=server.url, max_batch_size=batch)
             bench_tool(f"search tool, HTTP {label}", tool, (synth_queries * 2)[:256], args.repeats, rows)
