@@ -57,8 +57,11 @@ def tool() -> SearchTool:
         ("Which planet is the largest in the Solar System?", "Jupiter"),
         ("What is the chemical symbol of gold?", "Au"),
         ("When did the Berlin Wall fall?", "1989"),
+        ("How many sides does a heptagon have?", "seven"),
+        ("Which country hosted the 2016 Summer Olympics?", "Brazil"),
+        ("What is the hardest natural mineral?", "Diamond"),
     ],
-    ids=["capital", "penicillin", "austen", "planet", "gold", "berlin-wall"],
+    ids=["capital", "penicillin", "austen", "planet", "gold", "berlin-wall", "heptagon", "olympics", "diamond"],
 )
 def test_demo_corpus_answers_questions(tool: SearchTool, question: str, expected: str) -> None:
     result = run(tool, query=question)
