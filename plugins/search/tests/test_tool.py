@@ -224,3 +224,14 @@ def test_close_without_use_starts_nothing() -> None:
 def test_batch_search_api(tool: SearchTool) -> None:
     hits = asyncio.run(tool.search(["capital of Japan", "deepest ocean Mariana Trench"], top_k=1))
     assert [h[0].document.title for h in hits] == ["Japan", "Pacific Ocean"]
+
+
+def test_tools_on_the_same_corpus_share_one_index(small_corpus: Path) -> None:
+    first, second = SearchTool(corpus=small_corpus), SearchTool(corpus=small_corpus)
+    other = SearchTool(corpus=small_corpus, k1=1.5)
+    for tool in (first, second, other):
+        assert run(tool, query="wolf").ok
+    assert first.retriever.index() is second.retriever.index()  # type: ignore[attr-defined]
+    assert other.retriever.index() is not first.retriever.index()  # type: ignore[attr-defined]
+    for tool in (first, second, other):
+        tool.close()
