@@ -28,6 +28,7 @@ __all__ = [
     "ToolError",
     "ToolNotFound",
     "ToolTimeout",
+    "VectorEnvError",
     "WrapperNotFound",
 ]
 
@@ -98,6 +99,24 @@ class ToolError(GemCoreError):
 
 class ToolTimeout(ToolError, TimeoutError):
     """A tool call ran past its time limit."""
+
+
+# --- wrappers, vector envs and the episode runner ---
+
+
+class VectorEnvError(GemCoreError, RuntimeError):
+    """One or more sub-envs of a vector env raised; names each index and its cause.
+
+    Attributes:
+        failures: Index of each failed sub-env mapped to the exception it raised.
+        results: What the call returned for the envs that did not fail (the failed
+            entries hold placeholders), so a caller that catches the error loses nothing.
+    """
+
+    def __init__(self, message: str, failures: dict[int, BaseException], results: object = None) -> None:
+        super().__init__(message)
+        self.failures = failures
+        self.results = results
 
 
 # --- tools ---
