@@ -157,6 +157,8 @@ class FifteenPuzzleEnv(GameEnv[FifteenPuzzleConfig]):
                 last = options[int(self.np_random.integers(len(options)))]
                 board = slide(board, size, last) or board
         self.board: Board = board
+        self._plan: list[str] = []  # expert_action's remaining moves, valid while the board is _plan_board
+        self._plan_board: Board | None = None
 
     def rules(self) -> str:
         n = self.params.size
@@ -217,6 +219,17 @@ class FifteenPuzzleEnv(GameEnv[FifteenPuzzleConfig]):
     def _on_truncation(self) -> tuple[float, str]:
         share = self.tiles_in_place()
         return share, f"Out of turns with {share:.0%} of the tiles in place."
+
+    def expert_action(self) -> str:
+        """The next move of an A* plan (weighted on 4x4 and larger boards, for speed), replanned off the plan."""
+        if not self._plan or self._plan_board != self.board:
+            weight = 1.3 if self.params.size >= 4 else 1.0
+            self._plan = solve(self.board, self.params.size, weight=weight) or []
+        if not self._plan:
+            return self.sample_random_action()
+        move = self._plan.pop(0)
+        self._plan_board = slide(self.board, self.params.size, move)
+        return f"\\boxed{{{move}}}"
 
     def sample_random_action(self) -> str:
         return f"\\boxed{{{self.py_random.choice(list(_BLANK_STEP))}}}"

@@ -223,16 +223,16 @@ class MinesweeperEnv(GameEnv[MinesweeperConfig]):
                 if (r, c) == self.exploded:
                     symbol = "X"
                 elif value != HIDDEN:
-                    symbol = str(value)
+                    symbol = str(value) if value else "."
                 elif (r, c) in self.flags:
                     symbol = "F"
                 elif self._done and (r, c) in self.mines:
                     symbol = "*"
                 else:
-                    symbol = "."
+                    symbol = "#"
                 cells.append(f"{symbol:>{width}}")
             lines.append(f"{r + 1:>2}  " + " ".join(cells))
-        legend = ". = hidden, F = flag, digits = mines around"
+        legend = "# = hidden, . = no mine around, digits = mines around, F = flag"
         if self._done:
             legend += ", * = mine" + (", X = the mine you hit" if self.exploded else "")
         left = p.rows * p.cols - p.mines - self.revealed_count
@@ -269,6 +269,20 @@ class MinesweeperEnv(GameEnv[MinesweeperConfig]):
         if self.revealed_count == p.rows * p.cols - p.mines:
             return Outcome(f"({row}, {col}) revealed the last safe cell.", reward, "won", shown)
         return Outcome(f"Revealed {newly} cell{'s' if newly > 1 else ''} from ({row}, {col}).", reward, parsed=shown)
+
+    def expert_action(self) -> str:
+        """Reveal a cell the visible numbers prove safe; guess the first unknown cell only if none is."""
+        safe, mines = deduce(self.view, self.params.mines)
+        if safe:
+            row, col = min(safe)
+        else:
+            row, col = next(
+                (r, c)
+                for r in range(self.params.rows)
+                for c in range(self.params.cols)
+                if self.view[r][c] == HIDDEN and (r, c) not in mines
+            )
+        return f"\\boxed{{reveal {row + 1} {col + 1}}}"
 
     def sample_random_action(self) -> str:
         p = self.params

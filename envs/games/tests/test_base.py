@@ -136,6 +136,9 @@ def test_raw_answer_format_reads_whole_reply() -> None:
     obs, _ = env.reset(seed=0)
     assert "\\boxed" not in obs
     assert env.step(" 1 \n")[1] == pytest.approx(1 / 3)
+    assert env.step("two is \\boxed{2}")[1] == pytest.approx(1 / 3), "a box still wins"
+    obs, reward, terminated, *_ = env.step("   ")
+    assert (reward, terminated) == (REWARD_FORMAT_ERROR, True) and "empty" in obs
 
 
 def test_step_before_reset_raises() -> None:

@@ -109,3 +109,24 @@ def test_valid_random_moves_never_format_error(env_id: str, seed: int) -> None:
             break
     else:
         pytest.fail("the episode outlived max_turns")
+
+
+@pytest.mark.parametrize("env_id", GAME_IDS, ids=GAME_IDS)
+def test_expert_plays_clean_and_wins(env_id: str) -> None:
+    """Every game has an expert; it never makes a format error or an illegal move, and a win pays exactly 1."""
+    env = make_game(env_id)
+    wins = 0
+    for seed in range(3):
+        env.reset(seed=seed)
+        total = 0.0
+        while True:
+            _, reward, terminated, truncated, info = env.step(env.expert_action())
+            total += reward
+            assert not info["format_error"] and not info.get("invalid_move"), info
+            if terminated or truncated:
+                break
+        assert total <= 1.0 + 1e-9
+        if info["success"]:
+            wins += 1
+            assert total == pytest.approx(1.0)
+    assert wins >= 2, f"the expert won only {wins} of 3 seeded episodes"

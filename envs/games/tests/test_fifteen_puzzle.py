@@ -10,12 +10,10 @@ VARIANTS = ["easy", "hard", "random"]
 
 
 def planner(env: FifteenPuzzleEnv, obs: str) -> str:
-    """Plan once with A* (slightly weighted on 4x4 boards, for speed) and play the plan."""
-    if env.turn == 0:
-        weight = 1.3 if env.params.size >= 4 else 1.0
-        env.expert_plan = solve(env.board, env.params.size, weight=weight)  # type: ignore[attr-defined]
-        assert env.expert_plan is not None and len(env.expert_plan) <= env.params.max_turns  # type: ignore[attr-defined]
-    return f"\\boxed{{{env.expert_plan[env.turn]}}}"  # type: ignore[attr-defined]
+    if env.turn == 0:  # the first plan must fit in the turns
+        plan = solve(env.board, env.params.size, weight=1.3 if env.params.size >= 4 else 1.0)
+        assert plan is not None and len(plan) <= env.params.max_turns
+    return env.expert_action()
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=VARIANTS)
