@@ -10,10 +10,10 @@ VARIANTS = ["easy", "hard", "random"]
 
 
 def planner(env: FifteenPuzzleEnv, obs: str) -> str:
-    if env.turn == 0:  # the first plan must fit in the turns
-        plan = solve(env.board, env.params.size, weight=1.3 if env.params.size >= 4 else 1.0)
-        assert plan is not None and len(plan) <= env.params.max_turns
-    return env.expert_action()
+    action = env.expert_action()
+    if env.turn == 0:  # the whole plan must fit in the turns
+        assert len(env._plan) + 1 <= env.params.max_turns
+    return action
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=VARIANTS)
