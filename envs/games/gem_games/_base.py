@@ -69,23 +69,27 @@ def extract_boxed(text: str) -> str | None:
         The cleaned content (possibly ``""`` for an empty box), or ``None`` when there is no closed box.
     """
     stack: list[int | None] = []  # content start of an open box, None for a plain "{"
-    last: tuple[int, int] | None = None
+    closed: list[tuple[int, int]] = []  # (start, end) of each complete box, in closing order
     for match in _BRACE_TOKENS.finditer(text):
         token = match.group()
         if token == "}":
             if stack:
                 start = stack.pop()
                 if start is not None:
-                    last = (start, match.start())
+                    closed.append((start, match.start()))
         elif token == "{":
             stack.append(None)
         else:
             stack.append(match.end())
-    if last is None:
+    if not closed:
         return None
-    inner = text[last[0] : last[1]]
-    nested = extract_boxed(inner)
-    return nested if nested is not None else _clean(inner)
+    # Walk back from the box that closes last; an earlier-closing box that starts inside the current one
+    # is nested in it (boxes nest properly), so it replaces it. Linear, with no recursion to exhaust.
+    start, end = closed[-1]
+    for inner_start, inner_end in reversed(closed[:-1]):
+        if inner_start >= start:
+            start, end = inner_start, inner_end
+    return _clean(text[start:end])
 
 
 def _clean(content: str) -> str:
