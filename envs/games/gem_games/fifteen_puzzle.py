@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 
@@ -34,6 +35,22 @@ def slide(board: Board, size: int, direction: str) -> Board | None:
     cells = list(board)
     cells[blank], cells[tile] = cells[tile], 0
     return tuple(cells)
+
+
+@functools.cache
+def _blank_neighbours(size: int) -> tuple[tuple[int, ...], ...]:
+    """Per position of the empty space, the positions it can swap with."""
+    table = []
+    for index in range(size * size):
+        r, c = divmod(index, size)
+        table.append(
+            tuple(
+                nr * size + nc
+                for nr, nc in ((r - 1, c), (r + 1, c), (r, c - 1), (r, c + 1))
+                if 0 <= nr < size and 0 <= nc < size
+            )
+        )
+    return tuple(table)
 
 
 def _heuristic(board: Board, size: int) -> int:
@@ -145,17 +162,17 @@ class FifteenPuzzleEnv(GameEnv[FifteenPuzzleConfig]):
 
     def _new_game(self) -> None:
         size = self.params.size
-        opposite = {"up": "down", "down": "up", "left": "right", "right": "left"}
         board = goal_board(size)
         # On 2x2 an even walk only reaches half the boards; an optional extra slide reaches the rest.
         steps = self.params.scramble_moves + (int(self.np_random.integers(2)) if size == 2 else 0)
         while board == goal_board(size):
-            last = ""
-            for _ in range(steps):
-                undo = opposite.get(last) if size > 2 else None
-                options = [d for d in _BLANK_STEP if d != undo and slide(board, size, d) is not None]
-                last = options[int(self.np_random.integers(len(options)))]
-                board = slide(board, size, last) or board
+            cells, blank, previous = list(goal_board(size)), size * size - 1, -1
+            for draw in self.np_random.random(steps).tolist():
+                options = [j for j in _blank_neighbours(size)[blank] if j != previous or size == 2]
+                target = options[int(draw * len(options))]
+                cells[blank], cells[target] = cells[target], 0
+                previous, blank = blank, target
+            board = tuple(cells)
         self.board: Board = board
         self._plan: list[str] = []  # expert_action's remaining moves, valid while the board is _plan_board
         self._plan_board: Board | None = None
