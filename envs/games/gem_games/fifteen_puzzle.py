@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import functools
 import heapq
 import itertools
@@ -53,25 +54,37 @@ def _blank_neighbours(size: int) -> tuple[tuple[int, ...], ...]:
     return tuple(table)
 
 
+@functools.cache
+def _manhattan_table(size: int) -> tuple[tuple[int, ...], ...]:
+    """``table[tile][index]``: distance of ``tile`` at ``index`` from its goal square (0 for the space)."""
+    n = size * size
+    rows = [(0,) * n]
+    for tile in range(1, n):
+        gr, gc = divmod(tile - 1, size)
+        rows.append(tuple(abs(i // size - gr) + abs(i % size - gc) for i in range(n)))
+    return tuple(rows)
+
+
+def _line_penalty(goals: list[int]) -> int:
+    """Two moves per tile that must leave its goal line to let the others pass: ``2 * (len - LIS)``."""
+    if len(goals) < 2:
+        return 0
+    tails: list[int] = []  # patience sorting: tails[k] is the smallest end of an increasing run of length k+1
+    for goal in goals:
+        k = bisect.bisect_left(tails, goal)
+        tails[k : k + 1] = [goal]
+    return 2 * (len(goals) - len(tails))
+
+
 def _heuristic(board: Board, size: int) -> int:
-    """Manhattan distance plus linear conflicts (admissible)."""
-    total = 0
-    for index, tile in enumerate(board):
-        if tile:
-            r, c = divmod(index, size)
-            gr, gc = divmod(tile - 1, size)
-            total += abs(r - gr) + abs(c - gc)
+    """Manhattan distance plus linear conflicts, counted so that it stays admissible."""
+    table = _manhattan_table(size)
+    total = sum(table[tile][index] for index, tile in enumerate(board))
     for line in range(size):
-        row = [(c, board[line * size + c]) for c in range(size)]
-        col = [(r, board[r * size + line]) for r in range(size)]
-        in_row = [t for _, t in row if t and (t - 1) // size == line]
-        in_col = [t for _, t in col if t and (t - 1) % size == line]
-        for a, b in itertools.combinations(in_row, 2):
-            if (a - 1) % size > (b - 1) % size:
-                total += 2
-        for a, b in itertools.combinations(in_col, 2):
-            if (a - 1) // size > (b - 1) // size:
-                total += 2
+        row = board[line * size : (line + 1) * size]
+        col = board[line::size]
+        total += _line_penalty([(t - 1) % size for t in row if t and (t - 1) // size == line])
+        total += _line_penalty([(t - 1) // size for t in col if t and (t - 1) % size == line])
     return total
 
 

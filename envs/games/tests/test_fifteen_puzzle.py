@@ -4,7 +4,7 @@ import gem_core
 import pytest
 
 from gem_games._base import REWARD_FORMAT_ERROR
-from gem_games.fifteen_puzzle import FifteenPuzzleEnv, goal_board, solve
+from gem_games.fifteen_puzzle import FifteenPuzzleEnv, goal_board, slide, solve
 
 VARIANTS = ["easy", "hard", "random"]
 
@@ -30,6 +30,27 @@ def test_scramble_is_solvable_within_scramble_moves(seed: int) -> None:
     assert env.board != goal_board(3)
     plan = solve(env.board, 3)
     assert plan is not None and len(plan) <= 12
+
+
+def bfs_distance(board: tuple[int, ...], size: int) -> int:
+    goal, frontier, seen, depth = goal_board(size), [board], {board}, 0
+    while goal not in frontier:
+        depth += 1
+        frontier = [
+            nxt
+            for b in frontier
+            for d in ("up", "down", "left", "right")
+            if (nxt := slide(b, size, d)) is not None and nxt not in seen and not seen.add(nxt)
+        ]
+    return depth
+
+
+@pytest.mark.parametrize("seed", range(8), ids=lambda s: f"seed{s}")
+def test_unweighted_solver_is_optimal(seed: int) -> None:
+    env = FifteenPuzzleEnv(size=3, scramble_moves=14, max_turns=14)
+    env.reset(seed=seed)
+    plan = solve(env.board, 3)
+    assert plan is not None and len(plan) == bfs_distance(env.board, 3)
 
 
 def board_env(board: tuple[int, ...], size: int = 3, max_turns: int = 30) -> FifteenPuzzleEnv:
