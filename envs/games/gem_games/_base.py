@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from gem_core.core import Env, ResetReturn, StepReturn
 from gem_core.errors import ConfigError, ResetNeeded
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 __all__ = [
     "REWARD_FORMAT_ERROR",
@@ -141,9 +141,24 @@ class GameConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    #: GEM's names for fields, accepted so that GEM configs keep working: ``{"min_number": "low"}``.
+    gem_aliases: ClassVar[dict[str, str]] = {}
+
     max_turns: int = Field(10, ge=1, le=10_000)
     randomize: bool = False
     answer_format: Literal["boxed", "raw"] = "boxed"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_gem_names(cls, data: Any) -> Any:
+        # Later keys win, as in {**spec.kwargs, **overrides}: make(id, min_number=3) overrides the spec's low.
+        if not isinstance(data, dict) or not cls.gem_aliases:
+            return data
+        renamed: dict[str, Any] = {}
+        for key, value in data.items():
+            name = str(key)
+            renamed[cls.gem_aliases.get(name, name)] = value
+        return renamed
 
 
 C = TypeVar("C", bound=GameConfig)

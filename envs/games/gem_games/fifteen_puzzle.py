@@ -6,6 +6,7 @@ import bisect
 import functools
 import heapq
 import itertools
+from typing import ClassVar
 
 from pydantic import Field, model_validator
 
@@ -130,7 +131,7 @@ class FifteenPuzzleConfig(GameConfig):
     """Configuration of :class:`FifteenPuzzleEnv`.
 
     Attributes:
-        size: Side of the board (2 to 5); 4 is the classic fifteen puzzle.
+        size: Side of the board (2 to 5); 4 is the classic fifteen puzzle. GEM's ``num_rows`` is accepted too.
         scramble_moves: Random slides applied to the solved board (never undoing the previous one, except
             on the 2x2 board where that would always give the same puzzle), so every puzzle is solvable in at
             most this many moves.
@@ -138,6 +139,8 @@ class FifteenPuzzleConfig(GameConfig):
         randomize: Draw ``size`` from 2..4 at every reset, with the easy / medium / hard settings of that size
             (2: 100 scrambles, 10 turns; 3: 30 and 40; 4: 40 and 50).
     """
+
+    gem_aliases: ClassVar[dict[str, str]] = {"num_rows": "size"}
 
     size: int = Field(4, ge=2, le=5)
     scramble_moves: int = Field(40, ge=1, le=10_000)

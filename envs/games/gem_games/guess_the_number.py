@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import ClassVar
 
 from pydantic import Field, model_validator
 
@@ -20,12 +21,14 @@ class GuessTheNumberConfig(GameConfig):
     """Configuration of :class:`GuessTheNumberEnv`.
 
     Attributes:
-        low: Smallest possible secret.
-        high: Largest possible secret.
+        low: Smallest possible secret (GEM's name ``min_number`` is accepted too).
+        high: Largest possible secret (GEM's name ``max_number`` is accepted too).
         max_turns: Guesses allowed.
         randomize: Draw ``low`` from 1..10, ``high`` from ``low+5..low+50`` and
             ``max_turns = ceil(sqrt(high - low)) + 1`` at every reset.
     """
+
+    gem_aliases: ClassVar[dict[str, str]] = {"min_number": "low", "max_number": "high"}
 
     low: int = Field(1, ge=-(10**9), le=10**9)
     high: int = Field(10, ge=-(10**9), le=10**9)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Literal
 
 from pydantic import Field
 
@@ -21,11 +22,15 @@ class HangmanConfig(GameConfig):
     Attributes:
         word_length: Letters in the secret word (3 to 7).
         max_turns: Guesses allowed (letters and words alike).
+        hardcore: Accepted for GEM configs, which all set it false; true is refused (no rare-word list ships).
         randomize: Draw ``word_length`` from 3..7 and ``max_turns = (5 * word_length + 5) // 2`` at every reset.
     """
 
     word_length: int = Field(5, ge=3, le=7)
     max_turns: int = Field(15, ge=1, le=10_000)
+    hardcore: Literal[False] = Field(
+        False, description="GEM's switch to rarer words; only false is supported (one shipped word list)"
+    )
 
 
 class HangmanEnv(GameEnv[HangmanConfig]):

@@ -6,6 +6,7 @@ import itertools
 import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from typing import ClassVar
 
 from pydantic import Field, model_validator
 
@@ -38,12 +39,14 @@ class MastermindConfig(GameConfig):
 
     Attributes:
         code_length: Digits in the secret code (2 to 6).
-        num_symbols: Digits are drawn from ``1..num_symbols`` (2 to 9).
-        allow_duplicates: A digit may appear more than once in the code.
+        num_symbols: Digits are drawn from ``1..num_symbols`` (2 to 9); GEM's ``num_numbers`` is accepted too.
+        allow_duplicates: A digit may appear more than once in the code; GEM's ``duplicate_numbers`` too.
         max_turns: Guesses allowed.
         randomize: Draw ``code_length`` from 2..4, ``num_symbols`` from 6..8 and
             ``max_turns = 10 * (code_length - 1)`` at every reset.
     """
+
+    gem_aliases: ClassVar[dict[str, str]] = {"num_numbers": "num_symbols", "duplicate_numbers": "allow_duplicates"}
 
     code_length: int = Field(4, ge=2, le=6)
     num_symbols: int = Field(8, ge=2, le=9)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+from typing import ClassVar
 
 from pydantic import Field, model_validator
 
@@ -123,10 +124,13 @@ class MinesweeperConfig(GameConfig):
         rows: Grid height (3 to 16).
         cols: Grid width (3 to 16).
         mines: Mines on the grid; at most ``rows * cols - 9`` (the opening keeps a 3x3 area clear).
+            GEM's name ``num_mines`` is accepted too.
         max_turns: Moves allowed (reveals and flags).
         randomize: Draw ``rows`` and ``cols`` from 5..8, ``mines = round(0.19 * rows * cols)`` and
             ``max_turns = rows * cols`` at every reset.
     """
+
+    gem_aliases: ClassVar[dict[str, str]] = {"num_mines": "mines"}
 
     rows: int = Field(8, ge=3, le=16)
     cols: int = Field(8, ge=3, le=16)

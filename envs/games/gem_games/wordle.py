@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import ClassVar
 
 from pydantic import Field
 
@@ -39,8 +40,12 @@ class WordleConfig(GameConfig):
         word_length: Letters in the secret word (3 to 7).
         max_turns: Guesses allowed.
         only_known_words: Refuse guesses that are not in the shipped word list (as an invalid move).
+            GEM's ``only_real_words`` is accepted too; GEM's variants set it, ours leave it off because the
+            shipped list is small.
         randomize: Draw ``word_length`` from 3..5 and ``max_turns = 5 * word_length`` at every reset.
     """
+
+    gem_aliases: ClassVar[dict[str, str]] = {"only_real_words": "only_known_words"}
 
     word_length: int = Field(5, ge=3, le=7)
     max_turns: int = Field(25, ge=1, le=10_000)
