@@ -1,0 +1,312 @@
+"""Sokoban: push every box onto a target square.
+
+Levels are generated backwards from a solved room: the player walks around and *pulls*
+boxes off their targets, which only ever produces states from which the boxes can be
+pushed back. Reversing that walk (with the walking between pushes shortened by BFS)
+gives a solution, kept for the scripted expert and used to check that the level fits the
+turn budget. Rewards follow GEM's ``game:Sokoban-v0-*``: 1.0 when every box is on a
+target; if the turn budget runs out first, the last turn pays the share of boxes on targets.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass
+
+from pydantic import Field, model_validator
+
+from gem_games._base import REWARD_SUCCESS, GameConfig, GameEnv, Outcome
+from gem_games._moves import parse_direction
+
+__all__ = ["MOVES", "SokobanConfig", "SokobanEnv", "SokobanLevel", "generate_level"]
+
+Pos = tuple[int, int]
+MOVES: dict[str, Pos] = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
+
+
+def _add(p: Pos, d: Pos) -> Pos:
+    return p[0] + d[0], p[1] + d[1]
+
+
+def _sub(p: Pos, d: Pos) -> Pos:
+    return p[0] - d[0], p[1] - d[1]
+
+
+def _name(d: Pos) -> str:
+    return next(name for name, delta in MOVES.items() if delta == d)
+
+
+@dataclass
+class SokobanLevel:
+    """A room: walls, targets, boxes and the player; ``solution`` solves it from the start."""
+
+    height: int
+    width: int
+    walls: frozenset[Pos]
+    targets: frozenset[Pos]
+    boxes: set[Pos]
+    player: Pos
+    solution: tuple[str, ...] = ()
+
+    @property
+    def boxes_on_targets(self) -> int:
+        return len(self.boxes & self.targets)
+
+    @property
+    def solved(self) -> bool:
+        return self.boxes == set(self.targets)
+
+    def copy(self) -> SokobanLevel:
+        return SokobanLevel(
+            self.height, self.width, self.walls, self.targets, set(self.boxes), self.player, self.solution
+        )
+
+    def render(self) -> str:
+        """XSB-style rows with spaces between cells (``_`` floor, ``.`` target)."""
+        rows = []
+        for r in range(self.height):
+            cells = []
+            for c in range(self.width):
+                p = (r, c)
+                if p in self.walls:
+                    cells.append("#")
+                elif p == self.player:
+                    cells.append("+" if p in self.targets else "@")
+                elif p in self.boxes:
+                    cells.append("*" if p in self.targets else "$")
+                else:
+                    cells.append("." if p in self.targets else "_")
+            rows.append(" ".join(cells))
+        return "\n".join(rows)
+
+    def move(self, direction: str) -> tuple[bool, str]:
+        """Walk or push one square; returns ``(accepted, feedback)``."""
+        d = MOVES[direction]
+        ahead = _add(self.player, d)
+        if ahead in self.walls:
+            return False, f"There is a wall {direction} of you; you stay where you are."
+        if ahead in self.boxes:
+            behind = _add(ahead, d)
+            if behind in self.walls or behind in self.boxes:
+                blocker = "a wall" if behind in self.walls else "another box"
+                return False, f"The box {direction} of you cannot move: {blocker} is behind it."
+            self.boxes.remove(ahead)
+            self.boxes.add(behind)
+            self.player = ahead
+            where = " onto a target" if behind in self.targets else ""
+            return True, f"You pushed the box {direction}{where}."
+        self.player = ahead
+        return True, f"You moved {direction}."
+
+    def walk_path(self, goal: Pos) -> list[str] | None:
+        """Shortest walk (no pushes) from the player to ``goal``, or ``None`` if it is cut off."""
+        if goal == self.player:
+            return []
+        seen = {self.player: ""}
+        parent: dict[Pos, Pos] = {}
+        queue = deque([self.player])
+        while queue:
+            p = queue.popleft()
+            for name, d in MOVES.items():
+                q = _add(p, d)
+                if q in seen or q in self.walls or q in self.boxes:
+                    continue
+                seen[q], parent[q] = name, p
+                if q == goal:
+                    path = []
+                    while q != self.player:
+                        path.append(seen[q])
+                        q = parent[q]
+                    return path[::-1]
+                queue.append(q)
+        return None
+
+
+def _room(height: int, width: int, rng: random.Random) -> tuple[frozenset[Pos], list[Pos]]:
+    """Border walls plus a few inner walls that keep the floor connected."""
+    interior = [(r, c) for r in range(1, height - 1) for c in range(1, width - 1)]
+    border = {(r, c) for r in range(height) for c in range(width)} - set(interior)
+    for _ in range(20):
+        inner = set(rng.sample(interior, rng.randint(0, len(interior) // 8)))
+        floor = [p for p in interior if p not in inner]
+        if _connected(floor):
+            return frozenset(border | inner), floor
+    return frozenset(border), interior
+
+
+def _connected(floor: list[Pos]) -> bool:
+    cells = set(floor)
+    seen = {floor[0]}
+    queue = deque([floor[0]])
+    while queue:
+        p = queue.popleft()
+        for d in MOVES.values():
+            q = _add(p, d)
+            if q in cells and q not in seen:
+                seen.add(q)
+                queue.append(q)
+    return len(seen) == len(cells)
+
+
+def _reverse_play(level: SokobanLevel, steps: int, rng: random.Random) -> list[tuple[str, bool]]:
+    """Walk the player backwards, pulling boxes; returns ``(forward push direction, pushed)`` in forward order."""
+    forward: list[tuple[str, bool]] = []
+    for _ in range(steps):
+        options: list[tuple[Pos, bool]] = []
+        for d in MOVES.values():
+            to = _add(level.player, d)
+            if to in level.walls or to in level.boxes:
+                continue
+            options.append((d, False))
+            if _sub(level.player, d) in level.boxes:
+                options.extend([(d, True)] * 3)  # favour pulls: they are what makes a puzzle
+        if not options:
+            break
+        d, pull = options[rng.randrange(len(options))]
+        if pull:
+            level.boxes.remove(_sub(level.player, d))
+            level.boxes.add(level.player)
+        level.player = _add(level.player, d)
+        forward.append((_name((-d[0], -d[1])), pull))
+    forward.reverse()
+    return forward
+
+
+def _shortened(start: SokobanLevel, forward: list[tuple[str, bool]]) -> tuple[str, ...]:
+    """Replay ``forward`` keeping its pushes but walking by shortest paths between them."""
+    state = start.copy()
+    moves: list[str] = []
+    walked = state.copy()  # tracks where the original walk puts the player
+    for direction, pushed in forward:
+        if pushed:
+            path = state.walk_path(walked.player)
+            assert path is not None, "the reverse walk reached this square, so it is reachable"
+            for step in path:
+                state.move(step)
+            moves.extend(path)
+            ok, _ = state.move(direction)
+            assert ok
+            moves.append(direction)
+        walked.move(direction)
+    return tuple(moves)
+
+
+def generate_level(
+    dim_room: tuple[int, int], num_boxes: int, max_moves: int, rng: random.Random, attempts: int = 200
+) -> SokobanLevel:
+    """A seeded level whose kept solution takes at most ``max_moves`` moves and starts with every box off target.
+
+    Raises:
+        ValueError: no such level was found in ``attempts`` tries (room too small for the boxes).
+    """
+    height, width = dim_room
+    best: SokobanLevel | None = None
+    for _ in range(attempts):
+        walls, floor = _room(height, width, rng)
+        if len(floor) < num_boxes + 2:
+            continue
+        targets = frozenset(rng.sample(floor, num_boxes))
+        free = [p for p in floor if p not in targets]
+        solved = SokobanLevel(height, width, walls, targets, set(targets), rng.choice(free))
+        forward = _reverse_play(solved, steps=rng.randint(8, 14) * num_boxes, rng=rng)
+        start = solved.copy()
+        start.solution = _shortened(start, forward)
+        if not start.solution or len(start.solution) > max_moves or start.solved:
+            continue
+        if start.boxes_on_targets == 0:
+            return start
+        if best is None or start.boxes_on_targets < best.boxes_on_targets:
+            best = start
+    if best is None:
+        raise ValueError(
+            f"could not generate a {height}x{width} Sokoban room with {num_boxes} boxes solvable in "
+            f"{max_moves} moves; use a larger room, fewer boxes or more turns"
+        )
+    return best
+
+
+class SokobanConfig(GameConfig):
+    """Configuration of :class:`SokobanEnv`.
+
+    Attributes:
+        dim_room: ``(rows, columns)`` of the room including its outer walls.
+        num_boxes: Boxes (and targets).
+        max_turns: Moves allowed; every generated level has a kept solution at most this long.
+        randomize: Draw both sides of ``dim_room`` from 6..8, ``num_boxes`` from 1..3 and
+            ``max_turns = 20 + 10 * num_boxes`` at every reset.
+    """
+
+    dim_room: tuple[int, int] = (6, 6)
+    num_boxes: int = Field(2, ge=1, le=10)
+    max_turns: int = Field(20, ge=1, le=10_000)
+
+    @model_validator(mode="after")
+    def _check_room(self) -> SokobanConfig:
+        rows, cols = self.dim_room
+        if not (5 <= rows <= 16 and 5 <= cols <= 16):
+            raise ValueError(f"dim_room sides must be from 5 to 16 (walls included), got {self.dim_room}")
+        if self.num_boxes > (rows - 2) * (cols - 2) // 4:
+            raise ValueError(
+                f"{self.num_boxes} boxes do not fit a {rows}x{cols} room; use at most a quarter of its floor"
+            )
+        return self
+
+
+class SokobanEnv(GameEnv[SokobanConfig]):
+    """Push every box onto a target in a seeded room that is guaranteed solvable within the turn budget.
+
+    Rewards: 1.0 when all boxes are on targets (terminated, success). When the turns run out first, the
+    last turn pays ``boxes on targets / num_boxes``. Walking into a wall or pushing a box into a wall or
+    another box is rejected: reward 0 and the turn is spent. A box without one direction is a format error.
+    """
+
+    config_model = SokobanConfig
+    title = "Sokoban"
+
+    def _draw_config(self) -> SokobanConfig:
+        rows, cols = self.py_random.randint(6, 8), self.py_random.randint(6, 8)
+        boxes = self.py_random.randint(1, 3)
+        return self.config.model_copy(
+            update={"dim_room": (rows, cols), "num_boxes": boxes, "max_turns": 20 + 10 * boxes}
+        )
+
+    def _new_game(self) -> None:
+        p = self.params
+        self.level = generate_level(p.dim_room, p.num_boxes, p.max_turns, self.py_random)
+
+    def rules(self) -> str:
+        return (
+            "You are the warehouse keeper '@'. Push every box '$' onto a target '.': walk one square per turn; "
+            "walking into a box pushes it one square if the square behind it is free. You cannot pull boxes or "
+            "push two at once, and '#' is a wall. Legend: '_' floor, '*' box on a target, '+' you on a target."
+        )
+
+    def move_format(self) -> tuple[str, str]:
+        return "one direction: up, down, left or right", "up"
+
+    def render(self) -> str:
+        lv = self.level
+        return f"{lv.render()}\nBoxes on targets: {lv.boxes_on_targets} of {len(lv.targets)}."
+
+    def _play(self, content: str) -> Outcome:
+        direction = parse_direction(content)
+        if direction is None:
+            return Outcome(f"{content[:40]!r} is not one of up, down, left, right.", status="format_error")
+        accepted, feedback = self.level.move(direction)
+        if not accepted:
+            return Outcome(f"{feedback} That turn is lost.", parsed=direction, invalid=True)
+        if self.level.solved:
+            return Outcome(f"{feedback} Every box is on a target.", REWARD_SUCCESS, "won", parsed=direction)
+        return Outcome(feedback, parsed=direction)
+
+    def _on_truncation(self) -> tuple[float, str]:
+        on, total = self.level.boxes_on_targets, len(self.level.targets)
+        return on / total, f"Out of turns with {on} of {total} boxes on targets."
+
+    def expert_moves(self) -> list[str]:
+        """The solution kept from generation, as boxed answers (the scripted expert)."""
+        return [f"\\boxed{{{move}}}" for move in self.level.solution]
+
+    def sample_random_action(self) -> str:
+        return f"\\boxed{{{self.py_random.choice(tuple(MOVES))}}}"
