@@ -172,7 +172,7 @@ class Game2048Config(GameConfig):
         max_turns: Moves allowed. Each move adds about 2.2 to the board's sum, so a target needs
             roughly ``target_tile / 2`` moves at least: GEM's hard (512 in 50) and extreme-hard
             (2048 in 100) budgets cannot reach their targets and pay log2 progress only.
-        randomize: Draw ``target_tile`` from {32, 64, 128, 256} and ``max_turns = target_tile // 2 + 20``
+        randomize: Draw ``target_tile`` from {32, 64, 128, 256} and ``max_turns = 3 * target_tile // 4 + 20``
             at every reset.
     """
 
@@ -201,7 +201,7 @@ class Game2048Env(GameEnv[Game2048Config]):
 
     def _draw_config(self) -> Game2048Config:
         target = 2 ** self.py_random.randint(5, 8)
-        return self.config.model_copy(update={"target_tile": target, "max_turns": target // 2 + 20})
+        return self.config.model_copy(update={"target_tile": target, "max_turns": target * 3 // 4 + 20})
 
     def _new_game(self) -> None:
         self.board = Board2048(self.np_random)

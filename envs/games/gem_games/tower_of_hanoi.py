@@ -18,7 +18,7 @@ __all__ = ["PEGS", "HanoiBoard", "TowerofHanoiConfig", "TowerofHanoiEnv", "optim
 
 PEGS = "ABC"
 _PEG_WORD = re.compile(r"[ABC123]", re.IGNORECASE)
-_NOISE = re.compile(r"\b(?:peg|from|to|move|disk|the|onto|on)\b|->|→|=>|[\s,;:()\[\]-]+", re.IGNORECASE)
+_NOISE = re.compile(r"\b(?:peg|from|to|move|disk|the|onto|on)\b|[\s,;:()\[\]<>=→-]+", re.IGNORECASE)
 
 
 def optimal_moves(num_disks: int, source: str = "A", target: str = "C", spare: str = "B") -> list[tuple[str, str]]:
