@@ -89,7 +89,9 @@ def test_move_that_changes_nothing_is_rejected(env: Game2048Env) -> None:
     obs, reward, terminated, truncated, info = env.step("\\boxed{up}")
     assert (reward, terminated, truncated) == (0.0, False, False)
     assert info == {"turn": 1, "format_error": False, "parsed_action": "up", "invalid_move": True}
-    assert obs.startswith("Sliding up changes nothing; choose a direction in which some tile can move. That turn is lost.")
+    assert obs.startswith(
+        "Sliding up changes nothing; choose a direction in which some tile can move. That turn is lost."
+    )
     assert env.board.grid == [[2, 4, 0, 0], [0] * 4, [0] * 4, [0] * 4], "no tile spawns after a no-op"
 
 
@@ -120,7 +122,9 @@ def test_stuck_board_is_a_loss() -> None:
     assert "The board is stuck" in obs and obs.endswith("Game over: you lost.")
 
 
-@pytest.mark.parametrize("action", ["\\boxed{up or down}", "\\boxed{jump}", "go left"], ids=["two", "unknown", "no-box"])
+@pytest.mark.parametrize(
+    "action", ["\\boxed{up or down}", "\\boxed{jump}", "go left"], ids=["two", "unknown", "no-box"]
+)
 def test_unclear_direction_is_a_format_error(env: Game2048Env, action: str) -> None:
     obs, reward, terminated, truncated, info = env.step(action)
     assert (reward, terminated, truncated, info["format_error"]) == (REWARD_FORMAT_ERROR, True, False, True)

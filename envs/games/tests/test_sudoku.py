@@ -13,7 +13,9 @@ from gem_games.sudoku import SudokuBoard, SudokuEnv, count_solutions, generate_p
 VARIANTS = ["game:Sudoku-v0-easy", "game:Sudoku-v0-hard", "game:Sudoku-v0-random"]
 
 
-@pytest.mark.parametrize(("scale", "clues"), [(4, 10), (4, 6), (9, 50), (9, 30)], ids=["4x4-10", "4x4-6", "9x9-50", "9x9-30"])
+@pytest.mark.parametrize(
+    ("scale", "clues"), [(4, 10), (4, 6), (9, 50), (9, 30)], ids=["4x4-10", "4x4-6", "9x9-50", "9x9-30"]
+)
 def test_generated_puzzles_have_one_solution(scale: int, clues: int) -> None:
     for seed in range(3):
         puzzle, solution = generate_puzzle(scale, clues, random.Random(seed))
@@ -21,7 +23,7 @@ def test_generated_puzzles_have_one_solution(scale: int, clues: int) -> None:
         assert count_solutions(puzzle) == 1
         assert solve(puzzle) == solution
         assert all(puzzle[r][c] in (0, solution[r][c]) for r in range(scale) for c in range(scale))
-        for line in [*solution, *zip(*solution)]:
+        for line in [*solution, *zip(*solution, strict=True)]:
             assert sorted(line) == list(range(1, scale + 1))
 
 
@@ -72,7 +74,12 @@ def test_correct_placement_pays_one_over_empty_cells(env: SudokuEnv) -> None:
     obs, reward, terminated, truncated, info = env.step(f"\\boxed{{{r + 1} {c + 1} {digit}}}")
     assert reward == pytest.approx(1 / 6)
     assert (terminated, truncated) == (False, False)
-    assert info == {"turn": 1, "format_error": False, "parsed_action": f"{r + 1} {c + 1} {digit}", "invalid_move": False}
+    assert info == {
+        "turn": 1,
+        "format_error": False,
+        "parsed_action": f"{r + 1} {c + 1} {digit}",
+        "invalid_move": False,
+    }
     assert obs.startswith(f"Placed {digit} at ({r + 1}, {c + 1}).") and "Empty cells left: 5." in obs
 
 
@@ -105,7 +112,9 @@ def test_filled_and_off_board_cells_are_rejected(env: SudokuEnv) -> None:
     assert reward == 0.0 and "Digits go from 1 to 4" in obs
 
 
-@pytest.mark.parametrize("action", ["\\boxed{1 2}", "\\boxed{one two three}", "1 2 3"], ids=["two-numbers", "words", "no-box"])
+@pytest.mark.parametrize(
+    "action", ["\\boxed{1 2}", "\\boxed{one two three}", "1 2 3"], ids=["two-numbers", "words", "no-box"]
+)
 def test_malformed_move_is_a_format_error(env: SudokuEnv, action: str) -> None:
     obs, reward, terminated, truncated, info = env.step(action)
     assert (reward, terminated, truncated, info["format_error"]) == (REWARD_FORMAT_ERROR, True, False, True)

@@ -72,7 +72,9 @@ def test_other_illegal_moves_are_rejected(env: TowerofHanoiEnv, action: str, mes
 
 
 @pytest.mark.parametrize(
-    "action", ["\\boxed{a -> c}", "\\boxed{from A to C}", "\\boxed{1 3}", "\\boxed{\\text{AC}}"], ids=["arrow", "words", "numbers", "text"]
+    "action",
+    ["\\boxed{a -> c}", "\\boxed{from A to C}", "\\boxed{1 3}", "\\boxed{\\text{AC}}"],
+    ids=["arrow", "words", "numbers", "text"],
 )
 def test_tolerant_move_syntax(env: TowerofHanoiEnv, action: str) -> None:
     *_, info = env.step(action)
