@@ -193,15 +193,23 @@ def _shortened(start: SokobanLevel, forward: list[tuple[str, bool]]) -> tuple[st
 
 
 def generate_level(
-    dim_room: tuple[int, int], num_boxes: int, max_moves: int, rng: random.Random, attempts: int = 200
+    dim_room: tuple[int, int],
+    num_boxes: int,
+    max_moves: int,
+    rng: random.Random,
+    attempts: int = 200,
+    candidates: int = 3,
 ) -> SokobanLevel:
     """A seeded level whose kept solution takes at most ``max_moves`` moves and starts with every box off target.
+
+    Of the first ``candidates`` such levels, the one needing the most pushes is kept, so that
+    one-push-per-box rooms are rare.
 
     Raises:
         ValueError: no such level was found in ``attempts`` tries (room too small for the boxes).
     """
     height, width = dim_room
-    best: SokobanLevel | None = None
+    found: list[tuple[int, SokobanLevel]] = []
     for _ in range(attempts):
         walls, floor = _room(height, width, rng)
         if len(floor) < num_boxes + 2:
@@ -212,18 +220,17 @@ def generate_level(
         forward = _reverse_play(solved, steps=rng.randint(8, 14) * num_boxes, rng=rng)
         start = solved.copy()
         start.solution = _shortened(start, forward)
-        if not start.solution or len(start.solution) > max_moves or start.solved:
-            continue
-        if start.boxes_on_targets == 0:
-            return start
-        if best is None or start.boxes_on_targets < best.boxes_on_targets:
-            best = start
-    if best is None:
+        if 0 < len(start.solution) <= max_moves and start.boxes_on_targets == 0:
+            found.append((sum(pushed for _, pushed in forward), start))
+            if len(found) == candidates:
+                break
+    if not found:
         raise ValueError(
             f"could not generate a {height}x{width} Sokoban room with {num_boxes} boxes solvable in "
             f"{max_moves} moves; use a larger room, fewer boxes or more turns"
         )
-    return best
+    # max() keeps the first of equals, so the choice stays a pure function of the RNG stream.
+    return max(found, key=lambda item: item[0])[1]
 
 
 class SokobanConfig(GameConfig):
