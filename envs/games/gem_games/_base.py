@@ -255,31 +255,28 @@ class GameEnv(Env, Generic[C], abc.ABC):
         if outcome.parsed is not None:
             info["parsed_action"] = outcome.parsed
             info["invalid_move"] = outcome.invalid
-        board = self.render()
         if outcome.status == "format_error":
             self._done = True
             info["success"] = False
-            reward = REWARD_FORMAT_ERROR
-            obs = f"Format error: {outcome.feedback} Expected {self.expected_action()}. Game over.\n\n{board}"
-            return obs, reward, True, False, info
+            obs = f"Format error: {outcome.feedback} Expected {self.expected_action()}. Game over.\n\n{self.render()}"
+            return obs, REWARD_FORMAT_ERROR, True, False, info
         reward = outcome.reward
         terminated = outcome.status in ("won", "lost")
         truncated = not terminated and self.turn >= self.params.max_turns
-        tail = ""
+        self._done = terminated or truncated  # before render(), so a finished board may show what was hidden
+        if not self._done:
+            self.earned += reward
+            left = self.params.max_turns - self.turn
+            hint = f"{left} turn{'s' if left != 1 else ''} left. {self._answer_hint()}"
+            return f"{outcome.feedback}\n\n{self.render()}\n\n{hint}", reward, False, False, info
         if terminated:
             tail = "You won!" if outcome.status == "won" else "Game over: you lost."
-        elif truncated:
+        else:
             bonus, tail = self._on_truncation()
             reward += bonus
         self.earned += reward
-        self._done = terminated or truncated
-        if self._done:
-            info["success"] = outcome.status == "won"
-            obs = f"{outcome.feedback}\n\n{board}\n\n{tail}".rstrip()
-        else:
-            left = self.params.max_turns - self.turn
-            obs = f"{outcome.feedback}\n\n{board}\n\n{left} turn{'s' if left != 1 else ''} left. {self._answer_hint()}"
-        return obs, reward, terminated, truncated, info
+        info["success"] = outcome.status == "won"
+        return f"{outcome.feedback}\n\n{self.render()}\n\n{tail}", reward, terminated, truncated, info
 
     def expected_action(self) -> str:
         """The expected answer, quoted by prompts and format errors."""

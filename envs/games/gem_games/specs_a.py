@@ -28,3 +28,55 @@ SPECS: list[EnvSpec | EnvAlias] = [
         message="GEM removed this id; it now means the easy variant (1 to 10 in 4 turns).",
     ),
 ]
+SPECS += [
+    *game_variants(
+        "Mastermind",
+        "gem_games.mastermind:MastermindEnv",
+        {
+            "easy": {"code_length": 2, "num_symbols": 6, "max_turns": 10},
+            "hard": {"code_length": 4, "num_symbols": 8, "max_turns": 30},
+            "random": {"randomize": True},
+        },
+        description="Crack a code of digits from black and white peg counts",
+    ),
+    *game_variants(
+        "Minesweeper",
+        "gem_games.minesweeper:MinesweeperEnv",
+        {
+            "easy": {"rows": 5, "cols": 5, "mines": 5, "max_turns": 25},
+            "hard": {"rows": 8, "cols": 8, "mines": 12, "max_turns": 64},
+            "random": {"randomize": True},
+        },
+        description="Reveal every safe cell of a grid, logic alone suffices",
+    ),
+    *game_variants(
+        "Wordle",
+        "gem_games.wordle:WordleEnv",
+        {
+            "easy": {"word_length": 3, "max_turns": 15},
+            "hard": {"word_length": 5, "max_turns": 25},
+            "random": {"randomize": True},
+        },
+        description="Find a secret word from green/yellow/grey letter feedback",
+    ),
+    *game_variants(
+        "Hangman",
+        "gem_games.hangman:HangmanEnv",
+        {
+            "easy": {"word_length": 3, "max_turns": 10},
+            "hard": {"word_length": 7, "max_turns": 20},
+            "random": {"randomize": True},
+        },
+        description="Reveal a secret word letter by letter",
+    ),
+    *game_variants(
+        "FifteenPuzzle",
+        "gem_games.fifteen_puzzle:FifteenPuzzleEnv",
+        {
+            "easy": {"size": 2, "scramble_moves": 100, "max_turns": 10},
+            "hard": {"size": 4, "scramble_moves": 40, "max_turns": 50},
+            "random": {"randomize": True},
+        },
+        description="Slide numbered tiles into order",
+    ),
+]
