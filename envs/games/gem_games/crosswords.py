@@ -269,6 +269,10 @@ class CrosswordsEnv(GameEnv[CrosswordsConfig]):
             moves.append(f"\\boxed{{{e.number} {e.direction} {by_clue[(e.clue, len(e.word))]}}}")
         return moves
 
+    def expert_action(self) -> str:
+        """The expert's next move (see :meth:`expert_moves`)."""
+        return self.expert_moves()[0]
+
     def sample_random_action(self) -> str:
         r = self.py_random.randint(1, self.puzzle.rows)
         c = self.py_random.randint(1, self.puzzle.cols)

@@ -281,6 +281,7 @@ class SokobanEnv(GameEnv[SokobanConfig]):
     def _new_game(self) -> None:
         p = self.params
         self.level = generate_level(p.dim_room, p.num_boxes, p.max_turns, self.py_random)
+        self.accepted_moves: list[str] = []
 
     def rules(self) -> str:
         return (
@@ -301,6 +302,8 @@ class SokobanEnv(GameEnv[SokobanConfig]):
         if direction is None:
             return Outcome(f"{content[:40]!r} is not one of up, down, left, right.", status="format_error")
         accepted, feedback = self.level.move(direction)
+        if accepted:
+            self.accepted_moves.append(direction)
         if not accepted:
             return Outcome(f"{feedback} That turn is lost.", parsed=direction, invalid=True)
         if self.level.solved:
@@ -314,6 +317,13 @@ class SokobanEnv(GameEnv[SokobanConfig]):
     def expert_moves(self) -> list[str]:
         """The solution kept from generation, as boxed answers (the scripted expert)."""
         return [f"\\boxed{{{move}}}" for move in self.level.solution]
+
+    def expert_action(self) -> str:
+        """The next move of the kept solution; it applies while the moves so far followed that solution."""
+        done = len(self.accepted_moves)
+        if tuple(self.accepted_moves) != self.level.solution[:done] or done >= len(self.level.solution):
+            return "\\boxed{up}"  # off the plan: no search here, any legal-looking move will do
+        return f"\\boxed{{{self.level.solution[done]}}}"
 
     def sample_random_action(self) -> str:
         return f"\\boxed{{{self.py_random.choice(tuple(MOVES))}}}"

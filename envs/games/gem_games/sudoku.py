@@ -313,6 +313,10 @@ class SudokuEnv(GameEnv[SudokuConfig]):
             if not self.board.grid[r][c]
         ]
 
+    def expert_action(self) -> str:
+        """The solver's next placement (see :meth:`expert_moves`)."""
+        return self.expert_moves()[0]
+
     def sample_random_action(self) -> str:
         n = self.params.scale
         r, c, d = (self.py_random.randint(1, n) for _ in range(3))

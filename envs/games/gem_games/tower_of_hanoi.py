@@ -14,7 +14,7 @@ from pydantic import Field
 
 from gem_games._base import REWARD_SUCCESS, GameConfig, GameEnv, Outcome
 
-__all__ = ["PEGS", "HanoiBoard", "TowerofHanoiConfig", "TowerofHanoiEnv", "optimal_moves"]
+__all__ = ["PEGS", "HanoiBoard", "TowerofHanoiConfig", "TowerofHanoiEnv", "next_move", "optimal_moves"]
 
 PEGS = "ABC"
 _PEG_WORD = re.compile(r"[ABC123]", re.IGNORECASE)
@@ -30,6 +30,20 @@ def optimal_moves(num_disks: int, source: str = "A", target: str = "C", spare: s
         (source, target),
         *optimal_moves(num_disks - 1, spare, target, source),
     ]
+
+
+def next_move(pegs: dict[str, list[int]], target: str = "C") -> tuple[str, str] | None:
+    """The first move of the shortest way from any legal position to the whole tower on ``target``."""
+    where = {disk: name for name, disks in pegs.items() for disk in disks}
+    goal = target
+    # Walk down from the largest disk: the largest one not yet on its goal decides the next move.
+    move: tuple[str, str] | None = None
+    for disk in sorted(where, reverse=True):
+        if where[disk] != goal:
+            # Disk must go src -> goal, so every smaller disk must first gather on the third peg.
+            move = (where[disk], goal)
+            goal = next(p for p in PEGS if p not in (where[disk], goal))
+    return move
 
 
 @dataclass
@@ -145,6 +159,11 @@ class TowerofHanoiEnv(GameEnv[TowerofHanoiConfig]):
     def expert_moves(self) -> list[str]:
         """The optimal recursion from the start position, as boxed answers (the scripted expert)."""
         return [f"\\boxed{{{src} {dst}}}" for src, dst in optimal_moves(self.params.num_disks)]
+
+    def expert_action(self) -> str:
+        """The next optimal move from the current position (it recovers from earlier mistakes)."""
+        move = next_move(self.board.pegs) or ("A", "C")
+        return f"\\boxed{{{move[0]} {move[1]}}}"
 
     def sample_random_action(self) -> str:
         src, dst = self.py_random.sample(PEGS, 2)

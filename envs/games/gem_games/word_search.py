@@ -221,6 +221,10 @@ class WordSearchEnv(GameEnv[WordSearchConfig]):
             moves.append(f"\\boxed{{{r1 + 1} {c1 + 1} {r2 + 1} {c2 + 1}}}")
         return moves
 
+    def expert_action(self) -> str:
+        """The expert's next move (see :meth:`expert_moves`)."""
+        return self.expert_moves()[0]
+
     def sample_random_action(self) -> str:
         n = self.grid.size
         return "\\boxed{" + " ".join(str(self.py_random.randint(1, n)) for _ in range(4)) + "}"

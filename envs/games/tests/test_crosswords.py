@@ -7,11 +7,15 @@ import random
 import gem_core
 import pytest
 
-from gem_games._base import REWARD_FORMAT_ERROR
+from gem_games._base import REWARD_FORMAT_ERROR, GameEnv
 from gem_games._words import load_words
 from gem_games.crosswords import CrosswordPuzzle, CrosswordsEnv, Entry, build_crossword
 
 VARIANTS = ["game:Crosswords-v0-easy", "game:Crosswords-v0-hard", "game:Crosswords-v0-random"]
+
+
+def expert(env: GameEnv, obs: str) -> str:
+    return env.expert_action()  # type: ignore[attr-defined]
 
 
 def test_word_list_ships_with_the_package() -> None:
@@ -39,17 +43,13 @@ def test_built_crosswords_are_consistent(num_words: int) -> None:
 
 @pytest.mark.parametrize("env_id", VARIANTS, ids=VARIANTS)
 @pytest.mark.parametrize("seed", [0, 1, 2], ids=["seed0", "seed1", "seed2"])
-def test_expert_solves_for_full_reward(env_id: str, seed: int) -> None:
+def test_expert_solves_for_full_reward(env_id: str, seed: int, play) -> None:
     env = gem_core.make(env_id)
     assert isinstance(env, CrosswordsEnv)
-    env.reset(seed=seed)
-    total = 0.0
-    for move in env.expert_moves():
-        obs, reward, terminated, truncated, info = env.step(move)
-        total += reward
-        assert reward > 0 and info["invalid_move"] is False
-    assert (terminated, truncated, info["success"]) == (True, False, True)
-    assert total == pytest.approx(1.0, abs=1e-9) and "_" not in obs.split("\n\n")[1]
+    episode = play(env, expert, seed)
+    assert (episode.terminated, episode.truncated, episode.info["success"]) == (True, False, True)
+    assert episode.turns == env.params.num_words, "one turn per answer"
+    assert episode.total == pytest.approx(1.0, abs=1e-9) and "_" not in episode.observations[-1].split("\n\n")[1]
 
 
 @pytest.fixture

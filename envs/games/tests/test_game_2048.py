@@ -7,8 +7,12 @@ import math
 import gem_core
 import pytest
 
-from gem_games._base import REWARD_FORMAT_ERROR
+from gem_games._base import REWARD_FORMAT_ERROR, GameEnv
 from gem_games.game_2048 import Game2048Env, progress, slide
+
+
+def expert(env: GameEnv, obs: str) -> str:
+    return env.expert_action()  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(
@@ -37,39 +41,28 @@ def test_progress_is_log2_share() -> None:
     assert progress(128, 4, 64) == 1.0
 
 
-def expert_episode(env: Game2048Env, seed: int) -> tuple[float, bool, bool, dict[str, object], int]:
-    env.reset(seed=seed)
-    total, steps = 0.0, 0
-    while True:
-        _, reward, terminated, truncated, info = env.step(env.expert_action())
-        total, steps = total + reward, steps + 1
-        assert reward >= 0.0 and info["invalid_move"] is False
-        if terminated or truncated:
-            return total, terminated, truncated, info, steps
-
-
 @pytest.mark.parametrize(
     ("env_id", "seed"),
     [("game:Game2048-v0-easy", s) for s in (0, 1, 2)] + [("game:Game2048-v0-random", s) for s in (0, 1, 3)],
     ids=["easy-0", "easy-1", "easy-2", "random-0", "random-1", "random-3"],
 )
-def test_expert_reaches_target_for_full_reward(env_id: str, seed: int) -> None:
+def test_expert_reaches_target_for_full_reward(env_id: str, seed: int, play) -> None:
     env = gem_core.make(env_id)
     assert isinstance(env, Game2048Env)
-    total, terminated, truncated, info, steps = expert_episode(env, seed)
-    assert (terminated, truncated, info["success"]) == (True, False, True)
-    assert env.board.max_tile == env.params.target_tile and steps <= env.params.max_turns
-    assert total == pytest.approx(1.0, abs=1e-9)
+    episode = play(env, expert, seed)
+    assert (episode.terminated, episode.truncated, episode.info["success"]) == (True, False, True)
+    assert env.board.max_tile == env.params.target_tile and episode.turns <= env.params.max_turns
+    assert episode.total == pytest.approx(1.0, abs=1e-9)
 
 
-def test_hard_budget_pays_progress_only() -> None:
+def test_hard_budget_pays_progress_only(play) -> None:
     """512 in 50 moves is out of reach (each move adds ~2.2 to the board): the expert earns log2 progress."""
     env = gem_core.make("game:Game2048-v0-hard")
     assert isinstance(env, Game2048Env)
-    total, terminated, truncated, info, steps = expert_episode(env, 0)
-    assert (terminated, truncated, info["success"], steps) == (False, True, False, 50)
+    episode = play(env, expert, 0)
+    assert (episode.terminated, episode.truncated, episode.info["success"], episode.turns) == (False, True, False, 50)
     expected = (math.log2(env.board.max_tile) - math.log2(env.start_tile)) / (9 - math.log2(env.start_tile))
-    assert total == pytest.approx(expected)
+    assert episode.total == pytest.approx(expected)
 
 
 def set_board(env: Game2048Env, grid: list[list[int]]) -> None:

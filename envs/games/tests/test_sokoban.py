@@ -7,10 +7,14 @@ import random
 import gem_core
 import pytest
 
-from gem_games._base import REWARD_FORMAT_ERROR
+from gem_games._base import REWARD_FORMAT_ERROR, GameEnv
 from gem_games.sokoban import SokobanEnv, SokobanLevel, generate_level
 
 VARIANTS = ["game:Sokoban-v0-easy", "game:Sokoban-v0-hard", "game:Sokoban-v0-random"]
+
+
+def expert(env: GameEnv, obs: str) -> str:
+    return env.expert_action()  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(
@@ -34,18 +38,13 @@ def test_impossible_config_raises_a_clear_error() -> None:
 
 @pytest.mark.parametrize("env_id", VARIANTS, ids=VARIANTS)
 @pytest.mark.parametrize("seed", [0, 1, 2], ids=["seed0", "seed1", "seed2"])
-def test_expert_solves_for_full_reward(env_id: str, seed: int) -> None:
+def test_expert_solves_for_full_reward(env_id: str, seed: int, play) -> None:
     env = gem_core.make(env_id)
     assert isinstance(env, SokobanEnv)
-    env.reset(seed=seed)
-    moves = env.expert_moves()
-    total = 0.0
-    for move in moves:
-        obs, reward, terminated, truncated, info = env.step(move)
-        total += reward
-        assert info["invalid_move"] is False
-    assert (terminated, truncated, info["success"], total) == (True, False, True, 1.0)
-    assert "$" not in obs.split("\n\n")[1], "every box is shown on its target"
+    episode = play(env, expert, seed)
+    assert (episode.terminated, episode.truncated, episode.info["success"]) == (True, False, True)
+    assert episode.total == 1.0 and episode.turns == len(env.level.solution)
+    assert "$" not in episode.observations[-1].split("\n\n")[1], "every box is shown on its target"
 
 
 def test_random_variant_has_no_room_size_kwarg() -> None:

@@ -7,10 +7,14 @@ import random
 import gem_core
 import pytest
 
-from gem_games._base import REWARD_FORMAT_ERROR
+from gem_games._base import REWARD_FORMAT_ERROR, GameEnv
 from gem_games.sudoku import SudokuBoard, SudokuEnv, count_solutions, generate_puzzle, solve
 
 VARIANTS = ["game:Sudoku-v0-easy", "game:Sudoku-v0-hard", "game:Sudoku-v0-random"]
+
+
+def expert(env: GameEnv, obs: str) -> str:
+    return env.expert_action()  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(
@@ -35,20 +39,13 @@ def test_solver_reports_no_solution() -> None:
 
 @pytest.mark.parametrize("env_id", VARIANTS, ids=VARIANTS)
 @pytest.mark.parametrize("seed", [0, 1, 2], ids=["seed0", "seed1", "seed2"])
-def test_expert_solves_for_full_reward(env_id: str, seed: int) -> None:
+def test_expert_solves_for_full_reward(env_id: str, seed: int, play) -> None:
     env = gem_core.make(env_id)
     assert isinstance(env, SudokuEnv)
-    env.reset(seed=seed)
-    moves = env.expert_moves()
-    assert len(moves) <= env.params.max_turns
-    total = 0.0
-    for i, move in enumerate(moves, start=1):
-        obs, reward, terminated, truncated, info = env.step(move)
-        total += reward
-        assert reward > 0 and info["invalid_move"] is False
-        assert terminated is (i == len(moves)) and truncated is False
-    assert info["success"] is True and "You won!" in obs
-    assert total == pytest.approx(1.0, abs=1e-9)
+    episode = play(env, expert, seed)
+    assert (episode.terminated, episode.truncated, episode.info["success"]) == (True, False, True)
+    assert episode.turns == env.board.num_empty_at_start <= env.params.max_turns, "one turn per empty cell"
+    assert episode.total == pytest.approx(1.0, abs=1e-9) and "You won!" in episode.observations[-1]
 
 
 @pytest.fixture

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import itertools
+from collections import deque
+
 import gem_core
 import pytest
 
-from gem_games._base import REWARD_FORMAT_ERROR
-from gem_games.tower_of_hanoi import HanoiBoard, TowerofHanoiEnv, optimal_moves
+from gem_games._base import REWARD_FORMAT_ERROR, GameEnv
+from gem_games.tower_of_hanoi import PEGS, HanoiBoard, TowerofHanoiEnv, next_move, optimal_moves
 
 VARIANTS = ["game:TowerofHanoi-v0-easy", "game:TowerofHanoi-v0-hard", "game:TowerofHanoi-v0-random"]
+
+
+def expert(env: GameEnv, obs: str) -> str:
+    return env.expert_action()  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("disks", [1, 2, 3, 5, 7], ids=lambda n: f"{n}-disks")
@@ -23,19 +30,14 @@ def test_recursion_is_optimal_and_legal(disks: int) -> None:
 
 @pytest.mark.parametrize("env_id", VARIANTS, ids=VARIANTS)
 @pytest.mark.parametrize("seed", [0, 1], ids=["seed0", "seed1"])
-def test_expert_solves_for_full_reward(env_id: str, seed: int) -> None:
+def test_expert_solves_for_full_reward(env_id: str, seed: int, play) -> None:
     env = gem_core.make(env_id)
     assert isinstance(env, TowerofHanoiEnv)
-    env.reset(seed=seed)
-    moves = env.expert_moves()
-    assert len(moves) == 2**env.params.num_disks - 1 <= env.params.max_turns
-    rewards = []
-    for move in moves:
-        obs, reward, terminated, truncated, info = env.step(move)
-        rewards.append(reward)
-    assert rewards == [0.0] * (len(moves) - 1) + [1.0]
-    assert (terminated, truncated, info["success"]) == (True, False, True)
-    assert f"C: {list(range(env.params.num_disks, 0, -1))}" in obs
+    episode = play(env, expert, seed)
+    assert (episode.terminated, episode.truncated, episode.info["success"]) == (True, False, True)
+    assert episode.turns == 2**env.params.num_disks - 1 <= env.params.max_turns
+    assert episode.total == 1.0
+    assert f"C: {list(range(env.params.num_disks, 0, -1))}" in episode.observations[-1]
 
 
 @pytest.fixture
@@ -96,3 +98,44 @@ def test_truncation_pays_share_of_disks_on_c() -> None:
     assert (terminated, truncated, info["success"]) == (False, True, False)
     assert reward == pytest.approx(1 / 3)
     assert obs.endswith("Out of turns with 1 of 3 disks on peg C.")
+
+
+def distances_to_goal(disks: int) -> dict[tuple[tuple[int, ...], ...], int]:
+    """BFS over every legal position (moves are reversible, so search from the goal)."""
+    goal = ((), (), tuple(range(disks, 0, -1)))
+    dist = {goal: 0}
+    queue = deque([goal])
+    while queue:
+        pos = queue.popleft()
+        for src, dst in itertools.permutations(range(3), 2):
+            if pos[src] and (not pos[dst] or pos[dst][-1] > pos[src][-1]):
+                nxt = [list(p) for p in pos]
+                nxt[dst].append(nxt[src].pop())
+                key = tuple(tuple(p) for p in nxt)
+                if key not in dist:
+                    dist[key] = dist[pos] + 1
+                    queue.append(key)
+    return dist
+
+
+def test_next_move_is_optimal_from_every_position() -> None:
+    dist = distances_to_goal(4)
+    assert len(dist) == 3**4
+    for pos, steps_needed in dist.items():
+        board = HanoiBoard(4)
+        board.pegs = {name: list(disks) for name, disks in zip(PEGS, pos, strict=True)}
+        steps = 0
+        while not board.solved:
+            move = next_move(board.pegs)
+            assert move is not None and board.move(*move)[0]
+            steps += 1
+        assert steps == steps_needed
+    assert next_move({"A": [], "B": [], "C": [2, 1]}) is None
+
+
+def test_expert_recovers_after_a_detour(play) -> None:
+    env = TowerofHanoiEnv(num_disks=3, max_turns=12)
+    detour = iter(["\\boxed{A B}"])
+    episode = play(env, lambda env, obs: next(detour, None) or expert(env, obs), 0)
+    assert (episode.terminated, episode.info["success"], episode.total) == (True, True, 1.0)
+    assert episode.turns <= 12

@@ -7,10 +7,14 @@ import random
 import gem_core
 import pytest
 
-from gem_games._base import REWARD_FORMAT_ERROR
+from gem_games._base import REWARD_FORMAT_ERROR, GameEnv
 from gem_games.word_search import EASY_DIRECTIONS, WordGrid, WordSearchEnv, find_word, generate_grid
 
 VARIANTS = ["game:WordSearch-v0-easy", "game:WordSearch-v0-hard", "game:WordSearch-v0-random"]
+
+
+def expert(env: GameEnv, obs: str) -> str:
+    return env.expert_action()  # type: ignore[attr-defined]
 
 
 def test_easy_grids_hide_words_across_or_down_only() -> None:
@@ -26,17 +30,13 @@ def test_easy_grids_hide_words_across_or_down_only() -> None:
 
 @pytest.mark.parametrize("env_id", VARIANTS, ids=VARIANTS)
 @pytest.mark.parametrize("seed", [0, 1, 2], ids=["seed0", "seed1", "seed2"])
-def test_expert_finds_every_word_for_full_reward(env_id: str, seed: int) -> None:
+def test_expert_finds_every_word_for_full_reward(env_id: str, seed: int, play) -> None:
     env = gem_core.make(env_id)
     assert isinstance(env, WordSearchEnv)
-    env.reset(seed=seed)
-    total = 0.0
-    for move in env.expert_moves():
-        obs, reward, terminated, truncated, info = env.step(move)
-        total += reward
-        assert reward == pytest.approx(1 / env.params.num_words) and info["invalid_move"] is False
-    assert (terminated, truncated, info["success"]) == (True, False, True)
-    assert total == pytest.approx(1.0, abs=1e-9) and "Words to find: none" in obs
+    episode = play(env, expert, seed)
+    assert (episode.terminated, episode.truncated, episode.info["success"]) == (True, False, True)
+    assert episode.turns == env.params.num_words, "one turn per word"
+    assert episode.total == pytest.approx(1.0, abs=1e-9) and "Words to find: none" in episode.observations[-1]
 
 
 GRID = ["CATXX", "XOXXX", "XXWXX", "DOGXX", "XXXXX"]
