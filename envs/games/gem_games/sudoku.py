@@ -274,7 +274,7 @@ class SudokuEnv(GameEnv[SudokuConfig]):
 
     def move_format(self) -> tuple[str, str]:
         # A fixed example: one built from the board could give a cell's answer away.
-        return "row, column and digit separated by spaces (row 2, column 3, digit 4 is '2 3 4')", "2 3 4"
+        return "'row column digit' (so '2 3 4' puts a 4 in row 2, column 3)", "2 3 4"
 
     def render(self) -> str:
         empty = sum(v == 0 for row in self.board.grid for v in row)
