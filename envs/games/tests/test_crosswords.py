@@ -132,3 +132,20 @@ def test_hardcore_draws_from_the_hard_tier() -> None:
     for seed in range(5):
         env.reset(seed=seed)
         assert {e.word for e in env.puzzle.entries} <= hard
+
+
+@pytest.mark.parametrize(
+    ("action", "parsed"),
+    [
+        ("\\boxed{1 across cat}", "1 across CAT"),
+        ("\\boxed{1a CAT}", "1 across CAT"),
+        ("\\boxed{2 down: TOE}", "2 down TOE"),
+        ("\\boxed{2-d toe}", "2 down TOE"),
+        ("\\boxed{(1, 3) t}", "1 3 T"),
+        ("\\boxed{\\text{1 1 c}}", "1 1 C"),
+    ],
+    ids=["word", "short-across", "colon", "dash", "parenthesised-cell", "text-wrapper"],
+)
+def test_tolerant_entry_syntax(env: CrosswordsEnv, action: str, parsed: str) -> None:
+    *_, info = env.step(action)
+    assert info["parsed_action"] == parsed and info["invalid_move"] is False
