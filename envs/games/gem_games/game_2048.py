@@ -134,34 +134,34 @@ def _heuristic(grid: list[list[int]]) -> float:
 
 
 def expectimax_move(grid: list[list[int]]) -> str | None:
-    """The expert's move: best expected heuristic after one move, one random spawn and one more move."""
+    """The expert's move: best expected heuristic after one move, one random spawn and one more move.
+
+    On an open board (more than five empty cells) it looks one move ahead only: nothing can go wrong
+    there that a second ply would see, and it keeps the expert fast.
+    """
+    moves = {d: moved for d in DIRECTIONS if (moved := slide(grid, d)[0]) != grid}
+    if not moves:
+        return None
+    one_ply = sum(v == 0 for row in grid for v in row) > 5
 
     def best_after(board: list[list[int]]) -> float:
         values = [_heuristic(nxt) for d in DIRECTIONS if (nxt := slide(board, d)[0]) != board]
         return max(values) if values else -1e9
 
-    best_dir, best_value = None, -math.inf
-    for direction in DIRECTIONS:
-        moved, _ = slide(grid, direction)
-        if moved == grid:
-            continue
-        empty = [(r, c) for r, row in enumerate(moved) for c, v in enumerate(row) if not v]
-        if len(empty) > 5:
-            # An open board has no danger a second ply would see; one ply keeps the expert fast.
-            value = _heuristic(moved)
-            if value > best_value:
-                best_dir, best_value = direction, value
-            continue
+    def expected(board: list[list[int]]) -> float:
+        if one_ply:
+            return _heuristic(board)
+        empty = [(r, c) for r, row in enumerate(board) for c, v in enumerate(row) if not v]
         total = 0.0
         for r, c in empty:
             for tile, p in ((2, 0.9), (4, 0.1)):
-                moved[r][c] = tile
-                total += p * best_after(moved)
-            moved[r][c] = 0
-        value = total / len(empty) if empty else _heuristic(moved)
-        if value > best_value:
-            best_dir, best_value = direction, value
-    return best_dir
+                board[r][c] = tile
+                total += p * best_after(board)
+            board[r][c] = 0
+        return total / len(empty) if empty else _heuristic(board)
+
+    # max() keeps the first of equal values, in DIRECTIONS order: the expert is deterministic.
+    return max(moves, key=lambda d: expected(moves[d]))
 
 
 class Game2048Config(GameConfig):
