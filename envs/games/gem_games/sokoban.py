@@ -150,17 +150,24 @@ def _connected(floor: list[Pos]) -> bool:
 
 
 def _reverse_play(level: SokobanLevel, steps: int, rng: random.Random) -> list[tuple[str, bool]]:
-    """Walk the player backwards, pulling boxes; returns ``(forward push direction, pushed)`` in forward order."""
+    """Walk the player backwards, pulling boxes; returns ``(forward push direction, pushed)`` in forward order.
+
+    Walks ``steps`` steps, then goes on (up to ``3 * steps`` in all) while a box still sits on a target.
+    """
     forward: list[tuple[str, bool]] = []
-    for _ in range(steps):
+    for step in range(3 * steps):
+        if step >= steps and not level.boxes & level.targets:
+            break
         options: list[tuple[Pos, bool]] = []
         for d in MOVES.values():
             to = _add(level.player, d)
             if to in level.walls or to in level.boxes:
                 continue
             options.append((d, False))
-            if _sub(level.player, d) in level.boxes:
-                options.extend([(d, True)] * 3)  # favour pulls: they are what makes a puzzle
+            pulled = _sub(level.player, d)
+            if pulled in level.boxes:
+                # Favour pulls (they make the puzzle), above all of boxes still resting on a target.
+                options.extend([(d, True)] * (6 if pulled in level.targets else 3))
         if not options:
             break
         d, pull = options[rng.randrange(len(options))]
