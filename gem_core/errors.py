@@ -21,9 +21,12 @@ __all__ = [
     "PluginWarning",
     "RegistrationError",
     "ResetNeeded",
+    "SandboxIsolationWarning",
+    "ToolCallParseError",
     "ToolError",
     "ToolNotFound",
     "ToolTimeout",
+    "VectorEnvError",
     "WrapperNotFound",
 ]
 
@@ -94,3 +97,32 @@ class ToolError(GemCoreError):
 
 class ToolTimeout(ToolError, TimeoutError):
     """A tool call ran past its time limit."""
+
+
+# --- wrappers, vector envs and the episode runner ---
+
+
+class VectorEnvError(GemCoreError, RuntimeError):
+    """One or more sub-envs of a vector env raised; names each index and its cause.
+
+    Attributes:
+        failures: Index of each failed sub-env mapped to the exception it raised.
+        results: What the call returned for the envs that did not fail (the failed
+            entries hold placeholders), so a caller that catches the error loses nothing.
+    """
+
+    def __init__(self, message: str, failures: dict[int, BaseException], results: object = None) -> None:
+        super().__init__(message)
+        self.failures = failures
+        self.results = results
+
+
+# --- tools ---
+
+
+class SandboxIsolationWarning(GemCoreWarning):
+    """The Python sandbox fell back to weaker isolation than Linux namespaces (said once per level)."""
+
+
+class ToolCallParseError(ToolError, ValueError):
+    """A tool call in a model's response is malformed (raised only by strict parsing helpers)."""

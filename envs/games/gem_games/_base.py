@@ -69,23 +69,27 @@ def extract_boxed(text: str) -> str | None:
         The cleaned content (possibly ``""`` for an empty box), or ``None`` when there is no closed box.
     """
     stack: list[int | None] = []  # content start of an open box, None for a plain "{"
-    last: tuple[int, int] | None = None
+    closed: list[tuple[int, int]] = []  # (start, end) of each complete box, in closing order
     for match in _BRACE_TOKENS.finditer(text):
         token = match.group()
         if token == "}":
             if stack:
                 start = stack.pop()
                 if start is not None:
-                    last = (start, match.start())
+                    closed.append((start, match.start()))
         elif token == "{":
             stack.append(None)
         else:
             stack.append(match.end())
-    if last is None:
+    if not closed:
         return None
-    inner = text[last[0] : last[1]]
-    nested = extract_boxed(inner)
-    return nested if nested is not None else _clean(inner)
+    # Walk back from the box that closes last; an earlier-closing box that starts inside the current one
+    # is nested in it (boxes nest properly), so it replaces it. Linear, with no recursion to exhaust.
+    start, end = closed[-1]
+    for inner_start, inner_end in reversed(closed[:-1]):
+        if inner_start >= start:
+            start, end = inner_start, inner_end
+    return _clean(text[start:end])
 
 
 def _clean(content: str) -> str:
@@ -131,7 +135,8 @@ class GameConfig(BaseModel):
         randomize: Draw a new configuration (size, difficulty) from the env's RNG at every reset;
             the ``-random`` variants set it.
         answer_format: ``boxed`` reads the move from the last ``\\boxed{}`` of the response;
-            ``raw`` takes the whole response as the move (for agents that answer with the move only).
+            ``raw`` also accepts a reply that is just the move (a box, if present, still wins), which is
+            handy for people playing with ``gem play ... --kw answer_format=raw``.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -148,7 +153,7 @@ class GameEnv(Env, Generic[C], abc.ABC):
     r"""Base of the turn-based text games.
 
     Subclasses set :attr:`config_model` and :attr:`title` and implement ``_new_game``, ``_play``,
-    ``render``, ``rules``, ``move_format`` and ``sample_random_action``. They may override
+    ``render``, ``rules``, ``move_format``, ``sample_random_action`` and ``expert_action``. They may override
     ``_draw_config`` (the ``randomize`` variant) and ``_on_truncation`` (partial credit when the
     turns run out).
 
@@ -241,11 +246,13 @@ class GameEnv(Env, Generic[C], abc.ABC):
         if self._done:
             raise ResetNeeded(f"{type(self).__name__}: the episode is over; call reset() to start a new one")
         self.turn += 1
-        content = action.strip() if self.params.answer_format == "raw" else extract_boxed(action)
+        content = extract_boxed(action)
+        if content is None and self.params.answer_format == "raw":
+            content = _clean(action)
         if content is None:
             outcome = Outcome("I found no \\boxed{...} answer in your reply.", status="format_error")
         elif not content:
-            outcome = Outcome("Your \\boxed{} answer is empty.", status="format_error")
+            outcome = Outcome("Your answer is empty.", status="format_error")
         else:
             outcome = self._play(content)
         return self._finish_step(outcome)
@@ -292,3 +299,13 @@ class GameEnv(Env, Generic[C], abc.ABC):
 
     def sample_random_action(self) -> str:
         raise NotImplementedError(f"{type(self).__name__} does not implement sample_random_action()")
+
+    def expert_action(self) -> str:
+        r"""A strong move from what the player can see (never the hidden answer), as a ``\\boxed{}`` reply.
+
+        Used by the tests and handy as a baseline or a hint. Games override it.
+
+        Raises:
+            NotImplementedError: the game has no expert.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not implement expert_action()")

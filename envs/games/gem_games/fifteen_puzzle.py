@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import functools
 import heapq
 import itertools
 
@@ -36,25 +38,53 @@ def slide(board: Board, size: int, direction: str) -> Board | None:
     return tuple(cells)
 
 
+@functools.cache
+def _blank_neighbours(size: int) -> tuple[tuple[int, ...], ...]:
+    """Per position of the empty space, the positions it can swap with."""
+    table = []
+    for index in range(size * size):
+        r, c = divmod(index, size)
+        table.append(
+            tuple(
+                nr * size + nc
+                for nr, nc in ((r - 1, c), (r + 1, c), (r, c - 1), (r, c + 1))
+                if 0 <= nr < size and 0 <= nc < size
+            )
+        )
+    return tuple(table)
+
+
+@functools.cache
+def _manhattan_table(size: int) -> tuple[tuple[int, ...], ...]:
+    """``table[tile][index]``: distance of ``tile`` at ``index`` from its goal square (0 for the space)."""
+    n = size * size
+    rows = [(0,) * n]
+    for tile in range(1, n):
+        gr, gc = divmod(tile - 1, size)
+        rows.append(tuple(abs(i // size - gr) + abs(i % size - gc) for i in range(n)))
+    return tuple(rows)
+
+
+def _line_penalty(goals: list[int]) -> int:
+    """Two moves per tile that must leave its goal line to let the others pass: ``2 * (len - LIS)``."""
+    if len(goals) < 2:
+        return 0
+    tails: list[int] = []  # patience sorting: tails[k] is the smallest end of an increasing run of length k+1
+    for goal in goals:
+        k = bisect.bisect_left(tails, goal)
+        tails[k : k + 1] = [goal]
+    return 2 * (len(goals) - len(tails))
+
+
 def _heuristic(board: Board, size: int) -> int:
-    """Manhattan distance plus linear conflicts (admissible)."""
-    total = 0
-    for index, tile in enumerate(board):
-        if tile:
-            r, c = divmod(index, size)
-            gr, gc = divmod(tile - 1, size)
-            total += abs(r - gr) + abs(c - gc)
+    """Manhattan distance plus linear conflicts, counted so that it stays admissible."""
+    table = _manhattan_table(size)
+    total = sum(table[tile][index] for index, tile in enumerate(board))
     for line in range(size):
-        row = [(c, board[line * size + c]) for c in range(size)]
-        col = [(r, board[r * size + line]) for r in range(size)]
-        in_row = [t for _, t in row if t and (t - 1) // size == line]
-        in_col = [t for _, t in col if t and (t - 1) % size == line]
-        for a, b in itertools.combinations(in_row, 2):
-            if (a - 1) % size > (b - 1) % size:
-                total += 2
-        for a, b in itertools.combinations(in_col, 2):
-            if (a - 1) // size > (b - 1) // size:
-                total += 2
+        row = board[line * size : (line + 1) * size]
+        col = board[line::size]
+        total += _line_penalty([(t - 1) % size for t in row if t and (t - 1) // size == line])
+        total += _line_penalty([(t - 1) // size for t in col if t and (t - 1) % size == line])
     return total
 
 
@@ -145,18 +175,20 @@ class FifteenPuzzleEnv(GameEnv[FifteenPuzzleConfig]):
 
     def _new_game(self) -> None:
         size = self.params.size
-        opposite = {"up": "down", "down": "up", "left": "right", "right": "left"}
         board = goal_board(size)
         # On 2x2 an even walk only reaches half the boards; an optional extra slide reaches the rest.
         steps = self.params.scramble_moves + (int(self.np_random.integers(2)) if size == 2 else 0)
         while board == goal_board(size):
-            last = ""
-            for _ in range(steps):
-                undo = opposite.get(last) if size > 2 else None
-                options = [d for d in _BLANK_STEP if d != undo and slide(board, size, d) is not None]
-                last = options[int(self.np_random.integers(len(options)))]
-                board = slide(board, size, last) or board
+            cells, blank, previous = list(goal_board(size)), size * size - 1, -1
+            for draw in self.np_random.random(steps).tolist():
+                options = [j for j in _blank_neighbours(size)[blank] if j != previous or size == 2]
+                target = options[int(draw * len(options))]
+                cells[blank], cells[target] = cells[target], 0
+                previous, blank = blank, target
+            board = tuple(cells)
         self.board: Board = board
+        self._plan: list[str] = []  # expert_action's remaining moves, valid while the board is _plan_board
+        self._plan_board: Board | None = None
 
     def rules(self) -> str:
         n = self.params.size
@@ -217,6 +249,17 @@ class FifteenPuzzleEnv(GameEnv[FifteenPuzzleConfig]):
     def _on_truncation(self) -> tuple[float, str]:
         share = self.tiles_in_place()
         return share, f"Out of turns with {share:.0%} of the tiles in place."
+
+    def expert_action(self) -> str:
+        """The next move of an A* plan (weighted on 4x4 and larger boards, for speed), replanned off the plan."""
+        if not self._plan or self._plan_board != self.board:
+            weight = 1.3 if self.params.size >= 4 else 1.0
+            self._plan = solve(self.board, self.params.size, weight=weight) or []
+        if not self._plan:
+            return self.sample_random_action()
+        move = self._plan.pop(0)
+        self._plan_board = slide(self.board, self.params.size, move)
+        return f"\\boxed{{{move}}}"
 
     def sample_random_action(self) -> str:
         return f"\\boxed{{{self.py_random.choice(list(_BLANK_STEP))}}}"

@@ -111,5 +111,15 @@ class GuessTheNumberEnv(GameEnv[GuessTheNumberConfig]):
         span = self.params.high - self.params.low
         return 1.0 - abs(last - self.secret) / span, reveal
 
+    def expert_action(self) -> str:
+        """Bisect the interval that the hints so far leave open (at most ``ceil(log2(values)) + 1`` guesses)."""
+        low, high = self.params.low, self.params.high
+        for guess, hint in self.history:
+            if hint == "higher":
+                low = max(low, guess + 1)
+            elif hint == "lower":
+                high = min(high, guess - 1)
+        return f"\\boxed{{{(low + high) // 2}}}"
+
     def sample_random_action(self) -> str:
         return f"\\boxed{{{self.py_random.randint(self.params.low, self.params.high)}}}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from pydantic import Field
 
 from gem_games._base import REWARD_SUCCESS, GameConfig, GameEnv, Outcome, normalize
@@ -108,6 +110,30 @@ class HangmanEnv(GameEnv[HangmanConfig]):
 
     def _on_truncation(self) -> tuple[float, str]:
         return 0.0, f"Out of turns: the word was {self.secret.upper()}."
+
+    def fitting_words(self) -> list[str]:
+        """Listed words that agree with the revealed pattern, the letters tried and the words ruled out."""
+        pattern, tried = self.pattern, set(self.letters)
+        return [
+            w
+            for w in words_of_length(len(pattern))
+            if all(p in ("_", c) for p, c in zip(pattern, w, strict=True))
+            and not any(c in tried and p == "_" for p, c in zip(pattern, w, strict=True))
+            and w not in self.wrong_words
+        ]
+
+    def expert_action(self) -> str:
+        """Guess the word when at most two fit, else the letter that leaves the fewest words expected."""
+        fits = self.fitting_words()
+        if len(fits) <= 2:
+            return f"\\boxed{{{fits[0]}}}"
+
+        def expected_left(letter: str) -> int:
+            groups = Counter(tuple(i for i, c in enumerate(w) if c == letter) for w in fits)
+            return sum(n * n for n in groups.values())
+
+        letters = sorted({c for w in fits for c in w} - set(self.letters))
+        return f"\\boxed{{{min(letters, key=expected_left)}}}"
 
     def sample_random_action(self) -> str:
         return f"\\boxed{{{self.py_random.choice('abcdefghijklmnopqrstuvwxyz')}}}"

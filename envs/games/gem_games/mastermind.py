@@ -138,6 +138,14 @@ class MastermindEnv(GameEnv[MastermindConfig]):
     def _on_truncation(self) -> tuple[float, str]:
         return 0.0, f"Out of turns: the code was {' '.join(map(str, self.secret))}."
 
+    def expert_action(self) -> str:
+        """The first code (in order) that agrees with every answer so far: classic elimination."""
+        p = self.params
+        for code in all_codes(p.code_length, p.num_symbols, duplicates=p.allow_duplicates):
+            if all(score_code(guess, code) == (black, white) for guess, black, white in self.history):
+                return f"\\boxed{{{' '.join(map(str, code))}}}"
+        return self.sample_random_action()  # unreachable: the secret always agrees
+
     def sample_random_action(self) -> str:
         p = self.params
         if p.allow_duplicates:

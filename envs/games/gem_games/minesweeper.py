@@ -7,8 +7,8 @@ without guessing (it retries a bounded number of times, then keeps the last boar
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterable
 
 from pydantic import Field, model_validator
 
@@ -26,13 +26,29 @@ _MOVE = re.compile(
 _GENERATION_TRIES = 60
 
 
-def neighbours(cell: Cell, rows: int, cols: int) -> Iterable[Cell]:
-    """The up to eight cells around ``cell``."""
-    r, c = cell
-    for dr in (-1, 0, 1):
-        for dc in (-1, 0, 1):
-            if (dr or dc) and 0 <= r + dr < rows and 0 <= c + dc < cols:
-                yield r + dr, c + dc
+@functools.cache
+def _neighbour_table(rows: int, cols: int) -> tuple[tuple[Cell, ...], ...]:
+    return tuple(
+        tuple(
+            (r + dr, c + dc)
+            for dr in (-1, 0, 1)
+            for dc in (-1, 0, 1)
+            if (dr or dc) and 0 <= r + dr < rows and 0 <= c + dc < cols
+        )
+        for r in range(rows)
+        for c in range(cols)
+    )
+
+
+@functools.cache
+def _neighbour_masks(rows: int, cols: int) -> tuple[int, ...]:
+    """Per cell index ``r * cols + c``, the bit mask of its neighbours' indices."""
+    return tuple(sum(1 << (r * cols + c) for r, c in cells) for cells in _neighbour_table(rows, cols))
+
+
+def neighbours(cell: Cell, rows: int, cols: int) -> tuple[Cell, ...]:
+    """The up to eight cells around ``cell`` (precomputed per board size)."""
+    return _neighbour_table(rows, cols)[cell[0] * cols + cell[1]]
 
 
 def deduce(
@@ -41,7 +57,8 @@ def deduce(
     """Cells that are certainly safe and certainly mines, from what a player sees.
 
     Uses each number's constraint, the subset rule between pairs of constraints, and the total mine
-    count. Sound, not complete: ``(set(), set())`` means no cell is certain by these rules.
+    count. Sound, not complete: ``(set(), set())`` means no cell is certain by these rules. Cell sets
+    are bit masks inside, which keeps board generation (it runs this solver) fast.
 
     Args:
         view: ``view[r][c]`` is the number of a revealed cell or :data:`HIDDEN`.
@@ -52,45 +69,51 @@ def deduce(
         ``(safe, mines)``, both among the hidden cells; ``mines`` includes ``known_mines``.
     """
     rows, cols = len(view), len(view[0])
-    mines = set(known_mines or ())
-    safe: set[Cell] = set()
-    hidden = {(r, c) for r in range(rows) for c in range(cols) if view[r][c] == HIDDEN}
-    changed = True
-    while changed:
-        changed = False
-        constraints: list[tuple[frozenset[Cell], int]] = []
-        for r in range(rows):
-            for c in range(cols):
-                if view[r][c] <= 0:
-                    continue
-                around = [n for n in neighbours((r, c), rows, cols) if n in hidden and n not in safe]
-                unknown = frozenset(n for n in around if n not in mines)
-                if unknown:
-                    constraints.append((unknown, view[r][c] - (len(around) - len(unknown))))
-        unknown_all = frozenset(hidden - safe - mines)
+    around_of = _neighbour_masks(rows, cols)
+    flat = [v for row in view for v in row]
+    hidden = sum(1 << i for i, v in enumerate(flat) if v == HIDDEN)
+    mines = sum(1 << (r * cols + c) for r, c in known_mines or ())
+    numbered = [(around_of[i] & hidden, v) for i, v in enumerate(flat) if v > 0 and around_of[i] & hidden]
+    safe = 0
+    while True:
+        constraints: set[tuple[int, int]] = set()
+        for around, number in numbered:
+            around &= ~safe
+            unknown = around & ~mines
+            if unknown:
+                constraints.add((unknown, number - (around & mines).bit_count()))
+        unknown_all = hidden & ~safe & ~mines
         if unknown_all:
-            constraints.append((unknown_all, mines_total - len(mines)))
-        found_safe: set[Cell] = set()
-        found_mines: set[Cell] = set()
+            constraints.add((unknown_all, mines_total - mines.bit_count()))
+        found_safe = found_mines = 0
         for cells, count in constraints:
             if count == 0:
                 found_safe |= cells
-            elif count == len(cells):
+            elif count == cells.bit_count():
                 found_mines |= cells
         if not (found_safe or found_mines):
             for a_cells, a_count in constraints:
                 for b_cells, b_count in constraints:
-                    if a_cells < b_cells:
-                        rest, rest_count = b_cells - a_cells, b_count - a_count
+                    if a_cells != b_cells and a_cells & ~b_cells == 0:  # a is a proper subset of b
+                        rest, rest_count = b_cells & ~a_cells, b_count - a_count
                         if rest_count == 0:
                             found_safe |= rest
-                        elif rest_count == len(rest):
+                        elif rest_count == rest.bit_count():
                             found_mines |= rest
-        if found_safe - safe or found_mines - mines:
-            safe |= found_safe
-            mines |= found_mines
-            changed = True
-    return safe, mines
+        if not (found_safe & ~safe or found_mines & ~mines):
+            break
+        safe |= found_safe
+        mines |= found_mines
+    return _cells(safe, cols), _cells(mines, cols)
+
+
+def _cells(mask: int, cols: int) -> set[Cell]:
+    cells = set()
+    while mask:
+        low = mask & -mask
+        cells.add(divmod(low.bit_length() - 1, cols))
+        mask ^= low
+    return cells
 
 
 class MinesweeperConfig(GameConfig):
@@ -223,16 +246,16 @@ class MinesweeperEnv(GameEnv[MinesweeperConfig]):
                 if (r, c) == self.exploded:
                     symbol = "X"
                 elif value != HIDDEN:
-                    symbol = str(value)
+                    symbol = str(value) if value else "."
                 elif (r, c) in self.flags:
                     symbol = "F"
                 elif self._done and (r, c) in self.mines:
                     symbol = "*"
                 else:
-                    symbol = "."
+                    symbol = "#"
                 cells.append(f"{symbol:>{width}}")
             lines.append(f"{r + 1:>2}  " + " ".join(cells))
-        legend = ". = hidden, F = flag, digits = mines around"
+        legend = "# = hidden, . = no mine around, digits = mines around, F = flag"
         if self._done:
             legend += ", * = mine" + (", X = the mine you hit" if self.exploded else "")
         left = p.rows * p.cols - p.mines - self.revealed_count
@@ -269,6 +292,20 @@ class MinesweeperEnv(GameEnv[MinesweeperConfig]):
         if self.revealed_count == p.rows * p.cols - p.mines:
             return Outcome(f"({row}, {col}) revealed the last safe cell.", reward, "won", shown)
         return Outcome(f"Revealed {newly} cell{'s' if newly > 1 else ''} from ({row}, {col}).", reward, parsed=shown)
+
+    def expert_action(self) -> str:
+        """Reveal a cell the visible numbers prove safe; guess the first unknown cell only if none is."""
+        safe, mines = deduce(self.view, self.params.mines)
+        if safe:
+            row, col = min(safe)
+        else:
+            row, col = next(
+                (r, c)
+                for r in range(self.params.rows)
+                for c in range(self.params.cols)
+                if self.view[r][c] == HIDDEN and (r, c) not in mines
+            )
+        return f"\\boxed{{reveal {row + 1} {col + 1}}}"
 
     def sample_random_action(self) -> str:
         p = self.params

@@ -118,5 +118,12 @@ class WordleEnv(GameEnv[WordleConfig]):
     def _on_truncation(self) -> tuple[float, str]:
         return 0.0, f"Out of turns: the word was {self.secret.upper()}."
 
+    def expert_action(self) -> str:
+        """The first listed word that would have produced every feedback so far."""
+        for word in self.words:
+            if all(score_guess(guess, word) == marks for guess, marks in self.history):
+                return f"\\boxed{{{word}}}"
+        return self.sample_random_action()  # unreachable: the secret is a listed word
+
     def sample_random_action(self) -> str:
         return f"\\boxed{{{self.py_random.choice(self.words)}}}"

@@ -24,8 +24,17 @@ class Episode:
     observations: list[str]
 
 
-def run_episode(env: GameEnv, choose: Callable[[GameEnv, str], str], seed: int) -> Episode:
-    """Reset with ``seed`` and play ``choose(env, last_observation)`` until the episode ends."""
+Expert = Callable[[GameEnv, str], str]
+
+
+def by_expert(env: GameEnv, obs: str) -> str:
+    """The game's own :meth:`~gem_games._base.GameEnv.expert_action`."""
+    return env.expert_action()
+
+
+def run_episode(env: GameEnv, choose: Expert | None = None, seed: int = 0) -> Episode:
+    """Reset with ``seed`` and play ``choose(env, last_observation)`` (default: the game's expert) to the end."""
+    choose = choose or by_expert
     obs, _ = env.reset(seed=seed)
     observations, total = [obs], 0.0
     while True:
@@ -36,10 +45,7 @@ def run_episode(env: GameEnv, choose: Callable[[GameEnv, str], str], seed: int) 
             return Episode(total, env.turn, terminated, truncated, info, observations)
 
 
-Expert = Callable[[GameEnv, str], str]
-
-
-def run_winning_episode(env_id: str, expert: Expert, seed: int) -> Episode:
+def run_winning_episode(env_id: str, expert: Expert | None = None, seed: int = 0) -> Episode:
     """Play ``env_id`` with ``expert``; assert it won and collected exactly the full reward of 1."""
     env = gem_core.make(env_id)
     assert isinstance(env, GameEnv)
@@ -52,10 +58,10 @@ def run_winning_episode(env_id: str, expert: Expert, seed: int) -> Episode:
 
 
 @pytest.fixture
-def play() -> Callable[[GameEnv, Expert, int], Episode]:
+def play() -> Callable[..., Episode]:
     return run_episode
 
 
 @pytest.fixture
-def expert_wins() -> Callable[[str, Expert, int], Episode]:
+def expert_wins() -> Callable[..., Episode]:
     return run_winning_episode

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 from gem_core.errors import ConfigError, ResetNeeded
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gem_games._base import REWARD_FORMAT_ERROR, GameConfig, GameEnv, Outcome, extract_boxed, normalize
 
@@ -28,6 +30,9 @@ from gem_games._base import REWARD_FORMAT_ERROR, GameConfig, GameEnv, Outcome, e
         ("no box at all", None),
         ("\\boxed{", None),
         ("\\boxed{" * 1000, None),
+        ("\\boxed{" * 5000 + "7" + "}" * 5000, "7"),
+        ("\\boxed{\\boxed{1} or \\boxed{2}} then \\boxed{x{y}}", "x{y}"),
+        ("\\boxed{\\boxed{1} or \\boxed{2}}", "2"),
         ("", None),
     ],
     ids=[
@@ -48,11 +53,29 @@ from gem_games._base import REWARD_FORMAT_ERROR, GameConfig, GameEnv, Outcome, e
         "none",
         "unclosed",
         "many-unclosed",
+        "deeply-nested",
+        "later-top-level-wins",
+        "last-nested-wins",
         "empty-text",
     ],
 )
 def test_extract_boxed(text: str, expected: str | None) -> None:
     assert extract_boxed(text) == expected
+
+
+@given(st.text(alphabet=st.sampled_from("\\boxed{}$ x1\n"), max_size=200) | st.text(max_size=200))
+def test_extract_boxed_never_raises(text: str) -> None:
+    result = extract_boxed(text)
+    assert result is None or isinstance(result, str)
+
+
+plain = st.text(alphabet=st.characters(blacklist_characters="{}\\$", blacklist_categories=("Cs",)), max_size=30)
+
+
+@given(before=plain, move=plain.filter(lambda t: t.strip()), after=plain)
+def test_last_box_round_trips(before: str, move: str, after: str) -> None:
+    text = f"{before}\\boxed{{0}} {before} \\boxed{{{move}}}{after}"
+    assert extract_boxed(text) == " ".join(move.split())
 
 
 def test_normalize_folds_case_and_spaces() -> None:
@@ -136,6 +159,9 @@ def test_raw_answer_format_reads_whole_reply() -> None:
     obs, _ = env.reset(seed=0)
     assert "\\boxed" not in obs
     assert env.step(" 1 \n")[1] == pytest.approx(1 / 3)
+    assert env.step("two is \\boxed{2}")[1] == pytest.approx(1 / 3), "a box still wins"
+    obs, reward, terminated, *_ = env.step("   ")
+    assert (reward, terminated) == (REWARD_FORMAT_ERROR, True) and "empty" in obs
 
 
 def test_step_before_reset_raises() -> None:

@@ -4,18 +4,16 @@ import gem_core
 import pytest
 
 from gem_games._base import REWARD_FORMAT_ERROR
-from gem_games.fifteen_puzzle import FifteenPuzzleEnv, goal_board, solve
+from gem_games.fifteen_puzzle import FifteenPuzzleEnv, goal_board, slide, solve
 
 VARIANTS = ["easy", "hard", "random"]
 
 
 def planner(env: FifteenPuzzleEnv, obs: str) -> str:
-    """Plan once with A* (slightly weighted on 4x4 boards, for speed) and play the plan."""
-    if env.turn == 0:
-        weight = 1.3 if env.params.size >= 4 else 1.0
-        env.expert_plan = solve(env.board, env.params.size, weight=weight)  # type: ignore[attr-defined]
-        assert env.expert_plan is not None and len(env.expert_plan) <= env.params.max_turns  # type: ignore[attr-defined]
-    return f"\\boxed{{{env.expert_plan[env.turn]}}}"  # type: ignore[attr-defined]
+    action = env.expert_action()
+    if env.turn == 0:  # the whole plan must fit in the turns
+        assert len(env._plan) + 1 <= env.params.max_turns
+    return action
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=VARIANTS)
@@ -32,6 +30,27 @@ def test_scramble_is_solvable_within_scramble_moves(seed: int) -> None:
     assert env.board != goal_board(3)
     plan = solve(env.board, 3)
     assert plan is not None and len(plan) <= 12
+
+
+def bfs_distance(board: tuple[int, ...], size: int) -> int:
+    goal, frontier, seen, depth = goal_board(size), [board], {board}, 0
+    while goal not in frontier:
+        depth += 1
+        frontier = [
+            nxt
+            for b in frontier
+            for d in ("up", "down", "left", "right")
+            if (nxt := slide(b, size, d)) is not None and nxt not in seen and not seen.add(nxt)
+        ]
+    return depth
+
+
+@pytest.mark.parametrize("seed", range(8), ids=lambda s: f"seed{s}")
+def test_unweighted_solver_is_optimal(seed: int) -> None:
+    env = FifteenPuzzleEnv(size=3, scramble_moves=14, max_turns=14)
+    env.reset(seed=seed)
+    plan = solve(env.board, 3)
+    assert plan is not None and len(plan) == bfs_distance(env.board, 3)
 
 
 def board_env(board: tuple[int, ...], size: int = 3, max_turns: int = 30) -> FifteenPuzzleEnv:

@@ -38,6 +38,14 @@ def test_binary_search_wins_within_log2_turns(variant: str, seed: int, expert_wi
     assert episode.turns <= math.ceil(math.log2(high - low + 1)) + 1
 
 
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANTS)
+def test_builtin_expert_matches_the_bound(variant: str, expert_wins) -> None:
+    for seed in range(20):
+        episode = expert_wins(f"game:GuessTheNumber-v0-{variant}", seed=seed)
+        low, high = (int(x) for x in _RANGE.search(episode.observations[0]).groups())  # type: ignore[union-attr]
+        assert episode.turns <= math.ceil(math.log2(high - low + 1)) + 1
+
+
 def test_guess_zero_is_an_invalid_move_not_a_format_error() -> None:
     env = GuessTheNumberEnv(low=1, high=10, max_turns=4)
     env.reset(seed=0)

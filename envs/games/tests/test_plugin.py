@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pkgutil
 import subprocess
 import sys
 
@@ -9,6 +10,7 @@ import gem_core
 import pytest
 from gem_core.registry import EnvAlias, EnvSpec
 
+import gem_games
 from gem_games import plugin
 
 
@@ -47,3 +49,17 @@ def test_listing_imports_no_game_module() -> None:
         "assert not heavy, heavy\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+MODULES = sorted(m.name for m in pkgutil.walk_packages(gem_games.__path__, "gem_games."))
+
+
+@pytest.mark.parametrize("module", MODULES, ids=MODULES)
+def test_module_imports_alone(module: str) -> None:
+    subprocess.run([sys.executable, "-W", "error", "-c", f"import {module}"], check=True, capture_output=True)
+
+
+def test_listing_does_not_import_numpy() -> None:
+    code = "import sys, gem_core; gem_core.list_envs(namespace='game'); print('numpy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert out.stdout.strip() == "False"
