@@ -10,6 +10,7 @@ target; if the turn budget runs out first, the last turn pays the share of boxes
 
 from __future__ import annotations
 
+import heapq
 import random
 from collections import deque
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from pydantic import Field, model_validator
 from gem_games._base import REWARD_SUCCESS, GameConfig, GameEnv, Outcome
 from gem_games._moves import parse_direction
 
-__all__ = ["MOVES", "SokobanConfig", "SokobanEnv", "SokobanLevel", "generate_level"]
+__all__ = ["MOVES", "SokobanConfig", "SokobanEnv", "SokobanLevel", "generate_level", "solve_level"]
 
 Pos = tuple[int, int]
 MOVES: dict[str, Pos] = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
@@ -121,6 +122,81 @@ class SokobanLevel:
                     return path[::-1]
                 queue.append(q)
         return None
+
+
+def _reach(walls: frozenset[Pos], boxes: frozenset[Pos], player: Pos) -> dict[Pos, Pos | None]:
+    """Every cell the player can walk to without pushing, with BFS parents for shortest walks."""
+    parent: dict[Pos, Pos | None] = {player: None}
+    queue = deque([player])
+    while queue:
+        p = queue.popleft()
+        for d in MOVES.values():
+            q = _add(p, d)
+            if q not in parent and q not in walls and q not in boxes:
+                parent[q] = p
+                queue.append(q)
+    return parent
+
+
+def _walk(parent: dict[Pos, Pos | None], goal: Pos) -> list[str]:
+    path: list[str] = []
+    while (prev := parent[goal]) is not None:
+        path.append(_name(_sub(goal, prev)))
+        goal = prev
+    return path[::-1]
+
+
+def _distance(boxes: frozenset[Pos], targets: frozenset[Pos]) -> int:
+    """Sum over boxes of the Manhattan distance to the nearest target: the search's guide."""
+    return sum(min(abs(b[0] - t[0]) + abs(b[1] - t[1]) for t in targets) for b in boxes)
+
+
+def solve_level(level: SokobanLevel, max_states: int = 50_000) -> tuple[str, ...] | None:
+    """Weighted A* over pushes from the current position; ``None`` if unsolvable or too big to search.
+
+    A state is the set of box squares plus the *region* the player can walk in (its smallest cell), so
+    positions that differ only by walking are searched once. The plan is short but not guaranteed
+    optimal (the distance guide is weighted 3x for speed); ``max_states`` bounds the work.
+    """
+    walls, targets = level.walls, level.targets
+    boxes0 = frozenset(level.boxes)
+    reach0 = _reach(walls, boxes0, level.player)
+    start = (min(reach0), boxes0)
+    # state -> (previous state, moves from there, where the player ends up)
+    came_from: dict[tuple[Pos, frozenset[Pos]], tuple[tuple[Pos, frozenset[Pos]] | None, list[str], Pos]] = {
+        start: (None, [], level.player)
+    }
+    # (priority, pushes, tie-break counter, state, reach): the counter keeps heap order deterministic.
+    frontier = [(3 * _distance(boxes0, targets), 0, 0, start, reach0)]
+    counter = 0
+    while frontier:
+        _, pushes, _, state, reach = heapq.heappop(frontier)
+        boxes = state[1]
+        if boxes == targets:
+            plan: list[str] = []
+            cursor: tuple[Pos, frozenset[Pos]] | None = state
+            while cursor is not None:
+                prev, moves, _ = came_from[cursor]
+                plan[:0] = moves
+                cursor = prev
+            return tuple(plan)
+        for box in boxes:
+            for name, d in MOVES.items():
+                stand, dest = _sub(box, d), _add(box, d)
+                if stand not in reach or dest in walls or dest in boxes:
+                    continue
+                moved = boxes - {box} | {dest}
+                nxt_reach = _reach(walls, moved, box)
+                nxt = (min(nxt_reach), moved)
+                if nxt in came_from:
+                    continue
+                came_from[nxt] = (state, [*_walk(reach, stand), name], box)
+                counter += 1
+                priority = pushes + 1 + 3 * _distance(moved, targets)
+                heapq.heappush(frontier, (priority, pushes + 1, counter, nxt, nxt_reach))
+        if len(came_from) > max_states:
+            return None
+    return None
 
 
 def _room(height: int, width: int, rng: random.Random) -> tuple[frozenset[Pos], list[Pos]]:
@@ -288,7 +364,8 @@ class SokobanEnv(GameEnv[SokobanConfig]):
     def _new_game(self) -> None:
         p = self.params
         self.level = generate_level(p.dim_room, p.num_boxes, p.max_turns, self.py_random)
-        self.accepted_moves: list[str] = []
+        #: The expert's remaining plan; ``None`` once the player left it (the expert then searches anew).
+        self._plan: list[str] | None = list(self.level.solution)
 
     def rules(self) -> str:
         return (
@@ -309,8 +386,8 @@ class SokobanEnv(GameEnv[SokobanConfig]):
         if direction is None:
             return Outcome(f"{content[:40]!r} is not one of up, down, left, right.", status="format_error")
         accepted, feedback = self.level.move(direction)
-        if accepted:
-            self.accepted_moves.append(direction)
+        if accepted and self._plan is not None:
+            self._plan = self._plan[1:] if self._plan[:1] == [direction] else None
         if not accepted:
             return Outcome(f"{feedback} That turn is lost.", parsed=direction, invalid=True)
         if self.level.solved:
@@ -326,11 +403,10 @@ class SokobanEnv(GameEnv[SokobanConfig]):
         return [f"\\boxed{{{move}}}" for move in self.level.solution]
 
     def expert_action(self) -> str:
-        """The next move of the kept solution; it applies while the moves so far followed that solution."""
-        done = len(self.accepted_moves)
-        if tuple(self.accepted_moves) != self.level.solution[:done] or done >= len(self.level.solution):
-            return "\\boxed{up}"  # off the plan: no search here, any legal-looking move will do
-        return f"\\boxed{{{self.level.solution[done]}}}"
+        """The next move of the kept solution or, once the player left it, of a fresh push search."""
+        if not self._plan:
+            self._plan = list(solve_level(self.level) or ())
+        return f"\\boxed{{{self._plan[0] if self._plan else 'up'}}}"
 
     def sample_random_action(self) -> str:
         return f"\\boxed{{{self.py_random.choice(tuple(MOVES))}}}"

@@ -8,7 +8,7 @@ import gem_core
 import pytest
 
 from gem_games._base import REWARD_FORMAT_ERROR, GameEnv
-from gem_games.sokoban import SokobanEnv, SokobanLevel, generate_level
+from gem_games.sokoban import MOVES, SokobanEnv, SokobanLevel, generate_level, solve_level
 
 VARIANTS = ["game:Sokoban-v0-easy", "game:Sokoban-v0-hard", "game:Sokoban-v0-random"]
 
@@ -139,3 +139,39 @@ def test_bad_room_names_the_field() -> None:
         SokobanEnv(dim_room=(4, 4))
     with pytest.raises(gem_core.errors.ConfigError, match="boxes do not fit"):
         SokobanEnv(dim_room=(6, 6), num_boxes=5)
+
+
+@pytest.mark.parametrize(("dim", "boxes"), [((6, 6), 2), ((8, 8), 4)], ids=["6x6-2", "8x8-4"])
+def test_search_solves_generated_levels(dim: tuple[int, int], boxes: int) -> None:
+    for seed in range(3):
+        level = generate_level(dim, boxes, 50, random.Random(seed))
+        plan = solve_level(level)
+        assert plan is not None
+        replay = level.copy()
+        for move in plan:
+            assert replay.move(move)[0]
+        assert replay.solved
+
+
+def test_search_reports_a_dead_end(env: SokobanEnv) -> None:
+    env.level.boxes = {(1, 1), (3, 2)}  # a box in the corner can never move again
+    assert solve_level(env.level) is None
+
+
+def off_plan_walk(env: SokobanEnv, obs: str) -> str:
+    """A step that only walks (pushes nothing, so it cannot trap a box) and differs from the expert's move."""
+    planned = expert(env, obs)
+    level = env.level
+    for name, (dr, dc) in MOVES.items():
+        ahead = (level.player[0] + dr, level.player[1] + dc)
+        if f"{{{name}}}" not in planned and ahead not in level.walls and ahead not in level.boxes:
+            return f"\\boxed{{{name}}}"
+    return planned
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3], ids=["seed0", "seed1", "seed2", "seed3"])
+def test_expert_recovers_after_a_detour(seed: int, play) -> None:
+    env = SokobanEnv(dim_room=(7, 7), num_boxes=2, max_turns=60)
+    detour = [off_plan_walk, off_plan_walk]
+    episode = play(env, lambda env, obs: (detour.pop() if detour else expert)(env, obs), seed)
+    assert (episode.terminated, episode.info["success"], episode.total) == (True, True, 1.0)
