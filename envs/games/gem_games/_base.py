@@ -1,9 +1,9 @@
-r"""Machinery shared by every game: the ``\\boxed{}`` action parser, reward constants and :class:`GameEnv`.
+r"""Machinery shared by every game: the ``\boxed{}`` action parser, reward constants and :class:`GameEnv`.
 
 A game subclasses :class:`GameEnv` and implements five small methods:
 
 * ``_new_game()``: draw a fresh puzzle from ``self.np_random`` / ``self.py_random``;
-* ``_play(content)``: apply the text found in the agent's last ``\\boxed{}`` and return an :class:`Outcome`;
+* ``_play(content)``: apply the text found in the agent's last ``\boxed{}`` and return an :class:`Outcome`;
 * ``render()``: the whole current state (board, history) as text;
 * ``rules()`` and ``move_format()``: the prompt text.
 
@@ -54,11 +54,11 @@ _SPACES = re.compile(r"\s+")
 
 
 def extract_boxed(text: str) -> str | None:
-    r"""Return the content of the last complete ``\\boxed{...}`` in ``text``, cleaned up.
+    r"""Return the content of the last complete ``\boxed{...}`` in ``text``, cleaned up.
 
     "Last" means the box whose closing brace comes last; braces inside it must balance
-    (``\\boxed{\\frac{1}{2}}`` gives ``\\frac{1}{2}``). A box nested in that box wins over its
-    wrapper (``\\boxed{\\boxed{3}}`` gives ``3``). ``\\fbox`` counts as a box, ``\\text{}``-style
+    (``\boxed{\frac{1}{2}}`` gives ``\frac{1}{2}``). A box nested in that box wins over its
+    wrapper (``\boxed{\boxed{3}}`` gives ``3``). ``\fbox`` counts as a box, ``\text{}``-style
     wrappers and ``$`` are stripped, and runs of whitespace collapse to one space. Case is kept;
     games compare through :func:`normalize`.
 
@@ -134,7 +134,7 @@ class GameConfig(BaseModel):
         max_turns: Moves allowed before the episode is truncated.
         randomize: Draw a new configuration (size, difficulty) from the env's RNG at every reset;
             the ``-random`` variants set it.
-        answer_format: ``boxed`` reads the move from the last ``\\boxed{}`` of the response;
+        answer_format: ``boxed`` reads the move from the last ``\boxed{}`` of the response;
             ``raw`` also accepts a reply that is just the move (a box, if present, still wins), which is
             handy for people playing with ``gem play ... --kw answer_format=raw``.
     """
@@ -162,7 +162,7 @@ class GameEnv(Env, Generic[C], abc.ABC):
     * ``terminated`` is true when the game is won, lost by its own rules (e.g. a mine), or on a format
       error; ``truncated`` is true when ``max_turns`` moves were made and none of those happened.
       The two are never both true.
-    * A format error (no closed ``\\boxed{}``, or a box whose content is not a move) gives
+    * A format error (no closed ``\boxed{}``, or a box whose content is not a move) gives
       :data:`REWARD_FORMAT_ERROR` and ends the episode; the observation quotes the expected format.
     * The rewards of an episode sum to at most 1.0.
     * ``info`` always has ``format_error`` and ``turn``; ``success`` is set on the last step;
@@ -175,6 +175,7 @@ class GameEnv(Env, Generic[C], abc.ABC):
         config: The validated constructor configuration.
         params: The configuration of the current episode (``config``, or a draw from it when ``randomize``).
         turn: Moves made in the current episode.
+        earned: Reward collected in the current episode (at most 1.0; format errors subtract).
     """
 
     metadata: ClassVar[dict[str, Any]] = {"multi_turn": True}
@@ -301,7 +302,7 @@ class GameEnv(Env, Generic[C], abc.ABC):
         raise NotImplementedError(f"{type(self).__name__} does not implement sample_random_action()")
 
     def expert_action(self) -> str:
-        r"""A strong move from what the player can see (never the hidden answer), as a ``\\boxed{}`` reply.
+        r"""A strong move from what the player can see (never the hidden answer), as a ``\boxed{}`` reply.
 
         Used by the tests and handy as a baseline or a hint. Games override it.
 
