@@ -14,7 +14,7 @@ from gem_core.hookspecs import hookimpl
 from gem_core.registry import EnvAlias, EnvSpec
 
 #: The spec modules, each with a module-level ``SPECS`` list. Add a group by adding one line.
-SPEC_MODULES: tuple[str, ...] = ("gem_games.specs_a",)
+SPEC_MODULES: tuple[str, ...] = ("gem_games.specs_a", "gem_games.specs_b")
 
 
 @hookimpl
