@@ -193,7 +193,8 @@ class GameEnv(Env, Generic[C], abc.ABC):
         earned: Reward collected in the current episode (at most 1.0; format errors subtract).
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"multi_turn": True}
+    # `gem play` builds games with these so a person can type "3 2 2" instead of "\boxed{3 2 2}".
+    metadata: ClassVar[dict[str, Any]] = {"multi_turn": True, "play_kwargs": {"answer_format": "raw"}}
     config_model: ClassVar[type[GameConfig]] = GameConfig
     #: Human name of the game, first word of the first observation.
     title: ClassVar[str] = "Game"
