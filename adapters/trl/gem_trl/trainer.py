@@ -1,0 +1,180 @@
+"""``GRPOTrainer`` with gem rollouts and per-turn ReBN advantages.
+
+TRL computes one advantage per completion from a group of completions of the same
+prompt (GRPO). For multi-turn episodes with per-turn rewards, :class:`GemGRPOTrainer`
+replaces it by ReBN (GEM, arXiv 2510.01051): per-turn discounted returns
+``G_t = r_t + gamma * G_{t+1}``, normalised over every turn of the whole batch (all
+processes), each turn's advantage placed on that turn's generated tokens. TRL's loss
+accepts such ``(batch, tokens)`` advantages as they are. ``advantage_estimator="grpo"``
+keeps TRL's group advantage of the (discounted) episode return.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from trl import GRPOConfig, GRPOTrainer
+
+from gem_core.errors import ConfigError
+from gem_core.registry import WrapperRef
+from gem_core.rl.advantages import moments, rebn_from_moments
+from gem_core.rl.layouts import episode_to_sequence
+from gem_core.rl.returns import check_gamma, discounted_returns
+from gem_core.rl.types import Episode
+from gem_trl.rollout import GemRollout, episode_return_reward
+
+__all__ = ["ADVANTAGE_ESTIMATORS", "GemGRPOConfig", "GemGRPOTrainer", "rebn_token_advantages"]
+
+#: Estimators :class:`GemGRPOTrainer` accepts.
+ADVANTAGE_ESTIMATORS = ("rebn", "grpo")
+
+
+@dataclass
+class GemGRPOConfig(GRPOConfig):
+    """``GRPOConfig`` plus the settings of gem episodes and their advantages.
+
+    The defaults that TRL would otherwise pick for single-turn text (``loss_type="dapo"``)
+    stay TRL's; ``max_completion_length`` bounds a whole episode's completion (generated
+    plus env tokens).
+    """
+
+    advantage_estimator: str = field(
+        default="rebn",
+        metadata={"help": "'rebn': per-turn returns normalised over the batch (GEM); 'grpo': TRL's group advantage."},
+    )
+    gamma: float = field(default=1.0, metadata={"help": "Per-turn discount of the returns, in [0, 1]."})
+    max_turns: int | None = field(default=None, metadata={"help": "End episodes after this many turns."})
+    max_turn_tokens: int = field(default=64, metadata={"help": "Most tokens the model generates in one turn."})
+    rebn_eps: float = field(default=1e-9, metadata={"help": "Added to the std in ReBN."})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:
+            raise ConfigError(
+                f"advantage_estimator must be one of {ADVANTAGE_ESTIMATORS}, got {self.advantage_estimator!r}"
+            )
+        try:
+            self.gamma = check_gamma(self.gamma)
+        except ValueError as exc:
+            raise ConfigError(f"gamma: {exc}") from None
+        if self.max_turns is not None and self.max_turns < 1:
+            raise ConfigError(f"max_turns must be >= 1 or None, got {self.max_turns}")
+        if self.max_turn_tokens < 1:
+            raise ConfigError(f"max_turn_tokens must be >= 1, got {self.max_turn_tokens}")
+
+
+def rebn_token_advantages(
+    episodes: Sequence[Episode],
+    gamma: float,
+    width: int,
+    *,
+    global_moments: tuple[float, float, int] | None = None,
+    eps: float = 1e-9,
+) -> tuple[torch.Tensor, list[np.ndarray]]:
+    """Per-token ReBN advantages of the completions of ``episodes``.
+
+    Args:
+        episodes: This process's episodes, in the order of the batch rows.
+        gamma: Per-turn discount.
+        width: Completion width of the padded batch.
+        global_moments: ``(sum, sum of squares, count)`` of the returns over all processes;
+            ``None`` normalises over ``episodes`` alone.
+        eps: Added to the std.
+
+    Returns:
+        ``(advantages, per_turn)``: a float32 ``(len(episodes), width)`` tensor with each
+        turn's advantage on its generated tokens and 0 elsewhere, and the per-turn
+        advantages of each episode.
+    """
+    returns = [discounted_returns(ep, gamma) for ep in episodes]
+    flat = np.concatenate(returns) if returns else np.zeros(0)
+    if global_moments is None:
+        local = moments(flat)
+        global_moments = (local.total, local.total_sq, local.count)
+    flat_adv = rebn_from_moments(flat, *global_moments, eps=eps) if flat.size else flat
+    per_turn = np.split(np.asarray(flat_adv, dtype=np.float64), np.cumsum([len(r) for r in returns])[:-1])
+    out = torch.zeros((len(episodes), width), dtype=torch.float32)
+    for row, (ep, adv) in enumerate(zip(episodes, per_turn, strict=True)):
+        sequence = episode_to_sequence(ep, advantages=adv)
+        assert sequence.token_advantages is not None
+        tokens = sequence.token_advantages[sequence.prompt_length :]
+        if tokens.shape[0] > width:
+            raise ValueError(f"episode {ep.episode_id!r} has {tokens.shape[0]} completion tokens, batch width {width}")
+        out[row, : tokens.shape[0]] = torch.from_numpy(tokens.astype(np.float32))
+    return out, per_turn
+
+
+class GemGRPOTrainer(GRPOTrainer):
+    """``GRPOTrainer`` that trains on gem episodes, with ReBN advantages by default.
+
+    Args:
+        model: As for ``GRPOTrainer`` (a model object or a local path).
+        args: A :class:`GemGRPOConfig`.
+        train_dataset: Episode keys, e.g. ``make_prompt_dataset("game:GuessTheNumber-v0-easy", 256)``.
+        reward_funcs: Defaults to the episode return (:func:`episode_return_reward`).
+        rollout_func: Defaults to a :class:`GemRollout` built from ``args`` and the arguments below.
+        wrappers: Wrappers added to every env by the default rollout.
+        system_prompt: System message of the default rollout.
+        env_kwargs: Env constructor overrides for the default rollout.
+        **kwargs: Passed to ``GRPOTrainer`` (``processing_class``, ``callbacks``, ...).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        args: GemGRPOConfig,
+        train_dataset: Any,
+        *,
+        reward_funcs: Any = None,
+        rollout_func: Any = None,
+        wrappers: Sequence[WrapperRef] = (),
+        system_prompt: str | None = None,
+        env_kwargs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if not isinstance(args, GemGRPOConfig):
+            raise ConfigError(f"args must be a GemGRPOConfig, got {type(args).__name__}")
+        if rollout_func is None:
+            rollout_func = GemRollout(
+                wrappers=wrappers,
+                gamma=args.gamma,
+                max_turns=args.max_turns,
+                max_turn_tokens=args.max_turn_tokens,
+                system_prompt=system_prompt,
+                env_kwargs=env_kwargs,
+            )
+        super().__init__(
+            model=model,
+            reward_funcs=[episode_return_reward] if reward_funcs is None else reward_funcs,
+            args=args,
+            train_dataset=train_dataset,
+            rollout_func=rollout_func,
+            **kwargs,
+        )
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        output: dict[str, Any] = super()._generate_and_score_completions(inputs)
+        if self.args.advantage_estimator != "rebn":
+            return output
+        # TRL merged the rollout's per-episode fields into ``inputs``.
+        if not inputs or "episode" not in inputs[0]:
+            raise ConfigError("ReBN needs the 'episode' field of gem_trl.GemRollout; use it as rollout_func")
+        episodes: list[Episode] = [x["episode"] for x in inputs]
+        returns = np.concatenate([discounted_returns(ep, self.args.gamma) for ep in episodes])
+        local = moments(returns)
+        # Sum the sufficient statistics over processes in float64, so every rank normalises alike.
+        stats = torch.tensor([local.total, local.total_sq, float(local.count)], dtype=torch.float64)
+        total, total_sq, count = self.accelerator.reduce(stats.to(self.accelerator.device), reduction="sum").tolist()
+        advantages, _ = rebn_token_advantages(
+            episodes,
+            self.args.gamma,
+            output["completion_ids"].shape[1],
+            global_moments=(total, total_sq, int(round(count))),
+            eps=self.args.rebn_eps,
+        )
+        output["advantages"] = advantages.to(output["completion_ids"].device)
+        return output
