@@ -15,6 +15,7 @@ Generation is batched across the episodes still running: each turn, all of them 
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -115,7 +116,9 @@ def make_prompt_dataset(env_ids: str | Sequence[str], seeds: int | Sequence[int]
     )
 
 
-def episode_return_reward(prompts: list[Any], completions: list[Any], episode_return: list[float], **_: Any) -> list[float]:
+def episode_return_reward(
+    prompts: list[Any], completions: list[Any], episode_return: list[float], **_: Any
+) -> list[float]:
     """A TRL reward function: each completion's (discounted) episode return, as computed by the rollout.
 
     GRPO uses it as the trajectory reward; with ReBN it only feeds TRL's ``reward`` log.
@@ -320,7 +323,9 @@ class GemRollout:
         env_started = time.perf_counter()
         observation, _ = env.reset(seed=seed)
         timings.env += time.perf_counter() - env_started
-        messages: list[Message] = [] if self.system_prompt is None else [{"role": "system", "content": self.system_prompt}]
+        messages: list[Message] = (
+            [] if self.system_prompt is None else [{"role": "system", "content": self.system_prompt}]
+        )
         messages.append({"role": "user", "content": observation})
         context = render_ids(tokenizer, messages, add_generation_prompt=True, chat_template_kwargs=kwargs)
         return _Running(env=env, env_id=env_id, seed=seed, messages=messages, context=context, observation=observation)
@@ -374,7 +379,12 @@ class GemRollout:
         ep.messages = messages
 
     def _between_turns(
-        self, ep: _Running, generated: list[int], messages: list[Message], tokenizer: Any, kwargs: Mapping[str, Any] | None
+        self,
+        ep: _Running,
+        generated: list[int],
+        messages: list[Message],
+        tokenizer: Any,
+        kwargs: Mapping[str, Any] | None,
     ) -> list[int]:
         """Tokens the chat template puts between this answer and the next (end of answer, observation, header).
 
@@ -451,8 +461,12 @@ def hf_generate_fn(trainer: Any) -> GenerateFn:
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     stop_ids = set(trainer.eos_token_ids)
     device = trainer.accelerator.device
+    configs: dict[int, Any] = {}  # the trainer's sampling settings, with a turn's token limit
 
     def generate(contexts: list[list[int]], max_new_tokens: int) -> list[tuple[list[int], list[float] | None]]:
+        if max_new_tokens not in configs:
+            configs[max_new_tokens] = copy.deepcopy(trainer.generation_config)
+            configs[max_new_tokens].max_new_tokens = max_new_tokens
         width = max(len(c) for c in contexts)
         input_ids = torch.full((len(contexts), width), pad_id, dtype=torch.long)
         attention_mask = torch.zeros((len(contexts), width), dtype=torch.long)
@@ -472,8 +486,7 @@ def hf_generate_fn(trainer: Any) -> GenerateFn:
             sequences = model.generate(
                 input_ids=input_ids.to(device),
                 attention_mask=attention_mask.to(device),
-                generation_config=trainer.generation_config,
-                max_new_tokens=max_new_tokens,
+                generation_config=configs[max_new_tokens],
             )
         new = sequences[:, width:].tolist()
         return [(_cut_at_stop(row, stop_ids), None) for row in new]

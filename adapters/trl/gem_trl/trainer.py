@@ -11,6 +11,7 @@ keeps TRL's group advantage of the (discounted) episode return.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -160,6 +161,7 @@ class GemGRPOTrainer(GRPOTrainer):
         output: dict[str, Any] = super()._generate_and_score_completions(inputs)
         if self.args.advantage_estimator != "rebn":
             return output
+        started = time.perf_counter()
         # TRL merged the rollout's per-episode fields into ``inputs``.
         if not inputs or "episode" not in inputs[0]:
             raise ConfigError("ReBN needs the 'episode' field of gem_trl.GemRollout; use it as rollout_func")
@@ -173,8 +175,10 @@ class GemGRPOTrainer(GRPOTrainer):
             episodes,
             self.args.gamma,
             output["completion_ids"].shape[1],
-            global_moments=(total, total_sq, int(round(count))),
+            global_moments=(total, total_sq, round(count)),
             eps=self.args.rebn_eps,
         )
         output["advantages"] = advantages.to(output["completion_ids"].device)
+        mode = "train" if self.model.training else "eval"
+        self._metrics[mode]["gem/time_advantages"].append(time.perf_counter() - started)
         return output

@@ -7,14 +7,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from gem_trl import GemRollout, build_tiny_tokenizer, episode_key, make_prompt_dataset, parse_episode_key
+from gem_trl.rollout import RolloutTimings
+from gem_trl.trainer import rebn_token_advantages
 
 from gem_core.errors import ConfigError, EnvNotFound
 from gem_core.rl.advantages import moments, rebn
 from gem_core.rl.layouts import render_ids
 from gem_core.rl.returns import discounted_returns
-from gem_trl import GemRollout, build_tiny_tokenizer, episode_key, make_prompt_dataset, parse_episode_key
-from gem_trl.rollout import RolloutTimings
-from gem_trl.trainer import rebn_token_advantages
 
 ENV_ID = "core:NumberGuess-v0"
 
@@ -32,7 +32,9 @@ def scripted(tokenizer: Any, answers: list[str], *, stop: bool = True) -> Any:
         calls.append([list(c) for c in contexts])
         out = []
         for context in contexts:
-            turn = context.count(tokenizer.convert_tokens_to_ids("<|im_start|>")) // 2 - 1  # user + assistant header per turn
+            turn = (
+                context.count(tokenizer.convert_tokens_to_ids("<|im_start|>")) // 2 - 1
+            )  # user + assistant header per turn
             ids = tokenizer.encode(answers[min(turn, len(answers) - 1)], add_special_tokens=False)
             if stop:
                 ids = [*ids, tokenizer.eos_token_id]
@@ -52,7 +54,13 @@ def test_episode_key_round_trips(env_id: str, seed: int) -> None:
 
 @pytest.mark.parametrize(
     "prompt",
-    ["core:NumberGuess-v0", "core:NumberGuess-v0#", "#3", "core:NumberGuess-v0#-1", [{"role": "user", "content": "hi"}]],
+    [
+        "core:NumberGuess-v0",
+        "core:NumberGuess-v0#",
+        "#3",
+        "core:NumberGuess-v0#-1",
+        [{"role": "user", "content": "hi"}],
+    ],
     ids=["no-seed", "empty-seed", "no-env", "negative-seed", "chat-messages"],
 )
 def test_prompts_that_are_not_episode_keys_name_the_fix(prompt: Any) -> None:
@@ -146,7 +154,7 @@ class FakeVLLMEngine:
         assert images is None and num_generations == 1
         self.seen_limits.append(self.max_completion_length)
         completions, logprobs = [], []
-        for prompt in prompts:
+        for _ in prompts:
             ids = [*self.tokenizer.encode("12", add_special_tokens=False), self.tokenizer.eos_token_id]
             ids = ids[: self.max_completion_length]
             completions.append(ids)
@@ -187,11 +195,15 @@ def test_rebn_with_moments_summed_over_ranks_equals_rebn_of_the_union(tokenizer:
     returns = [discounted_returns(ep, 0.8) for ep in episodes]
     expected = np.split(rebn(np.concatenate(returns)), np.cumsum([len(r) for r in returns])[:-1])
     ranks = [episodes[:2], episodes[2:]]
-    summed = sum((moments(np.concatenate([discounted_returns(e, 0.8) for e in part])) for part in ranks[1:]),
-                 moments(np.concatenate([discounted_returns(e, 0.8) for e in ranks[0]])))
+    summed = sum(
+        (moments(np.concatenate([discounted_returns(e, 0.8) for e in part])) for part in ranks[1:]),
+        moments(np.concatenate([discounted_returns(e, 0.8) for e in ranks[0]])),
+    )
     got: list[np.ndarray] = []
     for part in ranks:
-        _, per_turn = rebn_token_advantages(part, 0.8, 512, global_moments=(summed.total, summed.total_sq, summed.count))
+        _, per_turn = rebn_token_advantages(
+            part, 0.8, 512, global_moments=(summed.total, summed.total_sq, summed.count)
+        )
         got.extend(per_turn)
     for a, b in zip(got, expected, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-12)

@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from gem_trl import GemGRPOConfig, GemGRPOTrainer, build_tiny_model, build_tiny_tokenizer, make_prompt_dataset
 
 from gem_core.rl.advantages import rebn
 from gem_core.rl.returns import discounted_returns
-from gem_trl import GemGRPOConfig, GemGRPOTrainer, build_tiny_model, build_tiny_tokenizer, make_prompt_dataset
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -125,7 +125,9 @@ def test_env_mask_is_one_exactly_on_generated_tokens(trained: Any) -> None:
             assert torch.equal(loss_mask[row], expected)
             # every env observation after the first sits in the completion, under mask 0
             tokenizer = trainer.processing_class
-            env_text = tokenizer.decode(out["completion_ids"][row][(loss_mask[row] == 0) & (out["completion_mask"][row] == 1)])
+            env_text = tokenizer.decode(
+                out["completion_ids"][row][(loss_mask[row] == 0) & (out["completion_mask"][row] == 1)]
+            )
             for turn in episode.turns[:-1]:
                 assert turn.next_observation in env_text
 
@@ -133,7 +135,7 @@ def test_env_mask_is_one_exactly_on_generated_tokens(trained: Any) -> None:
 def test_grpo_stays_selectable(tmp_path: Any) -> None:
     trainer = _train(tmp_path, advantage_estimator="grpo", max_steps=1)
     trainer.train()
-    (inputs, out), = trainer.records
+    ((inputs, out),) = trainer.records
     assert out["advantages"].dim() == 1  # TRL's own per-completion group advantage
     returns = torch.tensor([x["episode_return"] for x in inputs])
     grouped = returns.view(-1, 2)
