@@ -37,7 +37,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--max-turns", type=int, default=4)
     parser.add_argument("--turn-tokens", type=int, default=12, help="tokens the model may generate per turn")
     parser.add_argument("--completion-tokens", type=int, default=512, help="token budget of a whole episode")
-    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument(
         "--warmup-steps",
         type=int,

@@ -259,7 +259,7 @@ class GemRollout:
         tokenizer: Any,
         max_completion_length: int,
         chat_template_kwargs: Mapping[str, Any] | None = None,
-        keep_going: Callable[[bool], bool] | None = None,
+        batch_size_across_ranks: Callable[[int], int] | None = None,
     ) -> list[Episode]:
         """Play one episode per ``(env_id, seed)`` and return them, in order.
 
@@ -269,24 +269,25 @@ class GemRollout:
             tokenizer: Renders observations with its chat template and decodes actions.
             max_completion_length: Completion token budget per episode.
             chat_template_kwargs: Extra ``apply_chat_template`` arguments.
-            keep_going: For collective backends (vLLM server across ranks): called once per
-                turn with "this process has running episodes", returns whether any process
-                does; while it does, ``generate`` is called even with no local contexts.
+            batch_size_across_ranks: For collective backends (TRL's vLLM server, or colocated
+                vLLM with tensor parallelism), which need the same number of prompts from every
+                rank: called once per turn with this rank's running episodes, returns the most
+                on any rank. Short ranks fill up with a copy of a prompt and drop its answers;
+                ranks stop together when no rank has an episode left.
         """
         timings = self.last_timings = RolloutTimings()
         started = time.perf_counter()
         running = [self._start(env_id, seed, tokenizer, chat_template_kwargs, timings) for env_id, seed in keys]
         timings.adapter += time.perf_counter() - started - timings.env
+        filler = running[0].context if running else []
         while True:
             active = [ep for ep in running if not ep.done]
-            if keep_going is not None:
-                if not keep_going(bool(active)):
-                    break
-            elif not active:
+            wanted = len(active) if batch_size_across_ranks is None else batch_size_across_ranks(len(active))
+            if wanted == 0:
                 break
             turn_started = time.perf_counter()
-            # A collective backend must be called by every rank, even one with nothing left to play.
-            outputs = generate([ep.context for ep in active], self.max_turn_tokens) if active or keep_going else []
+            contexts = [ep.context for ep in active] + [filler] * (wanted - len(active))
+            outputs = generate(contexts, self.max_turn_tokens)[: len(active)]
             timings.generate += time.perf_counter() - turn_started
             env_before = timings.env
             adapter_started = time.perf_counter()
@@ -519,15 +520,22 @@ def vllm_generate_fn(trainer: Any) -> GenerateFn:
     return generate
 
 
-def _turn_sync(trainer: Any) -> Callable[[bool], bool] | None:
-    """With several processes, vLLM generation is collective: keep every rank generating while any has work."""
+def _turn_sync(trainer: Any) -> Callable[[int], int] | None:
+    """Per-turn batch size agreement for vLLM modes whose ``generate`` is collective, else ``None``.
+
+    TRL's server mode gathers every rank's prompts and hands back equal slices, and colocated
+    vLLM with tensor parallelism does the same within its group; both need equal prompt
+    counts on every rank, every turn.
+    """
     accelerator = trainer.accelerator
     if accelerator.num_processes == 1:
         return None
+    engine = trainer.vllm_generation
+    if engine.mode != "server" and getattr(engine, "tensor_parallel_size", 1) == 1:
+        return None
     import torch
 
-    def keep_going(local_active: bool) -> bool:
-        flag = torch.tensor([int(local_active)], device=accelerator.device)
-        return bool(accelerator.gather(flag).sum().item() > 0)
+    def most_on_any_rank(local: int) -> int:
+        return int(accelerator.gather(torch.tensor([local], device=accelerator.device)).max().item())
 
-    return keep_going
+    return most_on_any_rank

@@ -216,3 +216,20 @@ def test_timings_add_up(tokenizer: Any) -> None:
     t = rollout.last_timings
     assert isinstance(t, RolloutTimings) and t.generate > 0 and t.env > 0 and t.adapter > 0
     assert t.generated_tokens == 2 * 2  # "4" and the stop token, two turns
+
+
+def test_collective_backend_gets_the_same_batch_size_on_every_rank(tokenizer: Any) -> None:
+    # Another rank still runs 3 episodes for 5 turns; this rank's single episode ends after 2.
+    other_rank = [3, 3, 3, 3, 3, 0]
+    agreed: list[int] = []
+
+    def most_on_any_rank(local: int) -> int:
+        agreed.append(max(local, other_rank[len(agreed)]))
+        return agreed[-1]
+
+    generate = scripted(tokenizer, ["5"])
+    rollout = GemRollout(max_turn_tokens=4, max_turns=2)
+    (episode,) = rollout.play([(ENV_ID, 0)], generate, tokenizer, 512, batch_size_across_ranks=most_on_any_rank)
+    assert [len(c) for c in generate.calls] == [3, 3, 3, 3, 3]  # padded, and kept in step after it finished
+    assert agreed == [3, 3, 3, 3, 3, 0]
+    assert episode.num_turns == 2
