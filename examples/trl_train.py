@@ -95,7 +95,7 @@ def main() -> None:
 
     # 2. The data: no dataset file, just start states. Each row is one (env id, seed); TRL repeats each row
     #    `--generations` times, and the rollout plays one whole episode per repeat.
-    dataset = make_prompt_dataset(args.env, seeds=args.steps * args.batch // args.generations)
+    dataset = make_prompt_dataset(args.env, seeds=max(1, args.steps * args.batch // args.generations))
 
     # 3. The settings: TRL's GRPOConfig plus the episode and advantage settings of gem.
     config = GemGRPOConfig(
