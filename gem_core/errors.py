@@ -22,11 +22,14 @@ __all__ = [
     "RLInputError",
     "RegistrationError",
     "ResetNeeded",
+    "SandboxIsolationWarning",
     "TemplatePrefixError",
+    "ToolCallParseError",
     "ToolError",
     "ToolNotFound",
     "ToolTimeout",
     "TrajectoryError",
+    "VectorEnvError",
     "WrapperNotFound",
 ]
 
@@ -97,6 +100,35 @@ class ToolError(GemCoreError):
 
 class ToolTimeout(ToolError, TimeoutError):
     """A tool call ran past its time limit."""
+
+
+# --- wrappers, vector envs and the episode runner ---
+
+
+class VectorEnvError(GemCoreError, RuntimeError):
+    """One or more sub-envs of a vector env raised; names each index and its cause.
+
+    Attributes:
+        failures: Index of each failed sub-env mapped to the exception it raised.
+        results: What the call returned for the envs that did not fail (the failed
+            entries hold placeholders), so a caller that catches the error loses nothing.
+    """
+
+    def __init__(self, message: str, failures: dict[int, BaseException], results: object = None) -> None:
+        super().__init__(message)
+        self.failures = failures
+        self.results = results
+
+
+# --- tools ---
+
+
+class SandboxIsolationWarning(GemCoreWarning):
+    """The Python sandbox fell back to weaker isolation than Linux namespaces (said once per level)."""
+
+
+class ToolCallParseError(ToolError, ValueError):
+    """A tool call in a model's response is malformed (raised only by strict parsing helpers)."""
 
 
 # --- rl (gem_core.rl: trajectories, returns, advantages, sample layouts) ---

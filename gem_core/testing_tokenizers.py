@@ -16,9 +16,12 @@ Templates:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["CHAT_TEMPLATES", "SPECIAL_TOKENS", "build_chat_tokenizer"]
+from gem_core.rl.types import Episode, Message, Turn
+
+__all__ = ["CHAT_TEMPLATES", "SPECIAL_TOKENS", "build_chat_tokenizer", "synthetic_chat_episode"]
 
 #: Special tokens of the test tokenizers (ChatML names).
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -91,3 +94,65 @@ def build_chat_tokenizer(template: str = "chatml", *, vocab_size: int = 400) -> 
         additional_special_tokens=["<|im_start|>"],
         chat_template=CHAT_TEMPLATES[template],
     )
+
+
+def synthetic_chat_episode(
+    tokenizer: Any,
+    actions: Sequence[str],
+    replies: Sequence[str],
+    rewards: Sequence[float],
+    *,
+    first_prompt: str = "I picked a whole number between 1 and 16. Guess it.",
+    system: str | None = "You are playing a game.",
+    start_state_id: str = "core:NumberGuess-v0/seed=0",
+    episode_id: str = "ep-0",
+    with_stop_token: bool = True,
+    generated_ids: Sequence[Sequence[int]] | None = None,
+) -> Episode:
+    """Build a chat :class:`~gem_core.rl.types.Episode` as a runner using ``tokenizer`` would record it.
+
+    Each turn's ``prompt_messages`` is the whole history; ``action_token_ids`` are the
+    encoded action plus the eos token (``with_stop_token``) unless ``generated_ids``
+    gives them; ``action_logprobs`` are made-up negative numbers, one per token.
+
+    Args:
+        tokenizer: A Hugging Face tokenizer (e.g. from :func:`build_chat_tokenizer`).
+        actions: The assistant's text per turn.
+        replies: The env's reply after each turn (the last one ends the episode).
+        rewards: One reward per turn.
+        first_prompt: The first user message.
+        system: An optional system message.
+        start_state_id: Group id of the episode.
+        episode_id: Id of the episode.
+        with_stop_token: Append ``tokenizer.eos_token_id`` to generated ids.
+        generated_ids: Explicit generated ids per turn (e.g. a non-canonical tokenisation).
+    """
+    if not len(actions) == len(replies) == len(rewards):
+        raise ValueError("actions, replies and rewards need one entry per turn")
+    history: list[Message] = [{"role": "system", "content": system}] if system is not None else []
+    history.append({"role": "user", "content": first_prompt})
+    observation = first_prompt
+    turns: list[Turn] = []
+    for index, (action, reply, reward) in enumerate(zip(actions, replies, rewards, strict=True)):
+        if generated_ids is not None:
+            ids = list(generated_ids[index])
+        else:
+            ids = list(tokenizer.encode(action, add_special_tokens=False))
+            if with_stop_token:
+                ids.append(int(tokenizer.eos_token_id))
+        last = index == len(actions) - 1
+        turns.append(
+            Turn(
+                observation=observation,
+                action=action,
+                reward=reward,
+                terminated=last,
+                next_observation=reply,
+                prompt_messages=list(history),
+                action_token_ids=ids,
+                action_logprobs=[-0.5 - 0.01 * k for k in range(len(ids))],
+            )
+        )
+        history = [*history, {"role": "assistant", "content": action}, {"role": "user", "content": reply}]
+        observation = reply
+    return Episode(turns, start_state_id=start_state_id, episode_id=episode_id)

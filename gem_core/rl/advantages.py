@@ -8,9 +8,11 @@ return one float64 array per episode with one advantage per turn; a sample layou
 Numerical contract of every normalisation here:
 
 * moments are computed in float64, whatever the input dtype;
-* a spread of zero (every value equal, a one-element batch, or a one-element group)
-  gives advantages of exactly 0, never NaN or inf. "Zero" means
-  ``var <= var_rtol * mean(x**2)``, which absorbs float64 rounding of equal values;
+* no spread (every value equal, a one-element batch, or a one-element group) gives
+  advantages of exactly 0, never NaN or inf. Functions that see the values
+  (:func:`rebn`, :func:`normalize`, the estimators) test equality exactly; the
+  moments form (:func:`rebn_from_moments`) cannot, and treats a variance at or below
+  ``VAR_RTOL`` times the mean square as zero (see :func:`stats_from_moments`);
 * the result has the input's floating dtype (float64 for integer or list input).
 """
 
@@ -46,14 +48,14 @@ __all__ = [
     "stats_from_moments",
 ]
 
-#: A variance at or below ``VAR_RTOL * mean(x**2)`` counts as zero (all values equal).
-#: Rounding of equal float64 values sits near 1e-16 relative; real spreads far above 1e-12.
+#: In the moments form, a variance at or below ``VAR_RTOL * mean((x - shift)**2)`` counts as zero:
+#: float64 sums of many equal values cancel to ~1e-14 of the mean square, not to 0.
 VAR_RTOL = 1e-12
 
 
 @dataclass(frozen=True, slots=True)
 class Moments:
-    """Sufficient statistics of a set of values; add them across ranks to get global ones."""
+    """Sufficient statistics of ``x - shift``; add them across ranks to get global ones."""
 
     total: float
     total_sq: float
@@ -76,29 +78,45 @@ def _as_float_array(values: npt.ArrayLike, name: str) -> tuple[FloatArray, np.dt
     return array, out_dtype
 
 
-def moments(values: npt.ArrayLike) -> Moments:
-    """Float64 sum, sum of squares and count of ``values`` (any shape, flattened)."""
+def moments(values: npt.ArrayLike, *, shift: float = 0.0) -> Moments:
+    """Float64 sum, sum of squares and count of ``values - shift`` (any shape, flattened).
+
+    ``shift`` should be the same on every rank; a value near the mean (e.g. from a
+    first all-reduce of sums and counts) keeps the variance exact, see :func:`stats_from_moments`.
+    """
     array, _ = _as_float_array(values, "values")
-    return Moments(float(array.sum()), float(np.square(array).sum()), int(array.size))
+    centered = array - float(shift)
+    return Moments(float(centered.sum()), float(np.square(centered).sum()), int(array.size))
 
 
 def stats_from_moments(
-    total: float, total_sq: float, count: int, *, unbiased: bool = False, var_rtol: float = VAR_RTOL
+    total: float,
+    total_sq: float,
+    count: int,
+    *,
+    unbiased: bool = False,
+    shift: float = 0.0,
+    var_rtol: float = VAR_RTOL,
 ) -> tuple[float, float]:
-    """Mean and standard deviation from sufficient statistics, in float64.
+    """Mean and standard deviation from sufficient statistics of ``x - shift``, in float64.
+
+    ``E[d^2] - E[d]^2`` (with ``d = x - shift``) cancels when the spread is small next
+    to ``|E[d]|``: float64 keeps about 1e-14 of ``E[d^2]``. So a variance at or below
+    ``var_rtol * E[d^2]`` is taken as zero, and returns whose spread is below ~1e-6 of
+    their magnitude read as equal unless ``shift`` is near the mean. A slightly negative
+    difference is clamped, never square-rooted (the NaN oat's float32 version hits).
 
     Args:
-        total: Sum of the values (all ranks).
-        total_sq: Sum of their squares (all ranks).
+        total: Sum of ``x - shift`` (all ranks).
+        total_sq: Sum of ``(x - shift)**2`` (all ranks).
         count: How many values (all ranks).
         unbiased: Divide the variance by ``count - 1`` (Bessel) instead of ``count``.
-        var_rtol: Variances at or below ``var_rtol * total_sq / count`` count as zero.
+        shift: The shift the sums were taken with.
+        var_rtol: Relative variance below which the spread counts as zero.
 
     Returns:
         ``(mean, std)``; ``std`` is exactly 0.0 when the spread is zero or undefined
-        (``count == 1`` with ``unbiased``), and never NaN: a slightly negative
-        ``E[x^2] - mean^2`` from cancellation is clamped, the NaN that oat's
-        float32 version hits.
+        (``count == 1`` with ``unbiased``).
 
     Raises:
         RLInputError: ``count < 1`` or non-finite sums (pass float64 sums, not float32).
@@ -109,9 +127,10 @@ def stats_from_moments(
     s, ss = float(total), float(total_sq)
     if not (math.isfinite(s) and math.isfinite(ss)) or ss < 0:
         raise RLInputError(f"sum={total} and sum_sq={total_sq} must be finite (and sum_sq >= 0)")
-    mean = s / n
+    mean_d = s / n
     mean_sq = ss / n
-    var = max(mean_sq - mean * mean, 0.0)
+    var = max(mean_sq - mean_d * mean_d, 0.0)
+    mean = float(shift) + mean_d
     if var <= var_rtol * mean_sq or (unbiased and n == 1):
         return mean, 0.0
     if unbiased:
@@ -123,15 +142,16 @@ def _normalize_float64(x: FloatArray, *, eps: float, unbiased: bool, scale: bool
     """Two-pass ``(x - mean) / (std + eps)`` over all of ``x``, overflow- and NaN-safe."""
     if x.size == 0:
         return np.array(x, dtype=np.float64)
-    peak = float(np.abs(x).max())
-    if peak == 0.0:
+    low, high = float(x.min()), float(x.max())
+    if low == high:
+        # Equal values: an exact test, since x - mean(x) would be rounding noise, not 0.
         return np.zeros_like(x)
     # Work on x / peak so squares cannot overflow for huge returns; results are scale-free.
+    peak = max(abs(low), abs(high))
     z = x / peak
     centered = z - float(z.mean())
     var_z = float(np.square(centered).mean())
-    if var_z <= VAR_RTOL * float(np.square(z).mean()) or (unbiased and x.size == 1):
-        # Equal values: the centred values are rounding noise, so the advantage is exactly 0.
+    if var_z == 0.0:  # a spread so small its square underflows: treat as equal rather than divide by 0
         return np.zeros_like(x)
     if not scale:
         return centered * peak
@@ -194,6 +214,7 @@ def rebn_from_moments(
     *,
     eps: float = 1e-9,
     unbiased: bool = False,
+    shift: float = 0.0,
 ) -> npt.NDArray[np.floating[Any]]:
     """ReBN with statistics gathered elsewhere, e.g. all-reduced across data-parallel ranks.
 
@@ -205,10 +226,13 @@ def rebn_from_moments(
         total, total_sq, count = all_reduce_sum([local.total, local.total_sq, local.count])
         advantages = rebn_from_moments(my_returns, total, total_sq, count)
 
-    With the local moments as global ones the result equals :func:`rebn` to rounding.
+    For returns whose spread is tiny next to their size, first all-reduce sums and
+    counts to get the mean, then pass it as ``shift`` to both :func:`moments` and this
+    function (two small all-reduces; :func:`gem_core.rl.torch_utils.rebn_tensor` does so).
+    With global moments equal to the local ones the result equals :func:`rebn` to rounding.
     """
     array, out_dtype = _as_float_array(returns, "returns")
-    mean, std = stats_from_moments(total, total_sq, count, unbiased=unbiased)
+    mean, std = stats_from_moments(total, total_sq, count, unbiased=unbiased, shift=shift)
     if std == 0.0:
         return np.zeros(array.shape, dtype=out_dtype)
     out = (array - mean) / (std + eps)

@@ -151,9 +151,7 @@ def render_ids(
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
-def _advantages_for(episode: Episode, advantages: npt.ArrayLike | None) -> npt.NDArray[np.float64] | None:
-    if advantages is None:
-        return None
+def _advantages_for(episode: Episode, advantages: npt.ArrayLike) -> npt.NDArray[np.float64]:
     array = np.asarray(advantages, dtype=np.float64).reshape(-1)
     if array.shape[0] != episode.num_turns:
         raise RLInputError(
@@ -198,7 +196,6 @@ def episode_to_transitions(
         One :class:`TransitionSample` per turn.
     """
     adv = _advantages_for(episode, advantages)
-    assert adv is not None
     samples: list[TransitionSample] = []
     for index, turn in enumerate(episode.turns):
         retokenized = turn.action_token_ids is None
@@ -248,6 +245,10 @@ def _starts_with(ids: Sequence[int], prefix: Sequence[int]) -> bool:
     return len(ids) >= len(prefix) and list(ids[: len(prefix)]) == list(prefix)
 
 
+def _ends_with(ids: Sequence[int], suffix: Sequence[int]) -> bool:
+    return len(ids) >= len(suffix) and list(ids[len(ids) - len(suffix) :]) == list(suffix)
+
+
 def _first_difference(a: Sequence[int], b: Sequence[int]) -> int:
     for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
@@ -276,6 +277,18 @@ class _MessageRenderer:
     def __init__(self, tokenizer: ChatTokenizer, kwargs: Mapping[str, Any] | None) -> None:
         self.tokenizer = tokenizer
         self.kwargs = kwargs
+        self.footer: list[int] | None = None
+
+    @staticmethod
+    def _check_extends(ids: list[int], prefix: list[int], name: str, turn: int) -> None:
+        if not _starts_with(ids, prefix):
+            raise TemplatePrefixError(
+                f"turn {turn}: the chat template's rendering of {name} does not start with its rendering of the "
+                f"turn before (first difference at token {_first_difference(ids, prefix)}). The template rewrites "
+                "earlier turns (e.g. drops <think> blocks), so the token-in/token-out layout cannot be built. "
+                "Fall back to episode_to_transitions, or use a template that keeps history verbatim.",
+                turn=turn,
+            )
 
     def render(self, messages: Sequence[Message], generation_prompt: bool) -> list[int]:
         return render_ids(
@@ -311,26 +324,18 @@ class _MessageRenderer:
             )
         with_answer = self.render(next_history[: n + 1], generation_prompt=False)
         full = self.render(next_history, generation_prompt=True)
-        empty_answer = self.render([*history, {"role": "assistant", "content": ""}], generation_prompt=False)
-        for name, ids, prefix in (
-            ("the answered history", with_answer, prompt_ids),
-            ("the next prompt", full, with_answer),
-            ("an empty answer", empty_answer, prompt_ids),
-        ):
-            if not _starts_with(ids, prefix):
-                raise TemplatePrefixError(
-                    f"turn {turn}: the chat template's rendering of {name} does not start with its rendering of the "
-                    f"turn before (first difference at token {_first_difference(ids, prefix)}). The template rewrites "
-                    "earlier turns (e.g. drops <think> blocks), so the token-in/token-out layout cannot be built. "
-                    "Fall back to episode_to_transitions, or use a template that keeps history verbatim.",
-                    turn=turn,
-                )
-        # What the template writes after an answer's content (e.g. "<|im_end|>\n"): the common tail of an
-        # empty answer and the real one. The model usually generated the head of it (its stop token) itself.
+        self._check_extends(with_answer, prompt_ids, "the answered history", turn)
+        self._check_extends(full, with_answer, "the next prompt", turn)
         answer_part = with_answer[len(prompt_ids) :]
-        empty_part = empty_answer[len(prompt_ids) :]
-        footer = empty_part[len(empty_part) - _common_suffix_length(answer_part, empty_part) :]
-        closing = footer[_footer_overlap(generated, footer) :]
+        if self.footer is None or not _ends_with(answer_part, self.footer):
+            # What the template writes after an answer's content (e.g. "<|im_end|>\n"): the common tail of an
+            # empty answer and the real one. It depends on the template only, so one render per episode finds it.
+            empty_answer = self.render([*history, {"role": "assistant", "content": ""}], generation_prompt=False)
+            self._check_extends(empty_answer, prompt_ids, "an empty answer", turn)
+            empty_part = empty_answer[len(prompt_ids) :]
+            self.footer = empty_part[len(empty_part) - _common_suffix_length(answer_part, empty_part) :]
+        # The model usually generated the head of the footer (its stop token) itself.
+        closing = self.footer[_footer_overlap(generated, self.footer) :]
         return closing + full[len(with_answer) :], full
 
 
@@ -374,7 +379,7 @@ def episode_to_sequence(
             :func:`episode_to_transitions`.
         TrajectoryError: A turn lacks generated ids or prompts.
     """
-    adv = _advantages_for(episode, advantages)
+    adv = None if advantages is None else _advantages_for(episode, advantages)
     turns = episode.turns
     if not turns:
         raise TrajectoryError(f"episode {episode.episode_id!r} has no turns")
