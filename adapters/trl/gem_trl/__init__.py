@@ -6,13 +6,21 @@
 * :func:`make_prompt_dataset`: the training dataset, from env ids and seeds.
 * :class:`GemGRPOTrainer` / :class:`GemGRPOConfig`: per-turn ReBN advantages (or GRPO).
 * :func:`build_tiny_model` / :func:`build_tiny_tokenizer`: a local toy model for tests and the demo.
+
+The trainer classes import TRL (seconds); they load on first use, so the rollout and the
+advantage helpers stay light.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+from gem_trl.advantages import rebn_token_advantages
 from gem_trl.rollout import GemRollout, episode_key, episode_return_reward, make_prompt_dataset, parse_episode_key
 from gem_trl.tiny import build_tiny_model, build_tiny_tokenizer
-from gem_trl.trainer import GemGRPOConfig, GemGRPOTrainer, rebn_token_advantages
+
+if TYPE_CHECKING:
+    from gem_trl.trainer import GemGRPOConfig, GemGRPOTrainer
 
 __version__ = "0.1.0"
 
@@ -29,3 +37,11 @@ __all__ = [
     "parse_episode_key",
     "rebn_token_advantages",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("GemGRPOConfig", "GemGRPOTrainer"):
+        from gem_trl import trainer
+
+        return getattr(trainer, name)
+    raise AttributeError(f"module 'gem_trl' has no attribute {name!r}")

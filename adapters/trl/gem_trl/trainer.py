@@ -16,19 +16,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import torch
 from trl import GRPOConfig, GRPOTrainer
 
 from gem_core.errors import ConfigError
 from gem_core.registry import WrapperRef
-from gem_core.rl.advantages import moments, rebn_from_moments
-from gem_core.rl.layouts import episode_to_sequence
-from gem_core.rl.returns import check_gamma, discounted_returns
+from gem_core.rl.returns import check_gamma
 from gem_core.rl.types import Episode
+from gem_trl.advantages import rebn_token_advantages
 from gem_trl.rollout import GemRollout, episode_return_reward
 
-__all__ = ["ADVANTAGE_ESTIMATORS", "GemGRPOConfig", "GemGRPOTrainer", "rebn_token_advantages"]
+__all__ = ["ADVANTAGE_ESTIMATORS", "GemGRPOConfig", "GemGRPOTrainer"]
 
 #: Estimators :class:`GemGRPOTrainer` accepts.
 ADVANTAGE_ESTIMATORS = ("rebn", "grpo")
@@ -66,47 +63,6 @@ class GemGRPOConfig(GRPOConfig):
             raise ConfigError(f"max_turns must be >= 1 or None, got {self.max_turns}")
         if self.max_turn_tokens < 1:
             raise ConfigError(f"max_turn_tokens must be >= 1, got {self.max_turn_tokens}")
-
-
-def rebn_token_advantages(
-    episodes: Sequence[Episode],
-    gamma: float,
-    width: int,
-    *,
-    global_moments: tuple[float, float, int] | None = None,
-    eps: float = 1e-9,
-) -> tuple[torch.Tensor, list[np.ndarray]]:
-    """Per-token ReBN advantages of the completions of ``episodes``.
-
-    Args:
-        episodes: This process's episodes, in the order of the batch rows.
-        gamma: Per-turn discount.
-        width: Completion width of the padded batch.
-        global_moments: ``(sum, sum of squares, count)`` of the returns over all processes;
-            ``None`` normalises over ``episodes`` alone.
-        eps: Added to the std.
-
-    Returns:
-        ``(advantages, per_turn)``: a float32 ``(len(episodes), width)`` tensor with each
-        turn's advantage on its generated tokens and 0 elsewhere, and the per-turn
-        advantages of each episode.
-    """
-    returns = [discounted_returns(ep, gamma) for ep in episodes]
-    flat = np.concatenate(returns) if returns else np.zeros(0)
-    if global_moments is None:
-        local = moments(flat)
-        global_moments = (local.total, local.total_sq, local.count)
-    flat_adv = rebn_from_moments(flat, *global_moments, eps=eps) if flat.size else flat
-    per_turn = np.split(np.asarray(flat_adv, dtype=np.float64), np.cumsum([len(r) for r in returns])[:-1])
-    out = torch.zeros((len(episodes), width), dtype=torch.float32)
-    for row, (ep, adv) in enumerate(zip(episodes, per_turn, strict=True)):
-        sequence = episode_to_sequence(ep, advantages=adv)
-        assert sequence.token_advantages is not None
-        tokens = sequence.token_advantages[sequence.prompt_length :]
-        if tokens.shape[0] > width:
-            raise ValueError(f"episode {ep.episode_id!r} has {tokens.shape[0]} completion tokens, batch width {width}")
-        out[row, : tokens.shape[0]] = torch.from_numpy(tokens.astype(np.float32))
-    return out, per_turn
 
 
 class GemGRPOTrainer(GRPOTrainer):
@@ -166,17 +122,9 @@ class GemGRPOTrainer(GRPOTrainer):
         if not inputs or "episode" not in inputs[0]:
             raise ConfigError("ReBN needs the 'episode' field of gem_trl.GemRollout; use it as rollout_func")
         episodes: list[Episode] = [x["episode"] for x in inputs]
-        returns = np.concatenate([discounted_returns(ep, self.args.gamma) for ep in episodes])
-        local = moments(returns)
-        # Sum the sufficient statistics over processes in float64, so every rank normalises alike.
-        stats = torch.tensor([local.total, local.total_sq, float(local.count)], dtype=torch.float64)
-        total, total_sq, count = self.accelerator.reduce(stats.to(self.accelerator.device), reduction="sum").tolist()
+        # Every rank takes part: the statistics are all-reduced over the whole batch.
         advantages, _ = rebn_token_advantages(
-            episodes,
-            self.args.gamma,
-            output["completion_ids"].shape[1],
-            global_moments=(total, total_sq, round(count)),
-            eps=self.args.rebn_eps,
+            episodes, self.args.gamma, output["completion_ids"].shape[1], distributed=True, eps=self.args.rebn_eps
         )
         output["advantages"] = advantages.to(output["completion_ids"].device)
         mode = "train" if self.model.training else "eval"

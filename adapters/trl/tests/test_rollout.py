@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 from gem_trl import GemRollout, build_tiny_tokenizer, episode_key, make_prompt_dataset, parse_episode_key
 from gem_trl.rollout import RolloutTimings
-from gem_trl.trainer import rebn_token_advantages
 
 from gem_core.errors import ConfigError, EnvNotFound
-from gem_core.rl.advantages import moments, rebn
+from gem_core.rl.advantages import rebn
 from gem_core.rl.layouts import render_ids
 from gem_core.rl.returns import discounted_returns
 
@@ -188,26 +187,64 @@ def test_vllm_path_passes_turn_limit_and_keeps_sampling_logprobs(tokenizer: Any)
     assert set(logged) >= {"gem/episode_return", "gem/time_generate", "gem/time_env", "gem/time_adapter"}
 
 
-def test_rebn_with_moments_summed_over_ranks_equals_rebn_of_the_union(tokenizer: Any) -> None:
-    rollout = GemRollout(max_turn_tokens=8, gamma=0.8, env_kwargs={"max_turns": 4})
-    generate = scripted(tokenizer, ["x", "3", "9", "5"])
-    episodes = rollout.play([(ENV_ID, s) for s in range(6)], generate, tokenizer, max_completion_length=1024)
-    returns = [discounted_returns(ep, 0.8) for ep in episodes]
-    expected = np.split(rebn(np.concatenate(returns)), np.cumsum([len(r) for r in returns])[:-1])
-    ranks = [episodes[:2], episodes[2:]]
-    summed = sum(
-        (moments(np.concatenate([discounted_returns(e, 0.8) for e in part])) for part in ranks[1:]),
-        moments(np.concatenate([discounted_returns(e, 0.8) for e in ranks[0]])),
-    )
-    got: list[np.ndarray] = []
-    for part in ranks:
-        _, per_turn = rebn_token_advantages(
-            part, 0.8, 512, global_moments=(summed.total, summed.total_sq, summed.count)
+RANK_SCRIPT = """
+import json, sys
+import torch.distributed as dist
+from gem_core.rl.types import Episode, Turn
+from gem_trl.advantages import rebn_token_advantages
+
+rank, init_file, rewards_file, out_file = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=2)
+episodes = []
+for rewards in json.load(open(rewards_file))[rank]:
+    ids, turns = [1, 2, 3], []
+    for r in rewards:  # token-in/token-out turns: each prompt extends the last one
+        turns.append(Turn("obs", "act", r, prompt_token_ids=list(ids), action_token_ids=[7, 8]))
+        ids += [7, 8, 9]
+    episodes.append(Episode(turns, start_state_id="s"))
+tokens, per_turn = rebn_token_advantages(episodes, 0.9, 64)
+json.dump({"per_turn": [a.tolist() for a in per_turn], "tokens": tokens.tolist()}, open(out_file, "w"))
+dist.destroy_process_group()
+"""
+
+
+def test_rebn_is_normalised_over_the_turns_of_every_rank(tmp_path: Any) -> None:
+    """Two real processes (gloo): each rank's advantages equal ReBN over the union of both ranks' turns."""
+    import json
+    import subprocess
+    import sys
+
+    rng = np.random.default_rng(0)
+    rewards = [[rng.normal(size=rng.integers(1, 5)).round(3).tolist() for _ in range(3)] for _ in range(2)]
+    rewards[1].append([5.0, 5.0])  # rank 1 alone would normalise very differently
+    (tmp_path / "rewards.json").write_text(json.dumps(rewards))
+    (tmp_path / "rank.py").write_text(RANK_SCRIPT)
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(tmp_path / "rank.py"),
+                str(rank),
+                str(tmp_path / "init"),
+                str(tmp_path / "rewards.json"),
+                str(tmp_path / f"out{rank}.json"),
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
         )
-        got.extend(per_turn)
+        for rank in range(2)
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+    got = [a for rank in range(2) for a in json.loads((tmp_path / f"out{rank}.json").read_text())["per_turn"]]
+    returns = [discounted_returns(r, 0.9) for part in rewards for r in part]
+    expected = np.split(rebn(np.concatenate(returns)), np.cumsum([len(r) for r in returns])[:-1])
     for a, b in zip(got, expected, strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-12)
-    assert np.concatenate(expected).std() > 0  # the batch really has spread
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-9)
+    tokens = json.loads((tmp_path / "out1.json").read_text())["tokens"]
+    assert tokens[-1][:2] == pytest.approx([expected[-1][0]] * 2, rel=1e-5)  # turn 0 of the last episode, 2 tokens
+    assert tokens[-1][2] == 0.0  # the env's token between the turns
 
 
 def test_timings_add_up(tokenizer: Any) -> None:
