@@ -127,6 +127,48 @@ def record(report: Report, impl: str, latencies: list[float], throughput: float,
     report.add("python", impl, f"throughput ({concurrency} concurrent)", throughput, "calls/s")
 
 
+# --------------------------------------------------------------------------- search
+@section("search")
+def bench_search(args: argparse.Namespace, report: Report) -> None:
+    """Queries per second of the search tool: BM25 over the demo corpus, and the HTTP client.
+
+    GEM's search tool needs a dense-retrieval or SerpAPI server (msgpack over mosec), so it has
+    no column here; ``bench/search.py`` has the BM25 comparison with ``rank_bm25`` and batching.
+    """
+    from gem_tool_search import BM25Index, SearchTool, demo_corpus_path
+    from gem_tool_search.server import RetrievalServer
+
+    queries = [json.loads(line)["title"] for line in demo_corpus_path().read_text().splitlines()]
+    server = RetrievalServer(BM25Index.load_or_build(demo_corpus_path())).start()
+    tools = {"BM25": SearchTool(top_k=3), "HTTP": SearchTool(backend="http", url=server.url, top_k=3)}
+    try:
+        for backend, tool in tools.items():
+            lat, tput = latency_and_throughput(query_caller(tool, queries), args.calls, args.concurrency)
+            report.add("search", "gem_core", f"{backend} p50 latency", statistics.median(lat) * 1e3, "ms")
+            report.add("search", "gem_core", f"{backend} p99 latency", percentile(lat, 99) * 1e3, "ms")
+            report.add("search", "gem_core", f"{backend} queries ({args.concurrency} thr)", tput, "q/s")
+            report.notes.append(f"search {backend}: {tool.batches_sent} backend calls for all queries (batching)")
+    finally:
+        for tool in tools.values():
+            tool.close()
+        server.close()
+    report.notes.append("gem-llm search column skipped: its SearchTool needs a retrieval server (see bench/search.py)")
+
+
+def query_caller(tool: Any, queries: list[str]) -> Callable[[], None]:
+    """A call that runs the next query (cycling) through ``tool`` on a fresh event loop, as a sync env would."""
+    import asyncio
+    import itertools
+
+    cycle = itertools.cycle(queries)
+
+    def one_query() -> None:
+        result = asyncio.run(tool.execute({"query": next(cycle)}))
+        assert result.ok and result.metadata["doc_ids"], result
+
+    return one_query
+
+
 # --------------------------------------------------------------------------- output
 def print_report(report: Report) -> None:
     by_key: dict[tuple[str, str], dict[str, Row]] = {}

@@ -53,4 +53,9 @@ def register_wrappers() -> list[WrapperSpec]:
             entry_point="gem_core.wrappers:time_limit",
             description="Truncate after max_turns steps and/or max_seconds of wall time.",
         ),
+        WrapperSpec(
+            name="tools",
+            entry_point="gem_core.tools.wrapper:ToolEnvWrapper",
+            description="Run the model's tool calls between env turns; results come back as tool observations.",
+        ),
     ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -123,8 +124,13 @@ def cmd_plugins(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_play(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
     from gem_core.api import make
     from gem_core.core import to_sync
+    from gem_core.plugins import get_registry
 
-    env = to_sync(make(args.env_id, **_parse_kwargs(args.kw)))
+    kwargs = _parse_kwargs(args.kw)
+    if not args.model_format:  # the env's settings for a person typing moves (e.g. no \boxed{} needed)
+        env_class = get_registry().spec(args.env_id).load()
+        kwargs = {**getattr(env_class, "metadata", {}).get("play_kwargs", {}), **kwargs}
+    env = to_sync(make(args.env_id, **kwargs))
     interactive = inp.isatty()
     episodes = 0
     try:
@@ -204,6 +210,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--kw", action="append", default=[], metavar="KEY=VALUE", help="constructor override")
         if name == "play":
             p.add_argument("--loop", action="store_true", help="start a new episode after each one")
+            p.add_argument(
+                "--model-format",
+                action="store_true",
+                help="answer exactly as a model must (ignore the env's play_kwargs for people)",
+            )
         else:
             p.add_argument("--all", action="store_true", help="check every registered id")
             p.add_argument("--namespace", "-n", help="with --all: only this namespace")
@@ -235,6 +246,10 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, std
     except (LookupError, ConfigError, RegistrationError) as exc:
         sys.stderr.write(f"gem: error: {exc}\n")
         return EXIT_BAD_INPUT
+    except BrokenPipeError:  # e.g. `gem list | head`: the reader left, which is not an error
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
     except KeyboardInterrupt:
         sys.stderr.write("\ninterrupted\n")
         return 130

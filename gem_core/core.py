@@ -125,7 +125,9 @@ class Env(_Seeded, abc.ABC):
         * ``info`` keys listed in :data:`RESERVED_INFO_KEYS` have fixed meanings.
 
     Attributes:
-        metadata: Free-form class-level facts (e.g. ``{"multi_turn": True}``).
+        metadata: Class-level facts. Known keys: ``multi_turn`` (bool) and ``play_kwargs``
+            (constructor kwargs ``gem play`` applies so a person can type moves directly,
+            e.g. ``{"answer_format": "raw"}``).
         spec: The :class:`~gem_core.registry.EnvSpec` the env was made from, set by ``make``.
     """
 

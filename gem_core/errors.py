@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigError",
+    "CorpusError",
     "DuplicateIdError",
     "EntryPointError",
     "EnvCheckError",
@@ -16,6 +17,7 @@ __all__ = [
     "GemCoreError",
     "GemCoreWarning",
     "InvalidIdError",
+    "MCPConnectionError",
     "PluginLoadError",
     "PluginValidationError",
     "PluginWarning",
@@ -153,3 +155,14 @@ class TemplatePrefixError(RLInputError):
     def __init__(self, message: str, *, turn: int) -> None:
         super().__init__(message)
         self.turn = turn
+
+
+# --- search and MCP tools ---
+
+
+class CorpusError(ToolError, ValueError):
+    """A search corpus is missing or malformed; the message names the file and line."""
+
+
+class MCPConnectionError(ToolError, ConnectionError):
+    """An MCP server could not be started or reached, or its session was lost."""

@@ -97,6 +97,10 @@ class EpisodeRunner:
         wrappers: Wrappers when ``env`` is an id.
         sync_envs: Run sync envs' calls in threads (``"thread"``) or inline on the loop (``"inline"``).
         reset_options: ``options`` passed to every ``reset``.
+        keep_pool_full: While a ``collect`` waits, start a new episode whenever a slot frees
+            (throughput: short episodes never leave slots idle; the surplus carries over to
+            the next ``collect``). ``False`` starts only as many as the call needs, so a
+            one-shot run does no extra work, but waits for its slowest episode.
 
     Raises:
         ConfigError: not exactly one policy, ``token_policy`` without a tokenizer, or a bad number.
@@ -118,6 +122,7 @@ class EpisodeRunner:
         wrappers: Sequence[WrapperRef] | None = None,
         sync_envs: Literal["thread", "inline"] = "thread",
         reset_options: dict[str, Any] | None = None,
+        keep_pool_full: bool = True,
     ) -> None:
         if (policy is None) == (token_policy is None):
             raise ConfigError("give exactly one of policy (messages -> text) or token_policy (ids -> ids)")
@@ -133,6 +138,7 @@ class EpisodeRunner:
         self.system_prompt = system_prompt
         self.max_turns = max_turns
         self.reset_options = reset_options
+        self.keep_pool_full = keep_pool_full
         self.sync_envs = sync_envs
         self.root_seed = seed if seed is not None else int(np.random.SeedSequence().entropy)  # type: ignore[arg-type]
         self.env_id = env if isinstance(env, str) else None
@@ -169,9 +175,9 @@ class EpisodeRunner:
     async def collect(self, num_episodes: int) -> list[Episode]:
         """Return exactly ``num_episodes`` finished episodes, in the order they finished.
 
-        Episodes carried over from earlier calls are finished first; new ones are started
-        only as needed, so none is wasted. When enough have finished, the others pause
-        before their next policy call until the next ``collect``.
+        Episodes carried over from earlier calls are finished first; new ones fill free
+        slots (see ``keep_pool_full``). When enough have finished, the others pause before
+        their next policy call until the next ``collect``; none is thrown away.
 
         Raises:
             Exception: the first error an episode raised (env or policy); the other
@@ -190,8 +196,10 @@ class EpisodeRunner:
             while len(self._done) < num_episodes:
                 if self._errors:
                     raise self._errors.pop(0)
-                need = num_episodes - len(self._done) - len(self._tasks)
-                for _ in range(min(need, self.max_in_flight - len(self._tasks))):
+                free = self.max_in_flight - len(self._tasks)
+                if not self.keep_pool_full:
+                    free = min(free, num_episodes - len(self._done) - len(self._tasks))
+                for _ in range(free):
                     self._start_episode()
                 self._wake.clear()
                 await self._wake.wait()
@@ -269,6 +277,10 @@ class EpisodeRunner:
                 await asyncio.shield(env.close())
             else:
                 self._idle.append(env)
+            # leave the in-flight set before waking collect(), which counts it (done callbacks run too late)
+            task = asyncio.current_task()
+            if task is not None:
+                self._tasks.discard(task)
             self._wake.set()
 
     async def _play(self, env: AsyncEnv, index: int, batch: int) -> Episode:
@@ -363,6 +375,7 @@ def _id_factory(
 
 
 async def run_episodes(env: EnvSource, num_episodes: int, **runner_kwargs: Any) -> list[Episode]:
-    """Run ``num_episodes`` episodes to completion with a fresh :class:`EpisodeRunner`, then close it."""
+    """Run exactly ``num_episodes`` episodes with a fresh :class:`EpisodeRunner`, then close it."""
+    runner_kwargs.setdefault("keep_pool_full", False)
     async with EpisodeRunner(env, **runner_kwargs) as runner:
         return await runner.collect(num_episodes)

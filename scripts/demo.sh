@@ -1,9 +1,5 @@
 #!/usr/bin/env bash
-# The demo: sets up a virtualenv on a fresh machine and runs the main job on the CPU.
+# The README's main job: on a fresh machine, set up a virtualenv and train a tiny model,
+# built locally from a config, on a game env on the CPU with ReBN (see adapters/trl/demo.sh).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-venv=.venv-demo
-[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check -e .
-"$venv/bin/gem" list
-"$venv/bin/gem" check --all
+exec bash "$(dirname "$0")/../adapters/trl/demo.sh" "$@"

@@ -127,3 +127,25 @@ def test_console_script_entry() -> None:
         [sys.executable, "-m", "gem_core.cli", "list", "-n", "core"], capture_output=True, text=True, check=True
     )
     assert "core:NumberGuess-v0" in proc.stdout
+
+
+class PlayableEnv(NumberGuessEnv):
+    """An env that asks `gem play` for a people-friendly setting."""
+
+    metadata = {"multi_turn": True, "play_kwargs": {"high": 3}}
+
+
+def test_play_applies_play_kwargs_unless_model_format() -> None:
+    import gem_core
+
+    gem_core.register("cli:Playable-v0", PlayableEnv)
+    assert "between 1 and 3" in run("play", "cli:Playable-v0", stdin="")[1]
+    assert "between 1 and 9" in run("play", "cli:Playable-v0", "--kw", "high=9", stdin="")[1]
+    assert "between 1 and 16" in run("play", "cli:Playable-v0", "--model-format", stdin="")[1]
+
+
+def test_broken_pipe_is_not_an_error() -> None:
+    proc = subprocess.run(
+        f"{sys.executable} -m gem_core.cli list | head -1", shell=True, capture_output=True, text=True, check=True
+    )
+    assert proc.stdout.startswith("ID") and "Traceback" not in proc.stderr

@@ -15,6 +15,7 @@ from gem_core.vector.base import (
     VectorResetReturn,
     VectorStepReturn,
     episode_seed,
+    episode_seeds,
 )
 from gem_core.vector.make import build_env, make_vec
 from gem_core.vector.process import ProcessEnv, RemoteEnvError
@@ -31,5 +32,6 @@ __all__ = [
     "VectorStepReturn",
     "build_env",
     "episode_seed",
+    "episode_seeds",
     "make_vec",
 ]

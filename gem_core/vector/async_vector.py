@@ -10,13 +10,14 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Coroutine, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Literal, TypeVar
 
 from gem_core.core import AsyncEnv, Env
 from gem_core.errors import ConfigError
 from gem_core.vector.base import AutoresetMode, Failure, Job, OnError, VectorEnv
 from gem_core.vector.process import ProcessEnv, Worker
+from gem_core.vector.sync import drive
 
 __all__ = ["AsyncVectorEnv"]
 
@@ -24,75 +25,37 @@ _T = TypeVar("_T")
 SyncEnvs = Literal["thread", "inline"]
 
 
-class _Member:
-    """How the vector env reaches one sub-env."""
+class _RemoteEnv:
+    """A sync handle on an env living in a worker process (calls block on the pipe)."""
 
-    kind = "?"
+    def __init__(self, worker: Worker, slot: int) -> None:
+        self.worker, self.slot = worker, slot
 
-    async def call(self, op: str, args: tuple[Any, ...]) -> Any:
-        raise NotImplementedError
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        return self.worker.call("reset", self.slot, (seed, options))
 
-    async def close(self) -> None:
-        raise NotImplementedError
+    def step(self, action: str) -> Any:
+        return self.worker.call("step", self.slot, (action,))
 
-
-class _Native(_Member):
-    kind = "async"
-
-    def __init__(self, env: AsyncEnv) -> None:
-        self.env = env
-
-    async def call(self, op: str, args: tuple[Any, ...]) -> Any:
-        if op == "reset":
-            return await self.env.reset(seed=args[0], options=args[1])
-        return await self.env.step(args[0])
-
-    async def close(self) -> None:
-        await self.env.close()
+    def close(self) -> None:
+        if not self.worker.closed:
+            self.worker.call("close", self.slot)
 
 
-class _Threaded(_Member):
-    kind = "thread"
-
-    def __init__(self, env: Env, pool: ThreadPoolExecutor | None) -> None:
-        self.env = env
-        self.pool = pool  # None: call inline on the event loop (cheap, non-blocking envs)
-
-    async def call(self, op: str, args: tuple[Any, ...]) -> Any:
-        fn = functools.partial(self.env.reset, seed=args[0], options=args[1]) if op == "reset" else None
-        if self.pool is None:
-            return fn() if fn is not None else self.env.step(args[0])
-        loop = asyncio.get_running_loop()
-        if fn is not None:
-            return await loop.run_in_executor(self.pool, fn)
-        return await loop.run_in_executor(self.pool, self.env.step, args[0])
-
-    async def close(self) -> None:
-        if self.pool is None:
-            self.env.close()
-        else:
-            await asyncio.get_running_loop().run_in_executor(self.pool, self.env.close)
+def _drive_guarded(i: int, job: Job, env: Any) -> Any:
+    try:
+        return drive(job, env)
+    except Exception as exc:
+        return Failure(i, exc)
 
 
-class _Remote(_Member):
-    kind = "process"
-
-    def __init__(self, worker: Worker, slot: int, pool: ThreadPoolExecutor) -> None:
-        self.worker, self.slot, self.pool = worker, slot, pool
-
-    async def call(self, op: str, args: tuple[Any, ...]) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self.pool, self.worker.call, op, self.slot, args)
-
-    async def close(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(self.pool, self.worker.call, "close", self.slot)
-
-
-async def _drive(i: int, job: Job, member: _Member) -> Any:
+async def _drive_async(i: int, job: Job, env: AsyncEnv) -> Any:
     try:
         try:
             op, args = next(job)
             while True:
-                op, args = job.send(await member.call(op, args))
+                value = await (env.reset(seed=args[0], options=args[1]) if op == "reset" else env.step(args[0]))
+                op, args = job.send(value)
         except StopIteration as stop:
             return stop.value
     except Exception as exc:
@@ -100,16 +63,18 @@ async def _drive(i: int, job: Job, member: _Member) -> Any:
 
 
 class AsyncVectorEnv(VectorEnv):
-    """Runs the sub-envs' calls concurrently on a private asyncio event loop.
+    """Runs the sub-envs' calls concurrently, each kind of env the way that suits it.
 
-    * An :class:`~gem_core.AsyncEnv` is awaited natively (thousands of I/O-bound envs on one thread).
+    * An :class:`~gem_core.AsyncEnv` is awaited natively on a private asyncio event loop
+      (thousands of I/O-bound envs on one thread).
     * A sync :class:`~gem_core.Env` runs in a thread pool (``sync_envs="thread"``, for envs that
-      block), or inline on the loop (``sync_envs="inline"``, fastest for cheap envs).
+      block), or inline in the calling thread (``sync_envs="inline"``, fastest for cheap envs).
     * A :class:`~gem_core.vector.ProcessEnv` is built and run in a worker process
       (``make_vec`` does this for specs with ``cpu_bound=True``); envs are spread over
-      ``max_processes`` workers.
+      ``max_processes`` workers, and the thread pool waits on their pipes.
 
-    The loop runs in a background thread, so ``reset``/``step`` work from plain code, and
+    All three kinds run at the same time within one ``step``. The event loop runs in a
+    background thread, so ``reset``/``step`` work from plain code, and
     :meth:`areset`/:meth:`astep` from inside another event loop. ``close()`` closes the envs,
     joins the threads and the loop, and stops the workers and every process they started.
 
@@ -138,8 +103,10 @@ class AsyncVectorEnv(VectorEnv):
             raise ConfigError(f"sync_envs must be 'thread' or 'inline', got {sync_envs!r}")
         remote = [i for i, fn in enumerate(env_fns) if isinstance(fn, ProcessEnv)]
         n_workers = min(len(remote), max_processes or os.cpu_count() or 1)
-        self.members: list[_Member] = []
         self.workers: list[Worker] = []
+        self.native: dict[int, AsyncEnv] = {}  # awaited on the loop
+        self.pooled: dict[int, Any] = {}  # sync envs and worker handles, run in the thread pool
+        self.inline: dict[int, Env] = {}  # sync envs run in the calling thread
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="gem-async-vector", daemon=True)
         self._thread.start()
@@ -148,26 +115,26 @@ class AsyncVectorEnv(VectorEnv):
         self._closer = functools.partial(_close_at_exit, weakref.ref(self))
         atexit.register(self._closer)
         try:
-            local = [fn for fn in env_fns if not isinstance(fn, ProcessEnv)]
-            n_threads = max_threads or min(64, max(1, n_workers + (len(local) if sync_envs == "thread" else 0)))
+            local = len(env_fns) - len(remote)
+            n_threads = max_threads or min(64, max(1, n_workers + (local if sync_envs == "thread" else 0)))
             self._pool = ThreadPoolExecutor(max_workers=n_threads, thread_name_prefix="gem-vector")
             self.workers = [Worker() for _ in range(n_workers)]
-            slots = {idx: n for n, idx in enumerate(remote)}
+            builds: list[tuple[int, Future[Any]]] = []
             for i, fn in enumerate(env_fns):
                 if isinstance(fn, ProcessEnv):
-                    self.members.append(_Remote(self.workers[slots[i] % n_workers], i, self._pool))
+                    handle = _RemoteEnv(self.workers[len(builds) % n_workers], i)
+                    self.pooled[i] = handle
+                    # build the remote envs in parallel, one request per env
+                    builds.append((i, self._pool.submit(handle.worker.call, "make", i, (fn.factory,))))
                     continue
                 env = fn()
                 if isinstance(env, AsyncEnv):
-                    self.members.append(_Native(env))
+                    self.native[i] = env
+                elif sync_envs == "thread":
+                    self.pooled[i] = env
                 else:
-                    self.members.append(_Threaded(env, self._pool if sync_envs == "thread" else None))
-            # build the remote envs in parallel, one request per env
-            builds = [
-                self._pool.submit(self.workers[slots[i] % n_workers].call, "make", i, (env_fns[i].factory,))  # type: ignore[union-attr]
-                for i in remote
-            ]
-            for i, future in zip(remote, builds, strict=True):
+                    self.inline[i] = env
+            for i, future in builds:
                 try:
                     future.result()
                 except Exception as exc:
@@ -178,31 +145,49 @@ class AsyncVectorEnv(VectorEnv):
 
     @property
     def member_kinds(self) -> list[str]:
-        """How each sub-env runs: ``"async"``, ``"thread"`` (also inline sync envs) or ``"process"``."""
-        return [m.kind for m in self.members]
+        """How each sub-env runs: ``"async"``, ``"thread"``, ``"inline"`` or ``"process"``."""
+        kinds = {i: "async" for i in self.native} | {i: "inline" for i in self.inline}
+        for i, env in self.pooled.items():
+            kinds[i] = "process" if isinstance(env, _RemoteEnv) else "thread"
+        return [kinds[i] for i in range(self.num_envs)]
+
+    def _run_jobs(self, jobs: dict[int, Job]) -> dict[int, Any]:
+        # Start the async envs on the loop and the pooled ones in threads, run the inline
+        # ones here meanwhile, then collect. No event-loop hop for sync envs: it would cost
+        # more than a cheap env's step.
+        native = {i: job for i, job in jobs.items() if i in self.native}
+        on_loop = asyncio.run_coroutine_threadsafe(self._gather(native), self._loop) if native else None
+        assert self._pool is not None
+        submit = self._pool.submit
+        pooled = [(i, submit(_drive_guarded, i, job, self.pooled[i])) for i, job in jobs.items() if i in self.pooled]
+        outcomes = {i: _drive_guarded(i, job, self.inline[i]) for i, job in jobs.items() if i in self.inline}
+        for i, future in pooled:
+            outcomes[i] = future.result()
+        if on_loop is not None:
+            outcomes.update(on_loop.result())
+        return outcomes
 
     def _submit(self, coro: Coroutine[Any, Any, _T]) -> _T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     async def _gather(self, jobs: dict[int, Job]) -> dict[int, Any]:
-        results = await asyncio.gather(*(_drive(i, job, self.members[i]) for i, job in jobs.items()))
+        results = await asyncio.gather(*(_drive_async(i, job, self.native[i]) for i, job in jobs.items()))
         return dict(zip(jobs, results, strict=True))
-
-    def _run_jobs(self, jobs: dict[int, Job]) -> dict[int, Any]:
-        return self._submit(self._gather(jobs))
-
-    async def _arun_jobs(self, jobs: dict[int, Job]) -> dict[int, Any]:
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._gather(jobs), self._loop))
 
     def _close_envs(self) -> None:
         atexit.unregister(self._closer)
         errors: list[BaseException] = []
-        if self._thread.is_alive():
+        if self.native and self._thread.is_alive():
 
-            async def close_all() -> list[Any]:
-                return await asyncio.gather(*(m.close() for m in self.members), return_exceptions=True)
+            async def close_native() -> list[Any]:
+                return await asyncio.gather(*(env.close() for env in self.native.values()), return_exceptions=True)
 
-            errors += [e for e in self._submit(close_all()) if isinstance(e, BaseException)]
+            errors += [e for e in self._submit(close_native()) if isinstance(e, BaseException)]
+        for env in [*self.pooled.values(), *self.inline.values()]:
+            try:
+                env.close()
+            except Exception as exc:
+                errors.append(exc)
         for worker in self.workers:  # ask all first: workers exit in parallel
             worker.request_shutdown()
         for worker in self.workers:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import abc
 import asyncio
 import enum
+import itertools
 import traceback
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -30,6 +31,7 @@ __all__ = [
     "VectorResetReturn",
     "VectorStepReturn",
     "episode_seed",
+    "episode_seeds",
 ]
 
 #: ``(observations, infos)``, one entry per reset env.
@@ -86,6 +88,15 @@ def episode_seed(root: int, env_index: int, episode: int) -> int:
     replays from ``root``.
     """
     return _SeedBlock(root, env_index, episode // _SEED_BLOCK).seeds[episode % _SEED_BLOCK]
+
+
+def episode_seeds(root: int, env_index: int) -> Iterator[int]:
+    """All of env ``env_index``'s episode seeds in order: ``episode_seed(root, env_index, k)`` for k = 0, 1, ...
+
+    Cheaper than calling :func:`episode_seed` per episode: each block of 64 seeds is derived once.
+    """
+    for block in itertools.count():
+        yield from _SeedBlock(root, env_index, block).seeds
 
 
 class _SeedBlock:
@@ -153,10 +164,10 @@ class VectorEnv(abc.ABC):
         self.closed = False
         self._episodes = [0] * num_envs  # episodes started per env, for seeds
         self._seed_blocks: list[_SeedBlock | None] = [None] * num_envs
-        self._started = [False] * num_envs
+        self._all_indices = list(range(num_envs))  # shared, never mutated
         self._autoreset = [False] * num_envs  # NEXT_STEP: ended on its last step
-        self._finished = [False] * num_envs  # DISABLED: ended, waits for reset
-        self._broken = [False] * num_envs  # raised, waits for reset
+        # envs that step() refuses until they are reset, with the reason (one dict lookup per step)
+        self._blocked: dict[int, str] = dict.fromkeys(range(num_envs), "was never reset")
 
     # ------------------------------------------------------------------ subclass API
     @abc.abstractmethod
@@ -245,7 +256,7 @@ class VectorEnv(abc.ABC):
     @property
     def needs_reset(self) -> list[bool]:
         """Per env: whether ``step`` would refuse it (never reset, failed, or finished with autoreset off)."""
-        return [not s or b or f for s, b, f in zip(self._started, self._broken, self._finished, strict=True)]
+        return [i in self._blocked for i in range(self.num_envs)]
 
     # ------------------------------------------------------------------ jobs
     def _take_seed(self, i: int) -> int:
@@ -279,12 +290,13 @@ class VectorEnv(abc.ABC):
             if mode is AutoresetMode.NEXT_STEP:
                 self._autoreset[i] = True
             else:
-                self._finished[i] = True
+                self._blocked[i] = "finished its episode and autoreset is disabled"
         return result
 
     def _recover_job(self, failure: Failure) -> Job:
         i = failure.index
-        self._autoreset[i] = self._finished[i] = False
+        self._autoreset[i] = False
+        self._blocked.pop(i, None)
         obs, info = yield from self._reset_job(i, None)
         return obs, 0.0, False, True, {**info, "env_error": failure.describe()}
 
@@ -317,7 +329,7 @@ class VectorEnv(abc.ABC):
         elif self.root_seed is None:
             self.root_seed = int(np.random.SeedSequence().entropy)  # type: ignore[arg-type]
         for i in targets:
-            self._autoreset[i] = self._finished[i] = self._broken[i] = False
+            self._autoreset[i] = False
         return targets, per_env
 
     def _finish_reset(self, targets: list[int], outcomes: dict[int, Any]) -> VectorResetReturn:
@@ -327,42 +339,38 @@ class VectorEnv(abc.ABC):
         for i in targets:
             out = outcomes[i]
             if isinstance(out, Failure):
-                self._broken[i] = True
+                self._blocked[i] = "raised an error"
                 failures[i] = out.error
                 observations.append("")
                 infos.append({"env_error": out.describe()})
                 continue
-            self._started[i] = True
+            self._blocked.pop(i, None)
             observations.append(out[0])
             infos.append(out[1])
         if failures:
             raise self._error("reset", failures, (observations, infos))
         return observations, infos
 
-    def _prepare_step(self, actions: Sequence[str] | Mapping[int, str]) -> tuple[list[int], list[str]]:
-        self._check_open()
-        if isinstance(actions, str):
+    def _prepare_step(self, actions: Sequence[str] | Mapping[int, str]) -> tuple[list[int], Sequence[str]]:
+        if self.closed:
+            raise RuntimeError(f"{type(self).__name__} is closed")
+        acts: Sequence[str]
+        if type(actions) is list or type(actions) is tuple:  # the common case, without ABC isinstance checks
+            acts, indices = actions, self._all_indices
+        elif isinstance(actions, str):
             raise TypeError("step() takes one action per env (a sequence or {index: action}), got a single str")
-        if isinstance(actions, Mapping):
+        elif isinstance(actions, Mapping):
             indices = [self._check_index(i) for i in actions]
             acts = list(actions.values())
         else:
-            acts = list(actions)
-            if len(acts) != self.num_envs:
-                raise ValueError(
-                    f"got {len(acts)} actions for {self.num_envs} envs; pass {{index: action}} to step a subset"
-                )
-            indices = list(range(self.num_envs))
-        for i in indices:
-            if not self._started[i] or self._broken[i] or self._finished[i]:
-                why = (
-                    "was never reset"
-                    if not self._started[i]
-                    else "raised an error"
-                    if self._broken[i]
-                    else "finished its episode and autoreset is disabled"
-                )
-                raise ResetNeeded(f"env {i} {why}: call reset(indices=[{i}]) (or reset()) before stepping it")
+            acts, indices = list(actions), self._all_indices
+        if indices is self._all_indices and len(acts) != self.num_envs:
+            raise ValueError(
+                f"got {len(acts)} actions for {self.num_envs} envs; pass {{index: action}} to step a subset"
+            )
+        if self._blocked and not self._blocked.keys().isdisjoint(indices):
+            i = next(i for i in indices if i in self._blocked)
+            raise ResetNeeded(f"env {i} {self._blocked[i]}: call reset(indices=[{i}]) (or reset()) before stepping it")
         return indices, acts
 
     def _finish_step(self, indices: list[int], outcomes: dict[int, Any]) -> VectorStepReturn:
@@ -379,7 +387,7 @@ class VectorEnv(abc.ABC):
         for i in indices:
             out = outcomes[i]
             if isinstance(out, Failure):
-                self._broken[i] = True
+                self._blocked[i] = "raised an error"
                 failures[i] = out.error
                 out = ("", 0.0, False, False, {"env_error": out.describe()})
             observations.append(out[0])

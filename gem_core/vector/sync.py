@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from gem_core.core import AsyncEnv, Env, to_sync
 from gem_core.vector.base import AutoresetMode, Failure, Job, OnError, VectorEnv, VectorStepReturn
 
@@ -65,19 +67,42 @@ class SyncVectorEnv(VectorEnv):
         # on) skips the job machinery, which is most of the overhead for cheap envs.
         indices, acts = self._prepare_step(actions)
         envs, autoreset = self.envs, self._autoreset
-        outcomes: dict[int, Any] = {}
+        observations: list[str] = []
+        rewards: list[float] = []
+        terminated: list[bool] = []
+        truncated: list[bool] = []
+        infos: list[dict[str, Any]] = []
+        failures: dict[int, Failure] = {}
         for i, action in zip(indices, acts, strict=True):
             try:
                 if autoreset[i]:
-                    outcomes[i] = drive(self._step_job(i, action), envs[i])
-                    continue
-                result = envs[i].step(action)
-                if result[2] or result[3]:
-                    result = drive(self._after_step(i, result), envs[i])
-                outcomes[i] = result
+                    result = drive(self._step_job(i, action), envs[i])
+                else:
+                    result = envs[i].step(action)
+                    if result[2] or result[3]:
+                        result = drive(self._after_step(i, result), envs[i])
             except Exception as exc:
-                outcomes[i] = Failure(i, exc)
-        return self._finish_step(indices, outcomes)
+                failures[i] = Failure(i, exc)
+                result = ("", 0.0, False, False, {})
+            observations.append(result[0])
+            rewards.append(result[1])
+            terminated.append(result[2])
+            truncated.append(result[3])
+            infos.append(result[4])
+        if failures:  # rare: the shared path recovers or raises
+            outcomes = {
+                i: failures.get(i) or (observations[n], rewards[n], terminated[n], truncated[n], infos[n])
+                for n, i in enumerate(indices)
+            }
+            return self._finish_step(indices, outcomes)
+        n = len(observations)
+        return (
+            observations,
+            np.fromiter(rewards, np.float64, n),
+            np.fromiter(terminated, np.bool_, n),
+            np.fromiter(truncated, np.bool_, n),
+            infos,
+        )
 
     def _close_envs(self) -> None:
         errors: list[BaseException] = []

@@ -15,7 +15,16 @@ from gem_vector_testenvs import CountEnv, make_async_count_env, make_count_env
 
 from gem_core.errors import ConfigError, ResetNeeded, VectorEnvError
 from gem_core.registry import EnvSpec, Registry
-from gem_core.vector import AsyncVectorEnv, AutoresetMode, ProcessEnv, SyncVectorEnv, VectorEnv, episode_seed, make_vec
+from gem_core.vector import (
+    AsyncVectorEnv,
+    AutoresetMode,
+    ProcessEnv,
+    SyncVectorEnv,
+    VectorEnv,
+    episode_seed,
+    episode_seeds,
+    make_vec,
+)
 
 KINDS = ["sync", "async-thread", "async-inline", "async-native", "async-process"]
 
@@ -105,7 +114,7 @@ def test_disabled_requires_explicit_reset(vec_factory: Callable[..., VectorEnv])
 def test_subset_step_only_touches_listed_envs(vec_factory: Callable[..., VectorEnv]) -> None:
     vec = vec_factory(n=3, episode_length=5)
     vec.reset(seed=4)
-    obs, rew, *_ , infos = vec.step({2: "x", 0: "y"})
+    obs, _rew, *_, infos = vec.step({2: "x", 0: "y"})
     assert len(obs) == 2 and [i["t"] for i in infos] == [1, 1]
     assert obs[0].endswith("t 1 x") and obs[1].endswith("t 1 y")  # mapping order
     obs, *_ = vec.step(["p", "q", "r"])
@@ -126,7 +135,7 @@ def run_trace(vec: VectorEnv, seed: int, steps: int = 12) -> list[Any]:
     trace: list[Any] = [list(obs)]
     for k in range(steps):
         actions = {i: f"a{k}" for i in range(vec.num_envs) if (i + k) % 3}  # ragged
-        obs, rew, term, trunc, infos = vec.step(actions)
+        obs, rew, term, _trunc, infos = vec.step(actions)
         trace.append((obs, rew.tolist(), term.tolist(), [i.get("final_obs") for i in infos]))
     return trace
 
@@ -161,6 +170,8 @@ def test_episode_seed_matches_seed_sequence_spawning() -> None:
     words = np.random.SeedSequence(9, spawn_key=(2, 1)).generate_state(64, np.uint64)
     assert episode_seed(9, 2, 64 + 5) == int(words[5]) >> 1
     assert len({episode_seed(9, i, k) for i in range(4) for k in range(100)}) == 400
+    stream = episode_seeds(9, 3)
+    assert [next(stream) for _ in range(130)] == [episode_seed(9, 3, k) for k in range(130)]
 
 
 def test_failed_env_is_reported_and_others_keep_state(vec_factory: Callable[..., VectorEnv]) -> None:

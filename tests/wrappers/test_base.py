@@ -84,7 +84,7 @@ def test_close_is_forwarded() -> None:
 
 
 def test_wrapper_rejects_non_envs() -> None:
-    with pytest.raises(TypeError, match="wraps a gem_core.Env, got str"):
+    with pytest.raises(TypeError, match=r"wraps a gem_core\.Env, got str"):
         Wrapper("not an env")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="for an AsyncEnv use the async variant"):
         EpisodeStatistics(to_async(GenericTestEnv()))  # type: ignore[arg-type]
@@ -139,3 +139,24 @@ def test_plugins_can_register_wrappers() -> None:
     obs, _ = env.reset(seed=0)
     assert obs == obs.upper()
     assert isinstance(env.unwrapped, NumberGuessEnv)
+
+
+def test_spec_wrappers_are_applied_by_name() -> None:
+    from gem_core.plugins import get_registry
+    from gem_core.registry import EnvSpec, Registry
+
+    registry = Registry()
+    for spec in get_registry().wrappers.values():
+        registry.add(spec)
+    registry.add(
+        EnvSpec(
+            id="test:Guess-v0",
+            entry_point="gem_core.testing:NumberGuessEnv",
+            wrappers=("chat", ("max_turns", {"max_turns": 1})),
+        )
+    )
+    env = registry.make("test:Guess-v0", wrappers=["episode_stats"])
+    assert isinstance(env, EpisodeStatistics) and isinstance(env.env, TimeLimit)
+    env.reset(seed=0)
+    *_, truncated, info = env.step("no number")
+    assert truncated and info["episode"]["length"] == 1 and len(info["messages"]) == 3

@@ -66,7 +66,11 @@ def test_max_seconds_truncates_slow_episodes() -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({}, "needs max_turns or max_seconds"), ({"max_turns": 0}, "max_turns must be >= 1"), ({"max_seconds": -1}, "> 0")],
+    [
+        ({}, "needs max_turns or max_seconds"),
+        ({"max_turns": 0}, "max_turns must be >= 1"),
+        ({"max_seconds": -1}, "> 0"),
+    ],
     ids=["none", "zero-turns", "negative-seconds"],
 )
 def test_time_limit_config_errors(kwargs: dict[str, float], message: str) -> None:

@@ -1,0 +1,47 @@
+"""gem-trl: train LLM agents on gem environments with TRL's ``GRPOTrainer``.
+
+* :class:`GemRollout`: a ``rollout_func`` that plays whole multi-turn episodes with
+  the trainer's model (``model.generate`` or TRL's vLLM engine) and returns them in
+  the core's token-in/token-out layout, with ``env_mask`` on the env's tokens.
+* :func:`make_prompt_dataset`: the training dataset, from env ids and seeds.
+* :class:`GemGRPOTrainer` / :class:`GemGRPOConfig`: per-turn ReBN advantages (or GRPO).
+* :func:`build_tiny_model` / :func:`build_tiny_tokenizer`: a local toy model for tests and the demo.
+
+The trainer classes import TRL (seconds); they load on first use, so the rollout and the
+advantage helpers stay light.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gem_trl.advantages import rebn_token_advantages
+from gem_trl.rollout import GemRollout, episode_key, episode_return_reward, make_prompt_dataset, parse_episode_key
+from gem_trl.tiny import build_tiny_model, build_tiny_tokenizer
+
+if TYPE_CHECKING:
+    from gem_trl.trainer import GemGRPOConfig, GemGRPOTrainer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "GemGRPOConfig",
+    "GemGRPOTrainer",
+    "GemRollout",
+    "__version__",
+    "build_tiny_model",
+    "build_tiny_tokenizer",
+    "episode_key",
+    "episode_return_reward",
+    "make_prompt_dataset",
+    "parse_episode_key",
+    "rebn_token_advantages",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("GemGRPOConfig", "GemGRPOTrainer"):
+        from gem_trl import trainer
+
+        return getattr(trainer, name)
+    raise AttributeError(f"module 'gem_trl' has no attribute {name!r}")

@@ -1,0 +1,137 @@
+"""A tiny causal LM and chat tokenizer built locally, for tests, the demo and benchmarks.
+
+Nothing is downloaded: the tokenizer is the core's test tokenizer (a byte-level BPE
+trained in code, with a ChatML template) and the model a 2-layer Qwen2 made from a
+config with random weights. It learns nothing useful; it makes a real
+``GRPOTrainer`` run end to end on a CPU in seconds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["build_tiny_model", "build_tiny_tokenizer", "warm_up"]
+
+
+def build_tiny_tokenizer() -> Any:
+    """The core's ChatML test tokenizer (``eos="<|im_end|>"``, ``pad="<|endoftext|>"``)."""
+    from gem_core.testing_tokenizers import build_chat_tokenizer
+
+    return build_chat_tokenizer("chatml")
+
+
+def build_tiny_model(tokenizer: Any, *, seed: int = 0, hidden_size: int = 64, num_layers: int = 2) -> Any:
+    """A randomly initialised Qwen2 causal LM sized for ``tokenizer``.
+
+    Args:
+        tokenizer: Gives the vocabulary size and the special token ids.
+        seed: Seeds the weight initialisation (torch's global RNG, restored afterwards).
+        hidden_size: Width of the model.
+        num_layers: Number of decoder layers.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def warm_up(
+    model: Any,
+    tokenizer: Any,
+    env_id: str,
+    *,
+    steps: int = 60,
+    batch_size: int = 8,
+    learning_rate: float = 3e-3,
+    max_turns: int = 1,
+    seed: int = 0,
+) -> list[float]:
+    """Teach a random model an env's answer format by imitating random legal moves (a short SFT).
+
+    A randomly initialised model almost never writes a well-formed action, so every
+    episode is one format error and RL has nothing to compare. A few dozen supervised
+    steps on episodes played with ``env.sample_random_action()`` fix the format (not the
+    play), which gives RL episodes of several turns with rewards that differ.
+
+    Episodes are laid out with the core's token-in/token-out layout, and the loss covers
+    exactly the tokens the layout masks in. ``max_turns=1`` (first moves only) keeps the
+    sequences short; the format carries over to later turns.
+
+    Returns:
+        The training loss of each step.
+    """
+    import numpy as np
+    import torch
+
+    import gem_core
+    from gem_core.rl.layouts import episode_to_sequence
+    from gem_core.rl.types import Episode, Turn
+
+    env = gem_core.make(env_id)
+    sequences = []
+    for episode_seed in range(seed, seed + 4 * batch_size):
+        observation, _ = env.reset(seed=episode_seed)
+        messages: list[dict[str, str]] = [{"role": "user", "content": observation}]
+        turns = []
+        for _ in range(max_turns):
+            action = env.sample_random_action()
+            next_observation, reward, terminated, truncated, _ = env.step(action)
+            ids = [*tokenizer.encode(action, add_special_tokens=False), tokenizer.eos_token_id]
+            turns.append(
+                Turn(
+                    observation,
+                    action,
+                    reward,
+                    terminated,
+                    truncated,
+                    next_observation,
+                    prompt_messages=list(messages),
+                    action_token_ids=ids,
+                )
+            )
+            if terminated or truncated:
+                break
+            messages += [{"role": "assistant", "content": action}, {"role": "user", "content": next_observation}]
+            observation = next_observation
+        sequences.append(episode_to_sequence(Episode(turns, start_state_id=f"{env_id}#{episode_seed}"), tokenizer))
+    env.close()
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate)
+    rng = np.random.default_rng(seed)
+    losses = []
+    model.train()
+    for _ in range(steps):
+        batch = [sequences[i] for i in rng.choice(len(sequences), size=batch_size, replace=False)]
+        width = max(s.num_tokens for s in batch)
+        input_ids = torch.full((batch_size, width), tokenizer.pad_token_id, dtype=torch.long)
+        labels = torch.full((batch_size, width), -100, dtype=torch.long)
+        attention = torch.zeros((batch_size, width), dtype=torch.long)
+        for row, s in enumerate(batch):
+            ids = torch.from_numpy(s.input_ids)
+            input_ids[row, : s.num_tokens] = ids
+            attention[row, : s.num_tokens] = 1
+            labels[row, : s.num_tokens] = torch.where(torch.from_numpy(s.loss_mask).bool(), ids, -100)
+        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach().item())
+    return losses

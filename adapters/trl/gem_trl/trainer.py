@@ -1,0 +1,132 @@
+"""``GRPOTrainer`` with gem rollouts and per-turn ReBN advantages.
+
+TRL computes one advantage per completion from a group of completions of the same
+prompt (GRPO). For multi-turn episodes with per-turn rewards, :class:`GemGRPOTrainer`
+replaces it by ReBN (GEM, arXiv 2510.01051): per-turn discounted returns
+``G_t = r_t + gamma * G_{t+1}``, normalised over every turn of the whole batch (all
+processes), each turn's advantage placed on that turn's generated tokens. TRL's loss
+accepts such ``(batch, tokens)`` advantages as they are. ``advantage_estimator="grpo"``
+keeps TRL's group advantage of the (discounted) episode return.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trl import GRPOConfig, GRPOTrainer
+
+from gem_core.errors import ConfigError
+from gem_core.registry import WrapperRef
+from gem_core.rl.returns import check_gamma
+from gem_core.rl.types import Episode
+from gem_trl.advantages import rebn_token_advantages
+from gem_trl.rollout import GemRollout, episode_return_reward
+
+__all__ = ["ADVANTAGE_ESTIMATORS", "GemGRPOConfig", "GemGRPOTrainer"]
+
+#: Estimators :class:`GemGRPOTrainer` accepts.
+ADVANTAGE_ESTIMATORS = ("rebn", "grpo")
+
+
+@dataclass
+class GemGRPOConfig(GRPOConfig):
+    """``GRPOConfig`` plus the settings of gem episodes and their advantages.
+
+    The defaults that TRL would otherwise pick for single-turn text (``loss_type="dapo"``)
+    stay TRL's; ``max_completion_length`` bounds a whole episode's completion (generated
+    plus env tokens).
+    """
+
+    advantage_estimator: str = field(
+        default="rebn",
+        metadata={"help": "'rebn': per-turn returns normalised over the batch (GEM); 'grpo': TRL's group advantage."},
+    )
+    gamma: float = field(default=1.0, metadata={"help": "Per-turn discount of the returns, in [0, 1]."})
+    max_turns: int | None = field(default=None, metadata={"help": "End episodes after this many turns."})
+    max_turn_tokens: int = field(default=64, metadata={"help": "Most tokens the model generates in one turn."})
+    rebn_eps: float = field(default=1e-9, metadata={"help": "Added to the std in ReBN."})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:
+            raise ConfigError(
+                f"advantage_estimator must be one of {ADVANTAGE_ESTIMATORS}, got {self.advantage_estimator!r}"
+            )
+        try:
+            self.gamma = check_gamma(self.gamma)
+        except ValueError as exc:
+            raise ConfigError(f"gamma: {exc}") from None
+        if self.max_turns is not None and self.max_turns < 1:
+            raise ConfigError(f"max_turns must be >= 1 or None, got {self.max_turns}")
+        if self.max_turn_tokens < 1:
+            raise ConfigError(f"max_turn_tokens must be >= 1, got {self.max_turn_tokens}")
+
+
+class GemGRPOTrainer(GRPOTrainer):
+    """``GRPOTrainer`` that trains on gem episodes, with ReBN advantages by default.
+
+    Args:
+        model: As for ``GRPOTrainer`` (a model object or a local path).
+        args: A :class:`GemGRPOConfig`.
+        train_dataset: Episode keys, e.g. ``make_prompt_dataset("game:GuessTheNumber-v0-easy", 256)``.
+        reward_funcs: Defaults to the episode return (:func:`episode_return_reward`).
+        rollout_func: Defaults to a :class:`GemRollout` built from ``args`` and the arguments below.
+        wrappers: Wrappers added to every env by the default rollout.
+        system_prompt: System message of the default rollout.
+        env_kwargs: Env constructor overrides for the default rollout.
+        **kwargs: Passed to ``GRPOTrainer`` (``processing_class``, ``callbacks``, ...).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        args: GemGRPOConfig,
+        train_dataset: Any,
+        *,
+        reward_funcs: Any = None,
+        rollout_func: Any = None,
+        wrappers: Sequence[WrapperRef] = (),
+        system_prompt: str | None = None,
+        env_kwargs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if not isinstance(args, GemGRPOConfig):
+            raise ConfigError(f"args must be a GemGRPOConfig, got {type(args).__name__}")
+        if rollout_func is None:
+            rollout_func = GemRollout(
+                wrappers=wrappers,
+                gamma=args.gamma,
+                max_turns=args.max_turns,
+                max_turn_tokens=args.max_turn_tokens,
+                system_prompt=system_prompt,
+                env_kwargs=env_kwargs,
+            )
+        super().__init__(
+            model=model,
+            reward_funcs=[episode_return_reward] if reward_funcs is None else reward_funcs,
+            args=args,
+            train_dataset=train_dataset,
+            rollout_func=rollout_func,
+            **kwargs,
+        )
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        output: dict[str, Any] = super()._generate_and_score_completions(inputs)
+        if self.args.advantage_estimator != "rebn":
+            return output
+        started = time.perf_counter()
+        # TRL merged the rollout's per-episode fields into ``inputs``.
+        if not inputs or "episode" not in inputs[0]:
+            raise ConfigError("ReBN needs the 'episode' field of gem_trl.GemRollout; use it as rollout_func")
+        episodes: list[Episode] = [x["episode"] for x in inputs]
+        # Every rank takes part: the statistics are all-reduced over the whole batch.
+        advantages, _ = rebn_token_advantages(
+            episodes, self.args.gamma, output["completion_ids"].shape[1], distributed=True, eps=self.args.rebn_eps
+        )
+        output["advantages"] = advantages.to(output["completion_ids"].device)
+        mode = "train" if self.model.training else "eval"
+        self._metrics[mode]["gem/time_advantages"].append(time.perf_counter() - started)
+        return output

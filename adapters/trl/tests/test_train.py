@@ -1,0 +1,143 @@
+"""A real ``GRPOTrainer.train()`` on the CPU: tiny local model, multi-turn env, ReBN advantages."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from gem_trl import GemGRPOConfig, GemGRPOTrainer, build_tiny_model, build_tiny_tokenizer, make_prompt_dataset
+
+from gem_core.rl.advantages import rebn
+from gem_core.rl.returns import discounted_returns
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+ENV_ID = "core:NumberGuess-v0"
+
+
+class RecordingTrainer(GemGRPOTrainer):
+    """Keeps every generation batch as the loss will see it (before TRL shuffles it)."""
+
+    records: list[tuple[list[dict[str, Any]], dict[str, Any]]]
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        out = super()._generate_and_score_completions(inputs)
+        self.records.append(([dict(x) for x in inputs], {k: v for k, v in out.items()}))
+        return out
+
+
+def _config(tmp_path: Any, **overrides: Any) -> GemGRPOConfig:
+    settings: dict[str, Any] = {
+        "output_dir": str(tmp_path),
+        "use_cpu": True,
+        "bf16": False,
+        "report_to": "none",
+        "save_strategy": "no",
+        "logging_steps": 1,
+        "max_steps": 2,
+        "per_device_train_batch_size": 4,
+        "num_generations": 2,
+        "learning_rate": 5e-3,
+        "max_completion_length": 96,
+        "max_turn_tokens": 6,
+        "max_turns": 3,
+        "gamma": 0.9,
+        "seed": 0,
+        "disable_tqdm": True,
+    }
+    settings.update(overrides)
+    return GemGRPOConfig(**settings)
+
+
+def _train(tmp_path: Any, **overrides: Any) -> RecordingTrainer:
+    tokenizer = build_tiny_tokenizer()
+    model = build_tiny_model(tokenizer, seed=0)
+    trainer = RecordingTrainer(
+        model=model,
+        args=_config(tmp_path, **overrides),
+        train_dataset=make_prompt_dataset(ENV_ID, 8),
+        processing_class=tokenizer,
+        env_kwargs={"max_turns": 3},
+    )
+    trainer.records = []
+    return trainer
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[RecordingTrainer, dict[str, torch.Tensor]]:
+    trainer = _train(tmp_path_factory.mktemp("rebn"))
+    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+    trainer.train()
+    return trainer, before
+
+
+def test_trains_at_least_two_steps_with_finite_loss(trained: Any) -> None:
+    trainer, _ = trained
+    assert trainer.state.global_step == 2
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses) == 2
+    assert all(math.isfinite(loss) for loss in losses)
+
+
+def test_weights_changed(trained: Any) -> None:
+    trainer, before = trained
+    changed = [name for name, p in trainer.model.named_parameters() if not torch.equal(p.detach(), before[name])]
+    assert changed, "no parameter moved during training"
+
+
+def test_episodes_are_multi_turn(trained: Any) -> None:
+    trainer, _ = trained
+    turns = [x["num_turns"] for inputs, _ in trainer.records for x in inputs]
+    assert max(turns) > 1
+
+
+def test_advantages_are_core_rebn_of_per_turn_returns(trained: Any) -> None:
+    trainer, _ = trained
+    assert len(trainer.records) == 2
+    for inputs, out in trainer.records:
+        returns = [discounted_returns(x["turn_rewards"], 0.9) for x in inputs]
+        per_turn = np.split(rebn(np.concatenate(returns)), np.cumsum([len(r) for r in returns])[:-1])
+        advantages = out["advantages"]
+        assert advantages.shape == out["completion_ids"].shape
+        for row, (x, adv) in enumerate(zip(inputs, per_turn, strict=True)):
+            expected = torch.zeros(advantages.shape[1])
+            for (start, end), a in zip(x["turn_spans"], adv, strict=True):
+                expected[start:end] = float(a)
+            torch.testing.assert_close(advantages[row], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_env_mask_is_one_exactly_on_generated_tokens(trained: Any) -> None:
+    trainer, _ = trained
+    for inputs, out in trainer.records:
+        loss_mask = out["completion_mask"] * out["tool_mask"]
+        for row, x in enumerate(inputs):
+            episode = x["episode"]
+            expected = torch.zeros(loss_mask.shape[1], dtype=loss_mask.dtype)
+            for (start, end), turn in zip(x["turn_spans"], episode.turns, strict=True):
+                expected[start:end] = 1
+                # the masked-in tokens are the ids the model sampled, unchanged
+                assert out["completion_ids"][row, start:end].tolist() == turn.action_token_ids
+            assert torch.equal(loss_mask[row], expected)
+            # every env observation after the first sits in the completion, under mask 0
+            tokenizer = trainer.processing_class
+            env_text = tokenizer.decode(
+                out["completion_ids"][row][(loss_mask[row] == 0) & (out["completion_mask"][row] == 1)]
+            )
+            for turn in episode.turns[:-1]:
+                assert turn.next_observation in env_text
+
+
+def test_grpo_stays_selectable(tmp_path: Any) -> None:
+    trainer = _train(tmp_path, advantage_estimator="grpo", max_steps=1)
+    trainer.train()
+    ((inputs, out),) = trainer.records
+    assert out["advantages"].dim() == 1  # TRL's own per-completion group advantage
+    returns = torch.tensor([x["episode_return"] for x in inputs])
+    grouped = returns.view(-1, 2)
+    expected = (grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-4)
+    torch.testing.assert_close(out["advantages"], expected.flatten().float(), rtol=1e-4, atol=1e-5)
