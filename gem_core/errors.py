@@ -152,8 +152,9 @@ class TemplatePrefixError(RLInputError):
     back to the per-transition layout, or use a template that keeps history verbatim.
     """
 
-    def __init__(self, message: str, *, turn: int) -> None:
+    def __init__(self, message: str, *, turn: int | None = None) -> None:
         super().__init__(message)
+        #: The turn whose rendering broke the prefix, when known (``None`` for a template probe).
         self.turn = turn
 
 

@@ -30,41 +30,9 @@ import numpy as np
 from gem_core.core import AsyncEnv, Env, to_async
 from gem_core.errors import ConfigError
 from gem_core.registry import WrapperRef
+from gem_core.rl.types import Episode, Turn
 from gem_core.vector.base import episode_seed
 from gem_core.wrappers.chat import ChatTokenizer, Conversation, Message
-
-try:
-    from gem_core.rl.types import Episode, Turn  # type: ignore[import-not-found,unused-ignore]
-except ImportError:  # pragma: no cover - until gem_core.rl (issue 4) is merged; same field names
-    from dataclasses import dataclass, field
-
-    @dataclass(slots=True)
-    class Turn:  # type: ignore[no-redef,unused-ignore]
-        """One step (minimal stand-in for ``gem_core.rl.types.Turn``)."""
-
-        observation: str
-        action: str
-        reward: float
-        terminated: bool = False
-        truncated: bool = False
-        next_observation: str = ""
-        info: dict[str, Any] = field(default_factory=dict)
-        prompt_messages: list[Message] | None = None
-        prompt_token_ids: list[int] | None = None
-        action_token_ids: list[int] | None = None
-        action_logprobs: list[float] | None = None
-
-    @dataclass(slots=True)
-    class Episode:  # type: ignore[no-redef,unused-ignore]
-        """One rollout (minimal stand-in for ``gem_core.rl.types.Episode``)."""
-
-        turns: list[Turn]
-        start_state_id: str
-        episode_id: str = ""
-        env_id: str | None = None
-        seed: int | None = None
-        metadata: dict[str, Any] = field(default_factory=dict)
-
 
 __all__ = ["Episode", "EpisodeRunner", "MessagePolicy", "TokenPolicy", "Turn", "run_episodes"]
 

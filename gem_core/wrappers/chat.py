@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Literal, Protocol
 
 from gem_core.core import ResetReturn, StepReturn
-from gem_core.errors import ConfigError
+from gem_core.errors import ConfigError, TemplatePrefixError
 from gem_core.wrappers.base import AsyncWrapper, Wrapper, WrapperHooks
 
 __all__ = [
@@ -121,14 +121,14 @@ class Conversation:
         """What the template writes after an assistant message's content (e.g. ``<|im_end|>`` and a newline).
 
         Raises:
-            ValueError: the template does not render an assistant message after its own
+            TemplatePrefixError: the template does not render an assistant message after its own
                 generation prompt (so no footer can be cut out).
         """
         prompt = render_chat(tokenizer, _ANCHOR[:2], add_generation_prompt=True)
         answered = render_chat(tokenizer, _ANCHOR, add_generation_prompt=False)
         content = _ANCHOR[2]["content"]
         if not answered.startswith(prompt + content):
-            raise ValueError(
+            raise TemplatePrefixError(
                 "the chat template does not render an assistant message right after its generation prompt, "
                 "so turn deltas cannot be computed; re-render the whole history instead"
             )
@@ -145,13 +145,13 @@ class Conversation:
         multi-turn episode is O(T) to render instead of O(T^2).
 
         Raises:
-            ValueError: the template is not prefix-stable (rendering more messages changed the
+            TemplatePrefixError: the template is not prefix-stable (rendering more messages changed the
                 text of earlier ones), so deltas cannot be cut from it.
         """
         base = render_chat(tokenizer, _ANCHOR, add_generation_prompt=False)
         full = render_chat(tokenizer, _ANCHOR + new_messages, add_generation_prompt=True)
         if not full.startswith(base):
-            raise ValueError(
+            raise TemplatePrefixError(
                 "the chat template is not prefix-stable: rendering more messages changed the earlier text, "
                 "so turn deltas cannot be computed; re-render the whole history instead"
             )

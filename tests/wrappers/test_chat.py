@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from gem_core.core import StepReturn
-from gem_core.errors import ConfigError
+from gem_core.errors import ConfigError, TemplatePrefixError
 from gem_core.testing import GenericTestEnv
 from gem_core.wrappers import CHAT_MODES, ChatHistory, Conversation
 
@@ -159,5 +159,5 @@ def test_render_delta_rejects_templates_that_rewrite_history(chat_tokenizer: Any
         def decode(self, token_ids: list[int], **kwargs: Any) -> str:
             return ""
 
-    with pytest.raises(ValueError, match="not prefix-stable"):
+    with pytest.raises(TemplatePrefixError, match="not prefix-stable"):
         Conversation.render_delta(Rewriting(), [{"role": "user", "content": "x"}])
