@@ -25,6 +25,8 @@ __all__ = [
     "ToolNotFound",
     "ToolTimeout",
     "WrapperNotFound",
+    # --- reasoning envs ---
+    "DatasetUnavailable",
 ]
 
 
@@ -94,3 +96,10 @@ class ToolError(GemCoreError):
 
 class ToolTimeout(ToolError, TimeoutError):
     """A tool call ran past its time limit."""
+
+
+# --- reasoning envs ---
+
+
+class DatasetUnavailable(GemCoreError, OSError):
+    """A dataset env could not load its data (hub unreachable, missing local file); says how to use a local copy."""

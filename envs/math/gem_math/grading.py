@@ -1,0 +1,394 @@
+r"""Math answer grading with ``math-verify`` behind one process-wide, timeout-safe worker pool.
+
+Symbolic equivalence checks can hang (huge exponents, pathological LaTeX), so they run
+in worker processes and the *parent* enforces the per-answer time limit: a worker that
+overruns is killed and replaced. No ``signal.alarm`` is used anywhere on the caller's
+side, so grading works from any thread and from asyncio (:meth:`GradingPool.agrade`).
+
+One pool serves the whole process (:func:`get_grading_pool`): every env instance shares
+its few workers instead of starting a pool each.
+
+Example:
+    >>> from gem_math.grading import grade
+    >>> grade("so the answer is \\boxed{\\frac{1}{2}}", "0.5").correct
+    True
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import logging
+import multiprocessing as mp
+import os
+import queue
+import re
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+__all__ = [
+    "GradeResult",
+    "GradingPool",
+    "extract_boxed",
+    "get_grading_pool",
+    "grade",
+    "shutdown_grading_pool",
+    "verify_math",
+]
+
+#: The checker workers run unless told otherwise: ``checker(answer, gold) -> bool``.
+DEFAULT_CHECKER = "gem_math.grading:verify_math"
+#: Seconds a fresh worker may take to import math-verify and report ready.
+_STARTUP_TIMEOUT_S = 180.0
+
+
+@dataclass(frozen=True)
+class GradeResult:
+    """The verdict on one answer.
+
+    Attributes:
+        correct: The answer is equivalent to the reference.
+        answer: The extracted answer text (boxed contents joined by ``", "``), ``None`` if none was found.
+        timed_out: Grading ran past its time limit (counted as incorrect).
+        error: Why grading failed, if it did (counted as incorrect).
+        elapsed_s: Wall-clock seconds spent grading.
+    """
+
+    correct: bool
+    answer: str | None
+    timed_out: bool = False
+    error: str | None = None
+    elapsed_s: float = 0.0
+
+    @property
+    def format_error(self) -> bool:
+        r"""No ``\boxed{...}`` answer was found in the response."""
+        return self.answer is None
+
+
+_BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BRACE_RE = re.compile(r"\\[{}]|[{}]")
+
+
+def extract_boxed(text: str) -> list[str]:
+    r"""Contents of every outermost balanced ``\boxed{...}`` (or ``\fbox{...}``) in ``text``, in order.
+
+    One linear pass with a brace stack, so malformed or huge text is cheap and never raises;
+    unbalanced boxes are ignored and escaped braces (``\{``) do not count.
+    """
+    box_opens = {m.end() - 1 for m in _BOXED_RE.finditer(text)}
+    if not box_opens:
+        return []
+    stack: list[int] = []
+    closed: list[tuple[int, int]] = []
+    for token in _BRACE_RE.finditer(text):
+        if token.group() == "{":
+            stack.append(token.start())
+        elif token.group() == "}" and stack:
+            start = stack.pop()
+            if start in box_opens:
+                closed.append((start + 1, token.start()))
+    found: list[tuple[int, int]] = []
+    for start, end in sorted(closed):  # keep outermost boxes: drop those inside a kept one
+        if not found or start > found[-1][1]:
+            found.append((start, end))
+    return [text[a:b].strip() for a, b in found]
+
+
+def _answer_of(boxed: list[str]) -> str | None:
+    """One answer string from all boxes: repeats collapse, distinct boxes form a list ``a, b``."""
+    unique = [b for i, b in enumerate(boxed) if b and b not in boxed[:i]]
+    return ", ".join(unique) if unique else None
+
+
+_TRIVIAL_RE = re.compile(r"\s+|\$|\\[,;!: ]|\\(?:left|right)\b|\\displaystyle")
+
+
+def _normalise(text: str) -> str:
+    """Cheap canonical form for the exact-match fast path (never used to say "wrong")."""
+    return _TRIVIAL_RE.sub("", text).replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+
+
+# ---------------------------------------------------------------------------- worker side
+
+
+def verify_math(answer: str, gold: str) -> bool:
+    """The default checker (runs in a worker): parse both sides with math-verify and compare."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+    configs: Any = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
+    # math-verify's own timeouts use signal.alarm; the parent enforces the limit instead.
+    gold_parsed = parse(f"${gold}$", extraction_config=configs, parsing_timeout=None)
+    if not gold_parsed:  # gold that is not LaTeX (plain words): compare as text
+        return _normalise(answer).lower() == _normalise(gold).lower()
+    pred_parsed = parse(f"\\boxed{{{answer}}}", extraction_config=configs, parsing_timeout=None)
+    return bool(verify(gold_parsed, pred_parsed, timeout_seconds=None))
+
+
+def _worker_main(conn: Connection, checker_path: str) -> None:
+    """Worker loop: import the checker once, then answer ``(answer, gold)`` requests until told to stop."""
+    try:
+        logging.getLogger("math_verify").setLevel(logging.ERROR)  # it warns on every call without a timeout
+        from gem_core.registry import load_entry_point
+
+        checker = load_entry_point(checker_path)
+        if checker_path == DEFAULT_CHECKER:
+            import math_verify  # noqa: F401 - pay the import before reporting ready
+    except Exception as exc:  # report instead of dying silently
+        conn.send(("failed", f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send(("ready", None))
+    while True:
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):
+            return
+        if request is None:
+            return
+        answer, gold = request
+        try:
+            conn.send((bool(checker(answer, gold)), None))
+        except Exception as exc:  # a checker crash is a wrong answer, not a dead worker
+            conn.send((False, f"{type(exc).__name__}: {exc}"))
+
+
+# ---------------------------------------------------------------------------- parent side
+
+
+class _Worker:
+    """One worker process and the parent's end of its pipe."""
+
+    def __init__(self, ctx: Any, checker: str) -> None:
+        parent_end, child_end = ctx.Pipe()
+        self.conn: Connection = parent_end
+        self.process = ctx.Process(target=_worker_main, args=(child_end, checker), daemon=True, name="gem-math-grader")
+        self.process.start()
+        child_end.close()
+
+    def wait_ready(self, timeout: float) -> None:
+        if not self.conn.poll(timeout):
+            self.kill()
+            raise RuntimeError(f"math grading worker did not start within {timeout:.0f}s")
+        status, detail = self.conn.recv()
+        if status != "ready":
+            self.kill()
+            raise RuntimeError(f"grading worker failed to start: {detail} (is math-verify installed?)")
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(timeout=5)
+        self.conn.close()
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self.conn.send(None)
+        self.process.join(timeout=2)
+        self.kill()
+
+
+class GradingPool:
+    """A few worker processes that grade answers with math-verify under a per-answer time limit.
+
+    Thread-safe: each call borrows an idle worker (starting one if fewer than ``workers`` run)
+    and blocks until one is free. A call that runs past its ``timeout`` kills its worker, which
+    is replaced on demand, and returns ``timed_out=True``.
+
+    Args:
+        workers: Maximum worker processes.
+        timeout: Default per-answer limit in seconds.
+        start_method: ``multiprocessing`` start method; ``"spawn"`` is safe from threaded programs.
+        checker: ``"module:function"`` run in the workers as ``checker(answer, gold) -> bool``;
+            defaults to math-verify (:func:`verify_math`).
+    """
+
+    def __init__(
+        self, workers: int = 2, timeout: float = 1.0, start_method: str = "spawn", checker: str = DEFAULT_CHECKER
+    ) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        self.workers = workers
+        self.timeout = timeout
+        self.checker = checker
+        self._ctx = mp.get_context(start_method)
+        self._idle: queue.LifoQueue[_Worker] = queue.LifoQueue()
+        self._running = 0
+        self._lock = threading.Lock()
+        self._closed = False
+        self._executor: ThreadPoolExecutor | None = None
+        self._pid = os.getpid()
+        self.timeouts = 0  # counters, for benchmarks and monitoring
+        self.graded = 0
+
+    # -- worker management
+    def _reserve_slot(self) -> bool:
+        """Count a worker about to start, if the pool has room for one."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the grading pool is closed")
+            if self._running < self.workers:
+                self._running += 1
+                return True
+            return False
+
+    def _spawn(self) -> _Worker:
+        try:
+            return _Worker(self._ctx, self.checker)
+        except BaseException:
+            with self._lock:
+                self._running -= 1
+            raise
+
+    def _ready(self, worker: _Worker) -> _Worker:
+        try:
+            worker.wait_ready(_STARTUP_TIMEOUT_S)
+        except BaseException:
+            with self._lock:
+                self._running -= 1
+            raise
+        return worker
+
+    def _acquire(self) -> _Worker:
+        while True:
+            try:
+                return self._idle.get_nowait()
+            except queue.Empty:
+                pass
+            if self._reserve_slot():
+                return self._ready(self._spawn())
+            try:  # all busy: wait, but wake up to take the slot of a worker killed meanwhile
+                return self._idle.get(timeout=0.05)
+            except queue.Empty:
+                continue
+
+    def _release(self, worker: _Worker) -> None:
+        self._idle.put(worker)
+
+    def _discard(self, worker: _Worker) -> None:
+        worker.kill()
+        with self._lock:
+            self._running -= 1
+
+    def start(self) -> None:
+        """Start every worker now instead of on first use (pays the math-verify import up front)."""
+        spawned = []
+        while self._reserve_slot():
+            spawned.append(self._spawn())
+        for worker in spawned:  # started together, so the imports overlap
+            self._release(self._ready(worker))
+
+    # -- grading
+    def verify(self, answer: str, gold: str, *, timeout: float | None = None) -> tuple[bool, bool, str | None]:
+        """Compare an extracted answer with the reference in a worker.
+
+        Returns:
+            ``(correct, timed_out, error)``.
+        """
+        limit = self.timeout if timeout is None else timeout
+        worker = self._acquire()
+        try:
+            worker.conn.send((answer, gold))
+            if not worker.conn.poll(limit):
+                self._discard(worker)  # the only way to stop a stuck sympy call
+                self.timeouts += 1
+                return False, True, f"grading took longer than {limit:g}s"
+            correct, error = worker.conn.recv()
+        except (EOFError, OSError) as exc:  # worker died (OOM killer, segfault)
+            self._discard(worker)
+            return False, False, f"grading worker died: {type(exc).__name__}"
+        except BaseException:
+            self._discard(worker)
+            raise
+        self._release(worker)
+        self.graded += 1
+        return bool(correct), False, error
+
+    def grade(self, response: str, gold: str, *, timeout: float | None = None) -> GradeResult:
+        r"""Grade a model response against a reference answer.
+
+        The answer is the content of the response's ``\boxed{}``; repeated boxes count once,
+        distinct boxes form a list (so ``\boxed{2}, \boxed{3}`` matches ``2, 3``, not ``3``).
+
+        Args:
+            response: The model's full response.
+            gold: The reference answer (LaTeX or plain).
+            timeout: Per-answer limit in seconds; defaults to the pool's.
+        """
+        t0 = time.perf_counter()
+        answer = _answer_of(extract_boxed(response))
+        if answer is None:
+            return GradeResult(False, None, elapsed_s=time.perf_counter() - t0)
+        if _normalise(answer) == _normalise(gold):  # identical strings need no worker round trip
+            return GradeResult(True, answer, elapsed_s=time.perf_counter() - t0)
+        correct, timed_out, error = self.verify(answer, gold, timeout=timeout)
+        return GradeResult(correct, answer, timed_out, error, time.perf_counter() - t0)
+
+    async def agrade(self, response: str, gold: str, *, timeout: float | None = None) -> GradeResult:
+        """:meth:`grade` for asyncio: waits in a helper thread so the event loop keeps running."""
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="gem-math-grade")
+            executor = self._executor
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(executor, lambda: self.grade(response, gold, timeout=timeout))
+
+    def close(self) -> None:
+        """Stop every worker; idempotent. Calls in flight finish or fail with ``RuntimeError``."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False)
+        if os.getpid() != self._pid:  # inherited through fork: the workers are not ours
+            return
+        while True:
+            try:
+                self._idle.get_nowait().stop()
+            except queue.Empty:
+                break
+
+
+_POOL: GradingPool | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _default_workers() -> int:
+    env = os.environ.get("GEM_GRADING_WORKERS")
+    if env:
+        return max(1, int(env))
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def get_grading_pool() -> GradingPool:
+    """The process-wide pool, started lazily; ``GEM_GRADING_WORKERS`` sets its size (default ``min(4, cpus)``)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL._closed or _POOL._pid != os.getpid():
+            _POOL = GradingPool(workers=_default_workers())
+        return _POOL
+
+
+def shutdown_grading_pool() -> None:
+    """Stop the process-wide pool (it restarts on next use)."""
+    global _POOL
+    with _POOL_LOCK:
+        pool, _POOL = _POOL, None
+    if pool is not None:
+        pool.close()
+
+
+atexit.register(shutdown_grading_pool)
+
+
+def grade(response: str, gold: str, *, timeout: float | None = None) -> GradeResult:
+    """Grade with the process-wide pool; see :meth:`GradingPool.grade`."""
+    return get_grading_pool().grade(response, gold, timeout=timeout)
