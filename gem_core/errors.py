@@ -21,6 +21,8 @@ __all__ = [
     "PluginWarning",
     "RegistrationError",
     "ResetNeeded",
+    "SandboxIsolationWarning",
+    "ToolCallParseError",
     "ToolError",
     "ToolNotFound",
     "ToolTimeout",
@@ -96,6 +98,17 @@ class ToolError(GemCoreError):
 
 class ToolTimeout(ToolError, TimeoutError):
     """A tool call ran past its time limit."""
+
+
+# --- tools ---
+
+
+class SandboxIsolationWarning(GemCoreWarning):
+    """The Python sandbox fell back to weaker isolation than Linux namespaces (said once per level)."""
+
+
+class ToolCallParseError(ToolError, ValueError):
+    """A tool call in a model's response is malformed (raised only by strict parsing helpers)."""
 
 
 # --- reasoning envs ---

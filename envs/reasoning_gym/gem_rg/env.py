@@ -50,7 +50,7 @@ class ReasoningGymConfig(BaseModel):
         config: Keyword arguments of the dataset's config class (e.g. ``{"max_terms": 6}``);
             they override what ``difficulty`` sets.
         prompt: Observation template; ``{question}`` is replaced by the problem.
-        format_error_reward: Reward when the response has no ``<answer>`` tags and no ``\\boxed{}``.
+        format_error_reward: Reward when the response has no ``<answer>`` tags and no ``\boxed{}``.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -1,0 +1,292 @@
+"""The tool wrapper: gives any env's agent tools it calls from inside its responses.
+
+``ToolEnvWrapper`` adds the tools' instructions (and JSON schemas) to the first observation.
+On each step it looks for tool calls in the response (both syntaxes of
+:mod:`gem_core.tools.parsing`); when there are some it runs them, concurrently, and returns
+their results as the next observation, without stepping the inner env. A response without
+calls goes to the inner env. See ``docs/tools.md``.
+
+It subclasses :class:`gem_core.Env` and forwards explicitly (the generic ``Wrapper`` base of
+``gem_core.wrappers`` was not merged when this was written).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+from collections.abc import Coroutine, Sequence
+from typing import Any, ClassVar, Literal, TypeVar, Union
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from gem_core.core import Env, ResetReturn, StepReturn
+from gem_core.errors import ConfigError, ResetNeeded, ToolError
+from gem_core.registry import format_config_error
+from gem_core.tools.base import Tool, ToolCall, ToolResult
+from gem_core.tools.parsing import MalformedCall, ParsedResponse, Syntax, parse_tool_calls
+
+__all__ = ["ToolEnvWrapper", "ToolWrapperConfig"]
+
+_T = TypeVar("_T")
+
+
+class ToolWrapperConfig(BaseModel):
+    r"""Settings of :class:`ToolEnvWrapper` (validated; errors name the field).
+
+    Attributes:
+        tools: Tools to offer: registered names (built with ``gem_core.make_tool``) or instances.
+        max_tool_calls: Tool calls allowed per episode. Once used up, responses go to the env.
+        max_calls_per_turn: Calls run from one response; later ones are skipped with a note.
+        syntax: Call syntaxes understood (and explained in the instructions).
+        answer_pattern: Regex that marks a final answer (e.g. ``r"\\boxed\{"``). When a response
+            holds both calls and a match, ``answer_with_calls`` decides what happens.
+        answer_with_calls: ``"both"``: run the calls, then pass the response to the env (its
+            observation follows the tool results; the episode can end). ``"env"``: pass it to the
+            env without running the calls. ``"tools"``: run the calls and ignore the answer.
+        call_reward: Reward per executed call.
+        success_reward: Extra reward per call that succeeded.
+        error_reward: Reward per failed or malformed call (usually <= 0).
+        instructions: Add the tools' instructions to the first observation.
+    """
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    tools: Sequence[Union[str, Tool]] = Field(min_length=1)
+    max_tool_calls: int = Field(10, ge=0)
+    max_calls_per_turn: int = Field(4, ge=1)
+    syntax: Syntax = "both"
+    answer_pattern: str | None = None
+    answer_with_calls: Literal["both", "env", "tools"] = "both"
+    call_reward: float = 0.0
+    success_reward: float = 0.0
+    error_reward: float = 0.0
+    instructions: bool = True
+
+    @field_validator("answer_pattern")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a valid regular expression: {exc}") from exc
+        return value
+
+
+class _LoopThread:
+    """A private event loop in a daemon thread, so sync ``step`` can await async tools."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def run(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        with self._lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(target=self._loop.run_forever, name="gem-tools-loop", daemon=True)
+                self._thread.start()
+            loop = self._loop
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+    def stop(self) -> None:
+        with self._lock:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+        if loop is None:
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        if thread is not None:
+            thread.join()
+        loop.close()
+
+
+class ToolEnvWrapper(Env):
+    """Lets the agent call tools; tool results come back as observations.
+
+    Args:
+        env: The env to wrap (a sync :class:`~gem_core.Env`; wrap an ``AsyncEnv`` with ``to_sync``).
+        tools: Tool names or instances (see :class:`ToolWrapperConfig`); tools built here from
+            names are closed by :meth:`close`, instances passed in are left to their owner.
+        **config: The other fields of :class:`ToolWrapperConfig`.
+
+    Raises:
+        ConfigError: a setting is invalid (the message names it) or two tools share a name.
+
+    Per step ``info`` gets ``tool_calls`` (calls executed this step, the reserved key that
+    episode statistics sum). Tool steps also set ``tool_results`` (one dict per call) and
+    ``observation_role = "tool"`` so chat formatting can use the tool role.
+    """
+
+    config_model: ClassVar[type[BaseModel]] = ToolWrapperConfig
+
+    def __init__(self, env: Env, tools: Sequence[str | Tool], **config: Any) -> None:
+        self.env = env
+        self.tools: dict[str, Tool] = {}
+        try:
+            self.config = ToolWrapperConfig.model_validate({"tools": list(tools), **config})
+        except ValidationError as exc:
+            raise ConfigError(format_config_error("ToolEnvWrapper configuration", exc)) from exc
+        self._owned: list[Tool] = []
+        for item in self.config.tools:
+            tool = self._build(item) if isinstance(item, str) else item
+            if tool.name in self.tools:
+                raise ConfigError(f"two tools are named {tool.name!r}; tool names must be unique")
+            self.tools[tool.name] = tool
+        self._answer = re.compile(self.config.answer_pattern) if self.config.answer_pattern else None
+        self._loop = _LoopThread()
+        self.calls_used = 0
+        self.turn_calls: list[int] = []
+        self._started = False
+
+    def _build(self, name: str) -> Tool:
+        from gem_core.api import make_tool  # late: the registry loads plugins
+
+        tool = make_tool(name)
+        if not isinstance(tool, Tool):
+            raise ConfigError(f"tool {name!r} built a {type(tool).__name__}, not a gem_core.tools.Tool")
+        self._owned.append(tool)
+        return tool
+
+    # ------------------------------------------------------------------ forwarding
+    @property
+    def spec(self) -> Any:
+        return self.env.spec
+
+    @spec.setter
+    def spec(self, value: Any) -> None:
+        self.env.spec = value
+
+    @property
+    def np_random(self) -> np.random.Generator:
+        return self.env.np_random
+
+    @property
+    def unwrapped(self) -> Env:
+        return self.env.unwrapped
+
+    def sample_random_action(self) -> str:
+        return self.env.sample_random_action()
+
+    # ------------------------------------------------------------------ episode
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
+        obs, info = self.env.reset(seed=seed, options=options)
+        self.calls_used = 0
+        self.turn_calls = []
+        self._started = True
+        info = {**info, "tools": [tool.schema() for tool in self.tools.values()]}
+        if self.config.instructions:
+            obs = f"{obs}\n\n{self.instructions()}"
+        return obs, info
+
+    def instructions(self) -> str:
+        """The text added to the first observation: how to call each tool, and the limits."""
+        cfg = self.config
+        lines = ["You can use these tools:"]
+        lines += [tool.instructions() for tool in self.tools.values()] if cfg.syntax != "json" else []
+        if cfg.syntax != "tag":
+            lines.append(
+                'Call a tool by writing <tool_call>{"name": <tool name>, "arguments": <arguments object>}</tool_call>. '
+                "The tools' signatures:"
+            )
+            lines.append("<tools>")
+            lines += [json.dumps(tool.schema()) for tool in self.tools.values()]
+            lines.append("</tools>")
+        lines.append(
+            f"You may make up to {cfg.max_tool_calls} tool calls in this episode, at most "
+            f"{cfg.max_calls_per_turn} per response. Each result comes back in <tool_response> tags."
+        )
+        return "\n".join(lines)
+
+    def step(self, action: str) -> StepReturn:
+        if not self._started:
+            raise ResetNeeded("call reset() before step()")
+        budget = self.config.max_tool_calls - self.calls_used
+        parsed = parse_tool_calls(action, self.tools, syntax=self.config.syntax) if budget > 0 else ParsedResponse()
+        has_answer = self._answer is not None and self._answer.search(action) is not None
+        if not parsed or (has_answer and self.config.answer_with_calls == "env"):
+            return self._env_step(action, calls=0)
+        items = parsed.items
+        run, skipped = (
+            items[: min(budget, self.config.max_calls_per_turn)],
+            items[min(budget, self.config.max_calls_per_turn) :],
+        )
+        results = self._loop.run(self._execute_all(run))
+        self.calls_used += len(run)
+        self.turn_calls.append(len(run))
+        reward = 0.0
+        for result in results:
+            reward += self.config.call_reward
+            reward += self.config.success_reward if result.ok else self.config.error_reward
+        obs = self._render(run, results, len(skipped))
+        info: dict[str, Any] = {
+            "tool_calls": len(run),
+            "tool_results": [
+                {
+                    "name": item.name,
+                    "ok": res.ok,
+                    "elapsed_s": res.elapsed_s,
+                    "malformed": isinstance(item, MalformedCall),
+                }
+                for item, res in zip(run, results, strict=True)
+            ],
+            "observation_role": "tool",
+        }
+        if has_answer and self.config.answer_with_calls == "both":
+            env_obs, env_reward, terminated, truncated, env_info = self.env.step(action)
+            return f"{obs}\n\n{env_obs}", reward + env_reward, terminated, truncated, {**env_info, **info}
+        return obs, reward, False, False, info
+
+    def _env_step(self, action: str, *, calls: int) -> StepReturn:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, reward, terminated, truncated, {**info, "tool_calls": calls}
+
+    async def _execute_all(self, items: list[ToolCall | MalformedCall]) -> list[ToolResult]:
+        return list(await asyncio.gather(*(self._execute_one(item) for item in items)))
+
+    async def _execute_one(self, item: ToolCall | MalformedCall) -> ToolResult:
+        if isinstance(item, MalformedCall):
+            return ToolResult(error=item.message)
+        try:
+            return await self.tools[item.name].execute(item.arguments)
+        except ToolError as exc:  # the tool itself broke (no worker, no server): tell the model
+            return ToolResult(error=f"the {item.name} tool failed: {exc}")
+
+    def _render(self, items: list[ToolCall | MalformedCall], results: list[ToolResult], skipped: int) -> str:
+        blocks = [
+            f'<tool_response name="{item.name or "?"}">\n{result.render()}\n</tool_response>'
+            for item, result in zip(items, results, strict=True)
+        ]
+        left = self.config.max_tool_calls - self.calls_used
+        if skipped:
+            blocks.append(
+                f"[{skipped} more tool call(s) in your response were not run: at most "
+                f"{self.config.max_calls_per_turn} per response"
+                + (", and none are left in this episode]" if left <= 0 else "]")
+            )
+        if left <= 0:
+            blocks.append(
+                "[You have used all your tool calls. Your next response goes to the task: give your final answer.]"
+            )
+        return "\n".join(blocks)
+
+    def close(self) -> None:
+        """Close the inner env, the tools built here, and the private event loop; idempotent."""
+        owned, self._owned = self._owned, []
+        try:
+            if owned:
+                self._loop.run(_close_all(owned))
+        finally:
+            self._loop.stop()
+            self.env.close()
+
+    def __repr__(self) -> str:
+        return f"<ToolEnvWrapper[{', '.join(self.tools)}] {self.env!r}>"
+
+
+async def _close_all(tools: list[Tool]) -> None:
+    await asyncio.gather(*(tool.aclose() for tool in tools))

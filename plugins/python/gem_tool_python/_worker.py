@@ -1,0 +1,333 @@
+"""Sandbox fork server and worker: confine, wait for one program on stdin, run it, report, exit.
+
+Started once per pool as ``python -I -B _worker.py zygote '<json>'`` by
+:mod:`gem_tool_python.sandbox`. Stdlib only and no gem imports. The *zygote* imports
+what programs need once, then forks one worker per request, so a new worker costs a
+``fork`` instead of an interpreter start-up. Process tree of one worker::
+
+    zygote (root)                  receives pipes over a unix socket, forks
+      └─ keeper                    [namespaces: unshare(mount, net, pid, ipc, uts)], fork, wait
+           └─ monitor              pid 1 of the new pid namespace: private mounts, tmpfs /tmp,
+                │                  fresh /proc; fork, reap, report the runner's exit
+                └─ runner          new session, rlimits, fresh uid, no_new_privs: runs the code
+
+When the runner exits the monitor exits; the kernel then kills every other process in the
+pid namespace before the monitor can be reaped, so nothing the code started outlives the call.
+Without namespaces the monitor kills the runner's session and (as root) every process of the
+call's uid instead.
+
+File descriptors of a worker: 0 code in, 1 and 2 program output, 3 control messages, one
+JSON object per line: ``{"event": "monitor", "pid": N}`` (host pid of the monitor),
+``{"event": "ready"}``, ``{"event": "done", "status": "ok"|"error"|"exit", "error": str}``
+(runner) and ``{"event": "exit", "code": N}`` (monitor; ``128 + signal`` when killed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import linecache
+import os
+import resource
+import signal
+import socket
+import sys
+import traceback
+from typing import Any
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+CTRL = 3
+#: World-writable directories that get a private tmpfs, so the code cannot leave files behind.
+PRIVATE_TMPFS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+WORKDIR_IN_NS = "/tmp/work"
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _send(**message: Any) -> None:
+    os.write(CTRL, (json.dumps(message) + "\n").encode())
+
+
+def _die_with_parent(parent: int) -> None:
+    """SIGKILL this process when its parent dies; exit now if the parent is already gone."""
+    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
+    if parent and os.getppid() != parent:
+        os._exit(1)
+
+
+def _exit_code(status: int) -> int:
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+
+
+# --------------------------------------------------------------------------- zygote
+def zygote(cfg: dict[str, Any]) -> None:
+    """Serve fork requests until the host closes the socket."""
+    sock = socket.socket(fileno=cfg["socket_fd"])
+    for module in cfg["preimport"]:
+        __import__(module)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # keepers are reaped by the kernel
+    sock.send(b"ready")
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(sock, 1 << 20, 4)
+        except OSError:
+            os._exit(0)
+        if not message:  # the host closed the socket (or died): idle workers die with us
+            os._exit(0)
+        if len(fds) != 4:
+            for fd in fds:
+                os.close(fd)
+            continue
+        parent = os.getpid()
+        if os.fork() == 0:
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            sock.close()
+            for target, fd in enumerate(fds):
+                os.dup2(fd, target)
+            os.closerange(4, 65_536)
+            try:
+                keeper({**cfg, **json.loads(message)}, parent)
+            finally:
+                os._exit(1)
+        for fd in fds:
+            os.close(fd)
+
+
+# --------------------------------------------------------------------------- keeper
+def keeper(cfg: dict[str, Any], parent: int) -> None:
+    """Enter the namespaces and start the monitor; exit with it."""
+    _die_with_parent(parent)
+    if cfg["namespaces"]:
+        try:
+            _check(
+                _libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS),
+                "unshare",
+            )
+        except OSError as exc:
+            _send(event="failed", error=str(exc))
+            os._exit(3)
+    me = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            monitor(cfg, me)
+        except BaseException as exc:
+            _send(event="failed", error=f"{type(exc).__name__}: {exc}")
+        os._exit(3)
+    _send(event="monitor", pid=pid)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2, CTRL):  # hold no pipe: EOF then means the call's processes are gone
+        os.dup2(devnull, fd)
+    _, status = os.waitpid(pid, 0)
+    os._exit(_exit_code(status))
+
+
+# --------------------------------------------------------------------------- monitor
+def monitor(cfg: dict[str, Any], parent: int) -> None:
+    """Set up the filesystem, start the runner, report its exit, and kill what it left."""
+    # In a new pid namespace our parent is outside it (getppid() == 0): skip that check.
+    _die_with_parent(0 if cfg["namespaces"] else parent)
+    if cfg["namespaces"]:
+        _private_mounts(cfg)
+    started: list[int] = []
+
+    def stop(*_: Any) -> None:
+        if started:
+            _kill_leftovers(cfg, started[0])
+        os._exit(137)
+
+    # The host's "kill everything" in fallback mode; installed before the runner exists so
+    # that an early signal cannot hit the default action (which would leave the runner alive).
+    signal.signal(signal.SIGUSR1, stop)
+    runner_pid = os.fork()
+    if runner_pid == 0:
+        signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+        try:
+            runner(cfg)
+        except BaseException as exc:
+            _send(event="failed", error=f"{type(exc).__name__}: {exc}")
+        os._exit(3)
+    started.append(runner_pid)
+    if not cfg["namespaces"]:
+        _send(event="runner", pid=runner_pid)
+    for fd in (0, 1, 2):
+        os.close(fd)
+    while True:  # as pid 1 we adopt orphans: reap them until the runner itself exits
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            os._exit(0)
+        if pid == runner_pid:
+            code = _exit_code(status)
+            _kill_leftovers(cfg, runner_pid)
+            _send(event="exit", code=code)
+            os._exit(code)
+
+
+def _kill_leftovers(cfg: dict[str, Any], runner_pid: int) -> None:
+    """Fallback mode: kill the runner's session and, as root, every process of the call's uid."""
+    if cfg["namespaces"]:
+        return  # the kernel kills the whole pid namespace when we exit
+    with contextlib.suppress(OSError):
+        os.killpg(runner_pid, signal.SIGKILL)
+    uid = cfg["uid"]
+    if uid is not None and os.fork() == 0:
+        # kill(-1) as the call's uid reaches every process of that uid, including ones that left
+        # the session; the kernel walks the task list under a lock, so a fork cannot outrun it.
+        os.setresuid(uid, uid, uid)
+        os.kill(-1, signal.SIGKILL)
+        os._exit(0)
+    try:
+        while True:
+            os.wait()
+    except ChildProcessError:
+        pass
+
+
+def _private_mounts(cfg: dict[str, Any]) -> None:
+    _check(_libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
+    _check(_libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None), "mount /proc")
+    opts = f"size={cfg['tmpfs_bytes']},mode=1777".encode()
+    for path in PRIVATE_TMPFS:
+        if os.path.isdir(path) and not os.path.islink(path):
+            _check(_libc.mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts), f"tmpfs {path}")
+    _expose(cfg["expose"])
+    hostname = b"sandbox"
+    _libc.sethostname(hostname, len(hostname))
+    os.mkdir(WORKDIR_IN_NS, 0o700)
+    if cfg["uid"] is not None:
+        os.chown(WORKDIR_IN_NS, cfg["uid"], cfg["uid"])
+    cfg["workdir"] = WORKDIR_IN_NS
+
+
+def _blocking_ancestor(path: str) -> str | None:
+    """The top-most directory on the way to ``path`` that other users cannot traverse."""
+    parts = path.strip("/").split("/")
+    for depth in range(1, len(parts) + 1):
+        ancestor = "/" + "/".join(parts[:depth])
+        try:
+            if not os.stat(ancestor).st_mode & 0o001:
+                return ancestor
+        except OSError:
+            return None
+    return None
+
+
+def _expose(paths: list[str]) -> None:
+    """Make the interpreter readable by the sandbox uid when it lives in a private directory.
+
+    A Python installed under ``/root`` (pyenv, for instance) cannot be read once the program
+    runs as another uid. Each such directory is covered with an empty tmpfs (which also hides
+    everything else in it) and only the needed paths are bind-mounted back into it.
+    """
+    hidden: dict[str, list[tuple[str, int]]] = {}
+    for path in paths:
+        ancestor = _blocking_ancestor(path)
+        if ancestor is not None:
+            hidden.setdefault(ancestor, []).append((path, os.open(path, os.O_PATH)))
+    for ancestor, keep in hidden.items():
+        _check(_libc.mount(b"tmpfs", ancestor.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=755,size=1m"), "hide")
+        for path, fd in keep:
+            os.makedirs(path, mode=0o755, exist_ok=True)
+            _check(_libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, MS_BIND | MS_REC, None), "bind")
+            os.close(fd)
+
+
+# --------------------------------------------------------------------------- runner
+def _count_own_processes(uid: int) -> int:
+    count = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                count += os.stat(f"/proc/{entry}").st_uid == uid
+    return count
+
+
+def _set_limits(cfg: dict[str, Any]) -> None:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = int(usage.ru_utime + usage.ru_stime) + int(cfg["cpu_s"])
+    # The soft limit sends SIGXCPU; the hard limit one second later is a SIGKILL nobody can catch.
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    resource.setrlimit(resource.RLIMIT_AS, (cfg["memory_bytes"], cfg["memory_bytes"]))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (cfg["fsize_bytes"], cfg["fsize_bytes"]))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (cfg["nofile"], cfg["nofile"]))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    nproc = cfg["nproc"]
+    if cfg["uid"] is None:
+        # RLIMIT_NPROC counts every process of the real uid, which we share with the host user.
+        nproc += _count_own_processes(os.getuid())
+    resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+
+
+def runner(cfg: dict[str, Any]) -> None:
+    """Drop privileges, wait for code on stdin, run it, report on the control pipe."""
+    parent = os.getppid()
+    os.setsid()
+    _set_limits(cfg)
+    uid = cfg["uid"]
+    if uid is not None:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
+    # Changing credentials cleared the parent-death signal: set it again.
+    _die_with_parent(parent)
+    os.chdir(cfg["workdir"])
+    os.listdir(os.path.dirname(os.__file__))  # fails now, not mid-call, if the stdlib is unreadable
+    os.environ.clear()
+    os.environ.update(cfg["env"], HOME=cfg["workdir"], TMPDIR=cfg["workdir"])
+    # A full output file should fail the write (EFBIG), not kill the program.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    _send(event="ready")
+    code = sys.stdin.buffer.read().decode("utf-8", "replace")
+    sys.stdin = open(os.devnull)  # noqa: SIM115 - the program may read stdin; give it nothing
+    status, error = _run(code)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:  # the program may have closed or broken its streams
+        pass
+    try:
+        _send(event="done", status=status, error=error)
+    except OSError:
+        os._exit(70)
+    os._exit(0)
+
+
+def _run(code: str) -> tuple[str, str | None]:
+    filename = "<code>"
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__}
+    me = os.getpid()
+    try:
+        exec(compile(code, filename, "exec"), namespace)
+        status, error = "ok", None
+    except SystemExit as exc:
+        status = "ok" if exc.code in (None, 0) else "exit"
+        error = None if status == "ok" else f"SystemExit: {exc.code}"
+    except BaseException as exc:
+        # Skip this frame: the model should see only its own code in the traceback.
+        status = "error"
+        tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+        error = "".join(traceback.format_exception(type(exc), exc, tb)).rstrip()
+    if os.getpid() != me:  # a child forked by the program finished it: stay silent
+        os._exit(0)
+    return status, error
+
+
+if __name__ == "__main__":
+    zygote(json.loads(sys.argv[1]))
