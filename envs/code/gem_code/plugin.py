@@ -6,9 +6,12 @@ from pathlib import Path
 
 from gem_core.hookspecs import hookimpl
 from gem_core.registry import EnvSpec
+from gem_math.specs import HubDataset, dataset_spec, hub_specs
+
+_ENV = "gem_code.env:CodeEnv"
 
 #: ``(id, hub dataset, split, description)``; columns ``problem`` and ``tests``.
-HUB_DATASETS: tuple[tuple[str, str, str, str], ...] = (
+HUB_DATASETS: tuple[HubDataset, ...] = (
     ("code:CodeContest", "axon-rl/CodeContest", "train", "CodeContests problems with merged tests."),
     ("code:Taco8k", "axon-rl/TACO-8k", "train", "TACO programming problems (8k)."),
     ("code:PrimeIntellect15k", "axon-rl/PrimeIntellect-15k", "train", "PrimeIntellect verifiable code (15k)."),
@@ -18,25 +21,14 @@ HUB_DATASETS: tuple[tuple[str, str, str, str], ...] = (
 
 @hookimpl
 def register_envs() -> list[EnvSpec]:
-    specs = [
-        EnvSpec(
-            id=env_id,
-            entry_point="gem_code.env:CodeEnv",
-            kwargs={"path": path, "split": split, "label": env_id},
-            description=f"{text} Hub dataset {path} (split {split}); pass path= for a local copy.",
-            tags=("single-turn", "code", "hub", "eval" if env_id.startswith("eval:") else "train"),
+    return [
+        *hub_specs(HUB_DATASETS, _ENV, "code", cpu_bound=True),
+        dataset_spec(
+            "code:Sample-v0",
+            _ENV,
+            {"path": str(Path(__file__).parent / "samples" / "code.jsonl")},
+            "6 stdin/stdout problems shipped with gem-code; runs offline.",
+            ("single-turn", "code", "offline"),
             cpu_bound=True,
-        )
-        for env_id, path, split, text in HUB_DATASETS
+        ),
     ]
-    specs.append(
-        EnvSpec(
-            id="code:Sample-v0",
-            entry_point="gem_code.env:CodeEnv",
-            kwargs={"path": str(Path(__file__).parent / "samples" / "code.jsonl"), "label": "code:Sample-v0"},
-            description="6 stdin/stdout problems shipped with gem-code; runs offline.",
-            tags=("single-turn", "code", "offline"),
-            cpu_bound=True,
-        )
-    )
-    return specs

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from gem_core.hookspecs import hookimpl
 from gem_core.registry import EnvSpec
+from gem_math.specs import HubDataset, dataset_spec, hub_specs
 
 _ENV = "gem_math.env:MathEnv"
 
 #: ``(id, hub dataset, split, description)`` for GEM's math ids (columns ``problem``/``answer``).
-HUB_DATASETS: tuple[tuple[str, str, str, str], ...] = (
+HUB_DATASETS: tuple[HubDataset, ...] = (
     ("math:ASDiv2K", "axon-rl/ASDIV-2k", "train", "ASDiv word problems (2k)."),
     ("math:GSM8K", "axon-rl/GSM-8k", "train", "GSM8K grade-school word problems."),
     ("math:Math12K", "axon-rl/MATH-12k", "train", "MATH competition problems (12k)."),
@@ -28,36 +27,21 @@ HUB_DATASETS: tuple[tuple[str, str, str, str], ...] = (
 PYTHON_TOOL = ("tools", {"tools": ["python"]})
 
 
-def _sample_kwargs() -> dict[str, Any]:
-    from gem_math.data import sample_path  # light: pathlib only
-
-    return {"path": sample_path("math.jsonl")}
-
-
 def math_specs() -> list[EnvSpec]:
     """Every math env spec (hub datasets and the shipped sample)."""
-    specs = [
-        EnvSpec(
-            id=env_id,
-            entry_point=_ENV,
-            kwargs={"path": path, "split": split, "label": env_id},
-            description=f"{text} Hub dataset {path} (split {split}); pass path= for a local copy.",
-            tags=("single-turn", "math", "hub", "eval" if env_id.startswith("eval:") else "train"),
+    from gem_math.data import sample_path  # light: pathlib only
+
+    return [
+        *hub_specs(HUB_DATASETS, _ENV, "math", cpu_bound=True),
+        dataset_spec(
+            "math:Sample-v0",
+            _ENV,
+            {"path": sample_path("math.jsonl")},
+            "24 math problems shipped with gem-math (fractions, intervals, sets); runs offline.",
+            ("single-turn", "math", "offline"),
             cpu_bound=True,
-        )
-        for env_id, path, split, text in HUB_DATASETS
+        ),
     ]
-    specs.append(
-        EnvSpec(
-            id="math:Sample-v0",
-            entry_point=_ENV,
-            kwargs={**_sample_kwargs(), "label": "math:Sample-v0"},
-            description="24 math problems shipped with gem-math (fractions, intervals, sets); runs offline.",
-            tags=("single-turn", "math", "offline"),
-            cpu_bound=True,
-        )
-    )
-    return specs
 
 
 @hookimpl
