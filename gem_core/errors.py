@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigError",
+    "CorpusError",
     "DuplicateIdError",
     "EntryPointError",
     "EnvCheckError",
@@ -16,6 +17,7 @@ __all__ = [
     "GemCoreError",
     "GemCoreWarning",
     "InvalidIdError",
+    "MCPConnectionError",
     "PluginLoadError",
     "PluginValidationError",
     "PluginWarning",
@@ -109,6 +111,17 @@ class SandboxIsolationWarning(GemCoreWarning):
 
 class ToolCallParseError(ToolError, ValueError):
     """A tool call in a model's response is malformed (raised only by strict parsing helpers)."""
+
+
+# --- search and MCP tools ---
+
+
+class CorpusError(ToolError, ValueError):
+    """A search corpus is missing or malformed; the message names the file and line."""
+
+
+class MCPConnectionError(ToolError, ConnectionError):
+    """An MCP server could not be started or reached, or its session was lost."""
 
 
 # --- reasoning envs ---
