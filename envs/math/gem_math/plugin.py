@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gem_core.hookspecs import hookimpl
 from gem_core.registry import EnvSpec
-from gem_math.specs import HubDataset, dataset_spec, hub_specs
+from gem_math.specs import PYTHON_TOOL_DEFAULTS, HubDataset, dataset_spec, hub_specs, tool_variant
 
 _ENV = "gem_math.env:MathEnv"
 
@@ -23,15 +23,12 @@ HUB_DATASETS: tuple[HubDataset, ...] = (
     ("eval:AIME24", "axon-rl/math-eval", "aime24", "AIME 2024 evaluation set."),
 )
 
-#: Tool-using variant: the python tool through gem_core's tool wrapper.
-PYTHON_TOOL = ("tools", {"tools": ["python"]})
-
 
 def math_specs() -> list[EnvSpec]:
     """Every math env spec (hub datasets and the shipped sample)."""
     from gem_math.data import sample_path  # light: pathlib only
 
-    return [
+    plain = [
         *hub_specs(HUB_DATASETS, _ENV, "math", cpu_bound=True),
         dataset_spec(
             "math:Sample-v0",
@@ -42,6 +39,8 @@ def math_specs() -> list[EnvSpec]:
             cpu_bound=True,
         ),
     ]
+    # Every math id also comes with the python tool: `math:GSM8K-python`, `eval:AIME24-python`...
+    return plain + [tool_variant(spec, "python", ["python"], PYTHON_TOOL_DEFAULTS) for spec in plain]
 
 
 @hookimpl

@@ -7,7 +7,20 @@ from typing import Any
 
 from gem_core.registry import EnvSpec
 
-__all__ = ["HubDataset", "dataset_spec", "hub_specs"]
+__all__ = ["PYTHON_TOOL_DEFAULTS", "SEARCH_TOOL_DEFAULTS", "HubDataset", "dataset_spec", "hub_specs", "tool_variant"]
+
+#: Math with python: a response with a ``\\boxed{}`` answer is final (its calls are not run).
+PYTHON_TOOL_DEFAULTS: dict[str, Any] = {
+    "max_tool_calls": 5,
+    "answer_pattern": r"\\boxed\{",
+    "answer_with_calls": "env",
+}
+#: QA with search: a response with an ``<answer>`` is final.
+SEARCH_TOOL_DEFAULTS: dict[str, Any] = {
+    "max_tool_calls": 5,
+    "answer_pattern": r"<answer>",
+    "answer_with_calls": "env",
+}
 
 #: ``(env id, hub dataset, split, description)``.
 HubDataset = tuple[str, str, str, str]
@@ -47,3 +60,24 @@ def hub_specs(
         )
         for env_id, path, split, text in rows
     ]
+
+
+def tool_variant(spec: EnvSpec, suffix: str, tools: list[str], defaults: dict[str, Any]) -> EnvSpec:
+    """The ``<id>-<suffix>`` spec: ``spec``'s env given ``tools`` by :func:`gem_math.tool_variants.tool_env`.
+
+    Args:
+        spec: The plain env's spec.
+        suffix: Appended to the id, e.g. ``"python"``.
+        tools: Registered tool names.
+        defaults: The variant's tool-wrapper settings (``PYTHON_TOOL_DEFAULTS``...).
+    """
+    env_id = f"{spec.id}-{suffix}"
+    kwargs = {k: v for k, v in spec.kwargs.items() if k != "label"}
+    return EnvSpec(
+        id=env_id,
+        entry_point="gem_math.tool_variants:tool_env",
+        kwargs={**kwargs, "label": env_id, "env": spec.entry_point, "tools": tools, "tool_defaults": defaults},
+        description=f"{spec.description} With the {', '.join(tools)} tool.",
+        tags=(*spec.tags, "tool", *tools),
+        cpu_bound=spec.cpu_bound,
+    )

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from gem_core.hookspecs import hookimpl
 from gem_core.registry import EnvSpec
-from gem_math.specs import HubDataset, dataset_spec, hub_specs
+from gem_math.specs import SEARCH_TOOL_DEFAULTS, HubDataset, dataset_spec, hub_specs, tool_variant
 
 _ENV = "gem_qa.env:QaEnv"
 _SAMPLES = Path(__file__).parent / "samples"
@@ -42,23 +42,26 @@ def qa_specs() -> list[EnvSpec]:
             "8 rule-deduction questions shipped with gem-qa (RuleTaker format); runs offline.",
         ),
     }
-    return [
-        *hub_specs(
-            HUB_DATASETS, _ENV, "qa", extra={"qa:NaturalQuestions": _PROBLEM_COLUMN, "qa:HotpotQA": _PROBLEM_COLUMN}
-        ),
-        *hub_specs(RULETAKER, _ENV, "logic", extra={i: {"answer_format": "boxed"} for i, *_ in RULETAKER}),
-        *(
-            dataset_spec(
-                env_id,
-                _ENV,
-                {"path": str(_SAMPLES / file), **kw},
-                text,
-                ("single-turn", env_id[: env_id.index(":")], "offline"),
-                False,
-            )
-            for env_id, (file, kw, text) in offline.items()
-        ),
+    qa = hub_specs(
+        HUB_DATASETS, _ENV, "qa", extra={"qa:NaturalQuestions": _PROBLEM_COLUMN, "qa:HotpotQA": _PROBLEM_COLUMN}
+    )
+    logic = hub_specs(RULETAKER, _ENV, "logic", extra={i: {"answer_format": "boxed"} for i, *_ in RULETAKER})
+    samples = [
+        dataset_spec(
+            env_id,
+            _ENV,
+            {"path": str(_SAMPLES / file), **kw},
+            text,
+            ("single-turn", env_id[: env_id.index(":")], "offline"),
+            False,
+        )
+        for env_id, (file, kw, text) in offline.items()
     ]
+    # Every QA id (not the True/False logic ones) also comes with the search tool: `qa:HotpotQA-search`...
+    with_search = [
+        tool_variant(spec, "search", ["search"], SEARCH_TOOL_DEFAULTS) for spec in (*qa, *samples) if "qa" in spec.tags
+    ]
+    return [*qa, *logic, *samples, *with_search]
 
 
 @hookimpl
