@@ -45,7 +45,7 @@ TRICKY_PAIRS = [
     ("response", "gold", "expected"), TRICKY_PAIRS, ids=[f"{r[:28]}~{g}" for r, g, _ in TRICKY_PAIRS]
 )
 def test_tricky_pairs(response, gold, expected):
-    result = grade(response, gold)
+    result = grade(response, gold, timeout=60)  # the verdict is under test here, not the speed
     assert result.correct is expected, result
     assert not result.timed_out
 
@@ -98,6 +98,18 @@ def test_timeout_kills_and_replaces_a_stuck_worker():
         assert time.perf_counter() - start < 30
         assert pool._running == 0 and pool.timeouts == 1
         assert pool.verify("a+", "aaa") == (True, False, None)  # a fresh worker took over
+        assert pool.verify("(a+)+b", "a" * 40)[1]  # a timeout is not remembered as a verdict
+        assert pool.timeouts == 2
+    finally:
+        pool.close()
+
+
+def test_verdicts_are_cached():
+    pool = GradingPool(workers=1, checker="operator:contains")
+    try:
+        assert pool.verify("abc", "b") == (True, False, None)
+        assert pool.verify("abc", "b") == (True, False, None)
+        assert (pool.graded, pool.cache_hits) == (1, 1)
     finally:
         pool.close()
 
@@ -141,7 +153,7 @@ def test_shared_pool_from_many_threads():
     results: list[bool] = []
 
     def work(i: int) -> None:
-        results.append(pool.grade(f"\\boxed{{\\frac{{{i}}}{{2}}}}", f"{i / 2}").correct)
+        results.append(pool.grade(f"\\boxed{{\\frac{{{i}}}{{2}}}}", f"{i / 2}", timeout=60).correct)
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(12)]
     for t in threads:
@@ -165,7 +177,7 @@ def test_async_grading_runs_concurrently_with_the_loop():
                 await asyncio.sleep(0)
 
         tick_task = asyncio.create_task(ticker())
-        results = await asyncio.gather(*(pool.agrade(f"\\boxed{{{i}/4}}", f"{i * 0.25}") for i in range(8)))
+        results = await asyncio.gather(*(pool.agrade(f"\\boxed{{{i}/4}}", f"{i * 0.25}", timeout=60) for i in range(8)))
         tick_task.cancel()
         return results, ticks
 
