@@ -162,6 +162,18 @@ def _worker_main(conn: Connection, checker_path: str) -> None:
 
 # ---------------------------------------------------------------------------- parent side
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """CPU seconds (user + system) a process has used, from ``/proc``; ``None`` where unavailable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime (fields 14 and 15)
+    except (OSError, IndexError, ValueError):
+        return None
+
 
 class _Worker:
     """One worker process and the parent's end of its pipe."""
@@ -182,6 +194,28 @@ class _Worker:
             self.kill()
             raise RuntimeError(f"grading worker failed to start: {detail} (is math-verify installed?)")
 
+    def wait_result(self, cpu_limit: float, wall_limit: float) -> bool:
+        """Wait for the worker's answer; ``False`` after ``cpu_limit`` CPU seconds or ``wall_limit`` seconds.
+
+        Counting CPU time rather than wall time keeps verdicts independent of how busy the machine
+        is (on a loaded machine a 1 s wall-clock limit fails answers that need 50 ms of work).
+        """
+        pid = self.process.pid
+        assert pid is not None
+        cpu_start = _cpu_seconds(pid)
+        deadline = time.monotonic() + wall_limit
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            if cpu_start is None:  # no /proc: wall clock only
+                return self.conn.poll(min(remaining, cpu_limit))
+            if self.conn.poll(min(remaining, 0.05)):
+                return True
+            used = _cpu_seconds(pid)
+            if used is not None and used - cpu_start >= cpu_limit:
+                return self.conn.poll(0)
+
     def kill(self) -> None:
         if self.process.is_alive():
             self.process.kill()
@@ -199,8 +233,9 @@ class GradingPool:
     """A few worker processes that grade answers with math-verify under a per-answer time limit.
 
     Thread-safe: each call borrows an idle worker (starting one if fewer than ``workers`` run)
-    and blocks until one is free. A call that runs past its ``timeout`` kills its worker, which
-    is replaced on demand, and returns ``timed_out=True``.
+    and blocks until one is free. A call whose worker spends more than ``timeout`` CPU seconds
+    on it (or ``wall_factor * timeout`` wall seconds) kills the worker, which is replaced in the
+    background, and returns ``timed_out=True``.
 
     Args:
         workers: Maximum worker processes.
@@ -209,6 +244,8 @@ class GradingPool:
         checker: ``"module:function"`` run in the workers as ``checker(answer, gold) -> bool``;
             defaults to math-verify (:func:`verify_math`).
         cache_size: Verdicts remembered per ``(answer, reference)`` (timeouts are not remembered).
+        wall_factor: A worker is also stopped after ``wall_factor * timeout`` seconds of wall time
+            (the limit itself counts the worker's CPU time, so a busy machine does not fail answers).
     """
 
     def __init__(
@@ -218,6 +255,7 @@ class GradingPool:
         start_method: str = "spawn",
         checker: str = DEFAULT_CHECKER,
         cache_size: int = 65_536,
+        wall_factor: float = 10.0,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
@@ -226,6 +264,7 @@ class GradingPool:
         self.workers = workers
         self.timeout = timeout
         self.checker = checker
+        self.wall_factor = wall_factor
         self._ctx = mp.get_context(start_method)
         self._idle: queue.LifoQueue[_Worker] = queue.LifoQueue()
         self._running = 0
@@ -282,12 +321,27 @@ class GradingPool:
                 continue
 
     def _release(self, worker: _Worker) -> None:
-        self._idle.put(worker)
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                self._idle.put(worker)
+        if closed:  # a replacement that finished starting after close()
+            worker.stop()
 
     def _discard(self, worker: _Worker) -> None:
         worker.kill()
         with self._lock:
             self._running -= 1
+        # Replace it in the background: a fresh worker takes seconds to import math-verify, and no
+        # caller should wait for that while other workers are free.
+        threading.Thread(target=self._replace, name="gem-math-grader-respawn", daemon=True).start()
+
+    def _replace(self) -> None:
+        try:
+            if self._reserve_slot():
+                self._release(self._ready(self._spawn()))
+        except Exception:  # closed meanwhile, or the start failed: the next caller retries and reports
+            return
 
     def start(self) -> None:
         """Start every worker now instead of on first use (pays the math-verify import up front)."""
@@ -315,11 +369,11 @@ class GradingPool:
         worker = self._acquire()
         try:
             worker.conn.send((answer, gold))
-            if not worker.conn.poll(limit):
+            if not worker.wait_result(limit, self.wall_factor * limit):
                 self._discard(worker)  # the only way to stop a stuck sympy call
                 with self._lock:
                     self.timeouts += 1
-                return False, True, f"grading took longer than {limit:g}s"
+                return False, True, f"grading took longer than {limit:g}s of CPU time"
             correct, error = worker.conn.recv()
         except (EOFError, OSError) as exc:  # worker died (OOM killer, segfault)
             self._discard(worker)

@@ -96,8 +96,9 @@ def test_timeout_kills_and_replaces_a_stuck_worker():
         correct, timed_out, error = pool.verify("(a+)+b", "a" * 40)
         assert (correct, timed_out) == (False, True) and "0.5" in error
         assert time.perf_counter() - start < 30
-        assert pool._running == 0 and pool.timeouts == 1
+        assert pool.timeouts == 1
         assert pool.verify("a+", "aaa") == (True, False, None)  # a fresh worker took over
+        assert pool._running == 1
         assert pool.verify("(a+)+b", "a" * 40)[1]  # a timeout is not remembered as a verdict
         assert pool.timeouts == 2
     finally:
@@ -129,6 +130,20 @@ def test_bad_checker_fails_loudly():
     try:
         with pytest.raises(RuntimeError, match="failed to start"):
             pool.verify("1", "1")
+    finally:
+        pool.close()
+
+
+def test_limit_counts_cpu_time_not_waiting():
+    # sigtimedwait((), t) waits t seconds using no CPU: only the wall-clock cap (wall_factor x limit) stops it.
+    pool = GradingPool(workers=1, timeout=0.2, wall_factor=5, checker="signal:sigtimedwait")
+    try:
+        pool.start()
+        start = time.perf_counter()
+        assert pool.verify((), 0.6) == (False, False, None)  # answered, though past the 0.2 s limit
+        assert time.perf_counter() - start >= 0.6
+        correct, timed_out, _ = pool.verify((), 3.0)  # past the 1 s wall cap
+        assert timed_out and not correct
     finally:
         pool.close()
 

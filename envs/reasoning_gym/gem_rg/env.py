@@ -75,10 +75,6 @@ class ReasoningGymConfig(BaseModel):
         return value
 
 
-#: Datasets whose generators or scorers draw from the global ``random``/``numpy.random`` state
-#: (found by ``check_env``, which fails for any other dataset that does).
-GLOBAL_RNG_USERS = frozenset({"pool_matrix", "composite"})
-
 _DATASETS: dict[tuple[Any, ...], _Problems] = {}
 _DATASETS_LOCK = threading.Lock()
 _GLOBAL_RNG_LOCK = threading.Lock()
@@ -105,10 +101,10 @@ def _dataset_kwargs(cfg: ReasoningGymConfig) -> dict[str, Any]:
             raise ConfigError(f"difficulty: reasoning-gym dataset {cfg.name!r} has no curriculum; use config= instead")
         curriculum = create_curriculum(cfg.name)
         top = max(len(a.levels) for a in curriculum.attributes.values()) - 1
-        for attr_name, attr in curriculum.attributes.items():
-            curriculum.set_attr_level(attr_name, min(cfg.difficulty, len(attr.levels) - 1))
         if cfg.difficulty > top:
             raise ConfigError(f"difficulty: {cfg.name!r} has levels 0..{top}, got {cfg.difficulty}")
+        for attr_name, attr in curriculum.attributes.items():  # attributes with fewer levels stay at their top
+            curriculum.set_attr_level(attr_name, min(cfg.difficulty, len(attr.levels) - 1))
         generated = curriculum.generate_configuration()
         kwargs = {k: v for k, v in vars(generated).items() if k not in ("seed", "size")}
     kwargs.update(cfg.config)
@@ -122,14 +118,16 @@ def _dataset_kwargs(cfg: ReasoningGymConfig) -> dict[str, Any]:
 class _Problems:
     """A reasoning-gym dataset shared by the envs of a process, with generated problems cached.
 
+    Every call runs under :func:`_global_rngs_untouched`: some generators draw from the global
+    RNGs (pool_matrix), others only through modules they import lazily (codeio), so no list of
+    offenders is reliable; the guard costs microseconds and generation holds the GIL anyway.
+
     Some generators take seconds per problem (futoshiki, zebra puzzles), and envs revisit
     the same ``size`` indices, so each problem is generated once (up to ``max_cached``).
     """
 
-    def __init__(self, dataset: Any, *, guard_global_rngs: bool, max_cached: int = 8192) -> None:
+    def __init__(self, dataset: Any, max_cached: int = 8192) -> None:
         self.dataset = dataset
-        # The guard serialises calls, so only datasets known to draw from global RNGs get it.
-        self._guard = _global_rngs_untouched if guard_global_rngs else contextlib.nullcontext
         self.max_cached = max_cached
         self._cache: OrderedDict[int, dict[str, Any]] = OrderedDict()
         self._lock = threading.Lock()
@@ -139,7 +137,7 @@ class _Problems:
             if index in self._cache:
                 self._cache.move_to_end(index)
                 return self._cache[index]
-        with self._guard():
+        with _global_rngs_untouched():
             entry: dict[str, Any] = self.dataset[index]
         with self._lock:
             self._cache[index] = entry
@@ -148,7 +146,7 @@ class _Problems:
         return entry
 
     def score_answer(self, answer: str, entry: dict[str, Any]) -> float:
-        with self._guard():
+        with _global_rngs_untouched():
             return float(self.dataset.score_answer(answer=answer, entry=entry))
 
 
@@ -170,7 +168,7 @@ def _get_dataset(cfg: ReasoningGymConfig) -> _Problems:
     except (TypeError, ValueError, AssertionError) as exc:
         raise ConfigError(f"config: reasoning-gym rejected the configuration of {cfg.name!r}: {exc}") from exc
     with _DATASETS_LOCK:
-        return _DATASETS.setdefault(key, _Problems(dataset, guard_global_rngs=cfg.name in GLOBAL_RNG_USERS))
+        return _DATASETS.setdefault(key, _Problems(dataset))
 
 
 class ReasoningGymEnv(Env):
