@@ -29,6 +29,7 @@ import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from fractions import Fraction
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -113,6 +114,47 @@ _TRIVIAL_RE = re.compile(r"\s+|\$|\\[,;!: ]|\\(?:left|right)\b|\\displaystyle")
 def _normalise(text: str) -> str:
     """Cheap canonical form for the exact-match fast path (never used to say "wrong")."""
     return _TRIVIAL_RE.sub("", text).replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+
+
+_NUMBER_RE = re.compile(r"^(-?)(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?$")
+_FRACTION_RE = re.compile(r"^(-?)\\frac\{(-?\d+)\}\{(\d+)\}$|^(-?\d+)/(\d+)$")
+
+
+def _exact_number(text: str) -> tuple[Fraction, bool] | None:
+    r"""``(value, is_integer)`` for plain numbers (``1,000``, ``-2.50``, ``3/4``, ``\frac{3}{4}``), else ``None``."""
+    text = _normalise(text)
+    match = _NUMBER_RE.match(text)
+    if match:
+        sign, whole, decimals = match.groups()
+        value = Fraction(whole.replace(",", "") + ("." + decimals if decimals else ""))
+        return (-value if sign else value), decimals is None
+    match = _FRACTION_RE.match(text)
+    if match:
+        sign, num, den, plain_num, plain_den = match.groups()
+        num, den = (num, den) if num is not None else (plain_num, plain_den)
+        if int(den) == 0:
+            return None
+        value = Fraction(int(num), int(den))
+        return (-value if sign else value), False
+    return None
+
+
+def _quick_verdict(answer: str, gold: str) -> bool | None:
+    """Decide plain-number answers in the parent (no worker round trip); ``None`` when it takes math-verify.
+
+    Equal values are correct; two different integers are wrong. Anything else (decimals close to a
+    fraction, expressions, sets) goes to math-verify, whose tolerances this does not second-guess.
+    """
+    if _normalise(answer) == _normalise(gold):
+        return True
+    ours, theirs = _exact_number(answer), _exact_number(gold)
+    if ours is None or theirs is None:
+        return None
+    if ours[0] == theirs[0]:
+        return True
+    if ours[1] and theirs[1]:
+        return False
+    return None
 
 
 # ---------------------------------------------------------------------------- worker side
@@ -405,8 +447,9 @@ class GradingPool:
         answer = _answer_of(extract_boxed(response))
         if answer is None:
             return GradeResult(False, None, elapsed_s=time.perf_counter() - t0)
-        if _normalise(answer) == _normalise(gold):  # identical strings need no worker round trip
-            return GradeResult(True, answer, elapsed_s=time.perf_counter() - t0)
+        quick = _quick_verdict(answer, gold)  # plain numbers need no worker round trip
+        if quick is not None:
+            return GradeResult(quick, answer, elapsed_s=time.perf_counter() - t0)
         correct, timed_out, error = self.verify(answer, gold, timeout=timeout)
         return GradeResult(correct, answer, timed_out, error, time.perf_counter() - t0)
 

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from gem_math.grading import GradingPool, extract_boxed, get_grading_pool, grade
+from gem_math.grading import GradingPool, _quick_verdict, extract_boxed, get_grading_pool, grade
 
 # (response, reference, expected verdict): the grader's contract on forms that trip up string matching.
 TRICKY_PAIRS = [
@@ -72,6 +72,35 @@ def test_extract_boxed_is_linear_on_junk():
     start = time.perf_counter()
     assert extract_boxed("\\boxed{" * 20_000) == []
     assert time.perf_counter() - start < 5  # generous: guards against quadratic rescans, not a benchmark
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold", "verdict"),
+    [
+        ("25", "26", False),
+        ("25", "25.0", True),
+        ("12,600", "12600", True),
+        ("\\frac{2}{4}", "1/2", True),
+        ("-3", "-3", True),
+        ("0.33", "\\frac{1}{3}", None),  # tolerance questions go to math-verify
+        ("2", "3.5", None),
+        ("x+1", "1+x", None),
+        ("1,00", "100", None),
+    ],
+    ids=[
+        "ints-differ",
+        "int-vs-decimal",
+        "separator",
+        "fractions",
+        "negative",
+        "near",
+        "int-vs-dec",
+        "expr",
+        "odd-comma",
+    ],
+)
+def test_quick_verdicts_for_plain_numbers(answer, gold, verdict):
+    assert _quick_verdict(answer, gold) is verdict
 
 
 def test_format_error_is_reported():
