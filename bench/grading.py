@@ -84,7 +84,7 @@ def bench_ours_sequential(corpus: list[Pair], pool: Any, label: str = "1 caller"
         verdicts.append(pool.grade(response, gold).correct)
         latencies.append(time.perf_counter() - t0)
     return _summary(
-        f"gem-math pool, 1 caller ({pool.workers} workers)", latencies, time.perf_counter() - start, verdicts
+        f"gem-math pool, {label} ({pool.workers} workers)", latencies, time.perf_counter() - start, verdicts
     )
 
 
@@ -202,9 +202,13 @@ def main() -> None:
         results += bench_gem(corpus, gem_python)
 
     base = results[0]["answers_per_s"]
+    from gem_math.grading import _answer_of, _quick_verdict, extract_boxed
+
+    in_parent = sum(_quick_verdict(_answer_of(extract_boxed(r)) or "", g) is not None for r, g in corpus)
     print(
         f"corpus: {len(corpus)} answers (seed {args.seed}); gem-math pool startup {startup_s:.2f}s; "
-        f"gem-math timeouts (1 s limit, counted wrong): {timeouts}"
+        f"gem-math timeouts (1 s CPU limit, counted wrong): {timeouts}; "
+        f"decided in the parent without math-verify (plain numbers): {in_parent}"
     )
     print(f"{'grader':60} {'answers/s':>10} {'median ms':>10} {'p95 ms':>8} {'correct':>8} {'vs 1 caller':>11}")
     for r in results:
