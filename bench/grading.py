@@ -148,7 +148,7 @@ print(json.dumps(out))
 """
 
 
-def bench_gem(corpus: list[Pair], python: str) -> list[dict[str, Any]]:
+def bench_gem(corpus: list[Pair], python: str, label: str = "") -> list[dict[str, Any]]:
     proc = subprocess.run(
         [python, "-c", _GEM_SCRIPT], input=json.dumps(corpus), capture_output=True, text=True, timeout=3600
     )
@@ -156,7 +156,7 @@ def bench_gem(corpus: list[Pair], python: str) -> list[dict[str, Any]]:
         raise SystemExit(f"GEM's grader failed under {python}:\n{proc.stderr[-3000:]}")
     data = json.loads(proc.stdout.strip().splitlines()[-1])
     lat, wall, verdicts = data["pool"]
-    return [_summary("GEM MathEnv grader (Pool(1) per env, apply_async)", lat, wall, verdicts)]
+    return [_summary(f"GEM MathEnv grader (Pool(1) per env, apply_async){label}", lat, wall, verdicts)]
 
 
 def main() -> None:
@@ -190,6 +190,15 @@ def main() -> None:
     results.append(bench_ours_sequential(group_corpus, cached, "1 caller, 8 samples/prompt, verdict cache"))
     cached.close()
 
+    from gem_math.grading import _answer_of, _quick_verdict, extract_boxed
+
+    # The answers that need math-verify (no plain-number shortcut): the like-for-like comparison.
+    hard = [(r, g) for r, g in corpus if _quick_verdict(_answer_of(extract_boxed(r)) or "", g) is None]
+    slow_pool = GradingPool(workers=_default_workers(), cache_size=0)
+    slow_pool.start()
+    results.append(bench_ours_sequential(hard, slow_pool, "1 caller, math-verify answers only"))
+    slow_pool.close()
+
     gem_python = args.gem_python
     if gem_python is None:
         try:
@@ -200,20 +209,19 @@ def main() -> None:
             print("gem-llm not installed here and no --gem-python given: GEM's grader not measured", file=sys.stderr)
     if gem_python:
         results += bench_gem(corpus, gem_python)
+        results += bench_gem(hard, gem_python, ", math-verify answers only")
 
     base = results[0]["answers_per_s"]
-    from gem_math.grading import _answer_of, _quick_verdict, extract_boxed
-
-    in_parent = sum(_quick_verdict(_answer_of(extract_boxed(r)) or "", g) is not None for r, g in corpus)
+    in_parent = len(corpus) - len(hard)
     print(
         f"corpus: {len(corpus)} answers (seed {args.seed}); gem-math pool startup {startup_s:.2f}s; "
         f"gem-math timeouts (1 s CPU limit, counted wrong): {timeouts}; "
         f"decided in the parent without math-verify (plain numbers): {in_parent}"
     )
-    print(f"{'grader':60} {'answers/s':>10} {'median ms':>10} {'p95 ms':>8} {'correct':>8} {'vs 1 caller':>11}")
+    print(f"{'grader':72} {'answers/s':>10} {'median ms':>10} {'p95 ms':>8} {'correct':>8} {'vs 1 caller':>11}")
     for r in results:
         print(
-            f"{r['grader']:60} {r['answers_per_s']:10.1f} {r['median_ms']:10.2f} {r['p95_ms']:8.2f} "
+            f"{r['grader']:72} {r['answers_per_s']:10.1f} {r['median_ms']:10.2f} {r['p95_ms']:8.2f} "
             f"{r['correct']:8d} {r['answers_per_s'] / base:10.2f}x"
         )
     gem_results = [r for r in results if r["grader"].startswith("GEM")]
@@ -227,6 +235,10 @@ def main() -> None:
                 break
         ratio = results[0]["answers_per_s"] / gem_results[0]["answers_per_s"]
         print(f"gem-math (1 caller) / GEM: {ratio:.2f}x answers per second")
+        hard_ours = next(r for r in results if "only" in r["grader"] and r["grader"].startswith("gem-math"))
+        hard_gem = next(r for r in gem_results if "only" in r["grader"])
+        ratio = hard_ours["answers_per_s"] / hard_gem["answers_per_s"]
+        print(f"on the math-verify answers only: gem-math / GEM {ratio:.2f}x answers per second")
     if args.json:
         print(json.dumps([{k: v for k, v in r.items() if k != "verdicts"} for r in results], indent=2))
 
