@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "ConfigError",
     "CorpusError",
+    "DatasetUnavailable",
     "DuplicateIdError",
     "EntryPointError",
     "EnvCheckError",
@@ -29,8 +30,6 @@ __all__ = [
     "ToolNotFound",
     "ToolTimeout",
     "WrapperNotFound",
-    # --- reasoning envs ---
-    "DatasetUnavailable",
 ]
 
 
