@@ -32,6 +32,22 @@ _EXPORTS: dict[str, str] = {
     "spec": "gem_core.api",
     "list_envs": "gem_core.api",
     "errors": "gem_core.errors",
+    "make_vec": "gem_core.vector",
+    "VectorEnv": "gem_core.vector",
+    "SyncVectorEnv": "gem_core.vector",
+    "AsyncVectorEnv": "gem_core.vector",
+    "AutoresetMode": "gem_core.vector",
+    "EpisodeRunner": "gem_core.runner",
+    "run_episodes": "gem_core.runner",
+    "Turn": "gem_core.rl.types",
+    "Episode": "gem_core.rl.types",
+    "discounted_returns": "gem_core.rl.returns",
+    "rebn": "gem_core.rl.advantages",
+    "rebn_from_moments": "gem_core.rl.advantages",
+    "rebn_advantages": "gem_core.rl.advantages",
+    "estimate_advantages": "gem_core.rl.advantages",
+    "episode_to_transitions": "gem_core.rl.layouts",
+    "episode_to_sequence": "gem_core.rl.layouts",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]
@@ -43,6 +59,12 @@ if TYPE_CHECKING:
     from gem_core.hookspecs import hookimpl, hookspec
     from gem_core.plugins import get_registry
     from gem_core.registry import EnvAlias, EnvSpec, Registry, ToolSpec, WrapperSpec
+    from gem_core.rl.advantages import estimate_advantages, rebn, rebn_advantages, rebn_from_moments
+    from gem_core.rl.layouts import episode_to_sequence, episode_to_transitions
+    from gem_core.rl.returns import discounted_returns
+    from gem_core.rl.types import Episode, Turn
+    from gem_core.runner import EpisodeRunner, run_episodes
+    from gem_core.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv, make_vec
 
 
 def __getattr__(name: str) -> Any:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gem_core.core import AsyncEnv, Env
 from gem_core.plugins import get_registry
-from gem_core.registry import EnvSpec, WrapperRef
+
+if TYPE_CHECKING:  # keep numpy out of listing paths
+    from gem_core.core import AsyncEnv, Env
+    from gem_core.registry import EnvSpec, WrapperRef
 
 __all__ = ["list_envs", "make", "make_tool", "register", "spec"]
 

@@ -32,4 +32,30 @@ def register_tools() -> list[ToolSpec]:
 
 @hookimpl
 def register_wrappers() -> list[WrapperSpec]:
-    return []
+    return [
+        WrapperSpec(
+            name="chat",
+            entry_point="gem_core.wrappers:chat_history",
+            description="Chat history as messages; rendered by a chat template when a tokenizer is given.",
+        ),
+        WrapperSpec(
+            name="episode_stats",
+            entry_point="gem_core.wrappers:episode_statistics",
+            description="Return, length, tool calls and success in the final info['episode'].",
+        ),
+        WrapperSpec(
+            name="max_turns",
+            entry_point="gem_core.wrappers:time_limit",
+            description="Truncate after max_turns steps.",
+        ),
+        WrapperSpec(
+            name="time_limit",
+            entry_point="gem_core.wrappers:time_limit",
+            description="Truncate after max_turns steps and/or max_seconds of wall time.",
+        ),
+        WrapperSpec(
+            name="tools",
+            entry_point="gem_core.tools.wrapper:ToolEnvWrapper",
+            description="Run the model's tool calls between env turns; results come back as tool observations.",
+        ),
+    ]

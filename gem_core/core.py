@@ -157,7 +157,7 @@ class Env(_Seeded, abc.ABC):
             ``(observation, reward, terminated, truncated, info)``.
         """
 
-    def close(self) -> None:  # noqa: B027 - optional hook, empty on purpose
+    def close(self) -> None:
         """Release resources; idempotent."""
 
     def sample_random_action(self) -> str:
@@ -205,7 +205,7 @@ class AsyncEnv(_Seeded, abc.ABC):
     async def step(self, action: str) -> StepReturn:
         """Async :meth:`Env.step`."""
 
-    async def close(self) -> None:  # noqa: B027 - optional hook, empty on purpose
+    async def close(self) -> None:
         """Async :meth:`Env.close`; idempotent."""
 
     def sample_random_action(self) -> str:

@@ -22,13 +22,17 @@ __all__ = [
     "PluginLoadError",
     "PluginValidationError",
     "PluginWarning",
+    "RLInputError",
     "RegistrationError",
     "ResetNeeded",
     "SandboxIsolationWarning",
+    "TemplatePrefixError",
     "ToolCallParseError",
     "ToolError",
     "ToolNotFound",
     "ToolTimeout",
+    "TrajectoryError",
+    "VectorEnvError",
     "WrapperNotFound",
 ]
 
@@ -101,6 +105,24 @@ class ToolTimeout(ToolError, TimeoutError):
     """A tool call ran past its time limit."""
 
 
+# --- wrappers, vector envs and the episode runner ---
+
+
+class VectorEnvError(GemCoreError, RuntimeError):
+    """One or more sub-envs of a vector env raised; names each index and its cause.
+
+    Attributes:
+        failures: Index of each failed sub-env mapped to the exception it raised.
+        results: What the call returned for the envs that did not fail (the failed
+            entries hold placeholders), so a caller that catches the error loses nothing.
+    """
+
+    def __init__(self, message: str, failures: dict[int, BaseException], results: object = None) -> None:
+        super().__init__(message)
+        self.failures = failures
+        self.results = results
+
+
 # --- tools ---
 
 
@@ -110,6 +132,30 @@ class SandboxIsolationWarning(GemCoreWarning):
 
 class ToolCallParseError(ToolError, ValueError):
     """A tool call in a model's response is malformed (raised only by strict parsing helpers)."""
+
+
+# --- rl (gem_core.rl: trajectories, returns, advantages, sample layouts) ---
+
+
+class RLInputError(GemCoreError, ValueError):
+    """Bad input to the RL math (non-finite rewards, gamma outside [0, 1], mismatched lengths)."""
+
+
+class TrajectoryError(RLInputError):
+    """A :class:`~gem_core.rl.types.Turn`/``Episode`` record (or a JSONL line of one) is malformed."""
+
+
+class TemplatePrefixError(RLInputError):
+    """A chat template does not extend its own rendering of the earlier turns.
+
+    Raised by the token-in/token-out layout; the message names the turn. Typical cause:
+    templates that drop earlier reasoning (``<think>``) when a new message arrives. Fall
+    back to the per-transition layout, or use a template that keeps history verbatim.
+    """
+
+    def __init__(self, message: str, *, turn: int) -> None:
+        super().__init__(message)
+        self.turn = turn
 
 
 # --- search and MCP tools ---

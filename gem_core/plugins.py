@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pluggy
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from gem_core import hookspecs
 from gem_core.errors import DuplicateIdError, PluginLoadError, PluginValidationError, PluginWarning
@@ -53,7 +53,7 @@ ENTRY_POINT_GROUP = "gem_core"
 #: Modules registered before entry points, through the same hooks. Cannot be blocked.
 BUILTIN_PLUGINS: tuple[str, ...] = ("gem_core.builtin",)
 
-_HOOKS: dict[str, tuple[type, ...]] = {
+_HOOKS: dict[str, tuple[type[BaseModel], ...]] = {
     "register_envs": (EnvSpec, EnvAlias),
     "register_tools": (ToolSpec,),
     "register_wrappers": (WrapperSpec,),
@@ -191,7 +191,7 @@ def build_registry(
             try:
                 specs = list(iter_specs([impl.function()]))
                 specs = [_stamp(s, allowed, info) for s in specs]
-            except (PluginValidationError, Exception) as exc:
+            except Exception as exc:
                 fail(info, f"{info.label}: hook {hook_name} failed: {type(exc).__name__}: {exc}", exc)
                 continue
             for spec in specs:
@@ -200,14 +200,16 @@ def build_registry(
                 except DuplicateIdError as exc:
                     if not settings.skip_broken:
                         raise
-                    warnings.warn(f"{exc} Keeping the first; skipping the one from {info.label}.", PluginWarning, stacklevel=2)
+                    warnings.warn(
+                        f"{exc} Keeping the first; skipping the one from {info.label}.", PluginWarning, stacklevel=2
+                    )
                     continue
                 key = spec.id if isinstance(spec, (EnvSpec, EnvAlias)) else spec.name
                 info.registered.setdefault(hook_name.removeprefix("register_"), []).append(key)
     return registry, sorted(infos.values(), key=lambda i: (not i.builtin, i.name))
 
 
-def _stamp(spec: Any, allowed: tuple[type, ...], info: PluginInfo) -> Any:
+def _stamp(spec: Any, allowed: tuple[type[BaseModel], ...], info: PluginInfo) -> Any:
     if isinstance(spec, dict):  # plain dicts are accepted and validated like specs
         try:
             spec = allowed[0].model_validate(spec)

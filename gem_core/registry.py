@@ -83,7 +83,9 @@ def load_entry_point(entry_point: str) -> Any:
         try:
             obj = getattr(obj, part)
         except AttributeError as exc:
-            raise EntryPointError(f"entry point {entry_point!r}: {module_name!r} has no attribute {attr_path!r}") from exc
+            raise EntryPointError(
+                f"entry point {entry_point!r}: {module_name!r} has no attribute {attr_path!r}"
+            ) from exc
     return obj
 
 
@@ -270,7 +272,9 @@ class Registry:
         with self._lock:
             if isinstance(spec, EnvSpec):
                 if spec.id in self.aliases and not override:
-                    raise DuplicateIdError(f"env id {spec.id!r} is already an alias of {self.aliases[spec.id].target!r}")
+                    raise DuplicateIdError(
+                        f"env id {spec.id!r} is already an alias of {self.aliases[spec.id].target!r}"
+                    )
                 self.envs.add(spec, override=override)
             elif isinstance(spec, EnvAlias):
                 if spec.id in self.envs:
@@ -379,12 +383,15 @@ class Registry:
         if alias is not None and alias.deprecated:
             note = f" {alias.message}" if alias.message else ""
             warnings.warn(
-                f"env id {env_id!r} is deprecated; use {alias.target!r} instead.{note}", DeprecationWarning, stacklevel=2
+                f"env id {env_id!r} is deprecated; use {alias.target!r} instead.{note}",
+                DeprecationWarning,
+                stacklevel=2,
             )
         env = build(spec, overrides)
         for ref in (*spec.wrappers, *(wrappers or ())):
             env = self.apply_wrapper(env, ref)
-        return env
+        made: Env | AsyncEnv = env
+        return made
 
     def apply_wrapper(self, env: Any, ref: WrapperRef) -> Any:
         """Wrap ``env`` with a registered wrapper name, ``(name, kwargs)`` or a callable."""

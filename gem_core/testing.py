@@ -19,11 +19,28 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gem_core.core import AsyncEnv, Env, ResetReturn, StepReturn, to_sync
 from gem_core.errors import EnvCheckError
 
-__all__ = ["FUZZ_ACTIONS", "GenericTestEnv", "NumberGuessEnv", "check_env"]
+__all__ = ["FUZZ_ACTIONS", "GenericTestEnv", "NumberGuessConfig", "NumberGuessEnv", "check_env"]
+
+
+class NumberGuessConfig(BaseModel):
+    """Configuration of :class:`NumberGuessEnv`; ``make`` validates kwargs through it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    low: int = 1
+    high: int = 16
+    max_turns: int = Field(default=5, ge=1)
+
+    @model_validator(mode="after")
+    def _check_range(self) -> NumberGuessConfig:
+        if self.low >= self.high:
+            raise ValueError(f"low ({self.low}) must be below high ({self.high})")
+        return self
 
 
 class NumberGuessEnv(Env):
@@ -35,13 +52,11 @@ class NumberGuessEnv(Env):
     """
 
     metadata = {"multi_turn": True}
+    config_model = NumberGuessConfig
     _INT = re.compile(r"-?\d+")
 
     def __init__(self, low: int = 1, high: int = 16, max_turns: int = 5) -> None:
-        if low >= high:
-            raise ValueError(f"low ({low}) must be below high ({high})")
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        NumberGuessConfig(low=low, high=high, max_turns=max_turns)  # same checks when built directly
         self.low, self.high, self.max_turns = low, high, max_turns
         self.target: int | None = None
         self.turn = 0
@@ -65,7 +80,10 @@ class NumberGuessEnv(Env):
         truncated = self.turn >= self.max_turns
         found = self._INT.findall(action[-200:])
         if not found:
-            obs = f"I could not find a number in your answer. Reply with one whole number between {self.low} and {self.high}."
+            obs = (
+                "I could not find a number in your answer. "
+                f"Reply with one whole number between {self.low} and {self.high}."
+            )
             return obs, -0.1, False, truncated, {"format_error": True}
         guess = int(found[-1])
         if guess == self.target:
@@ -153,7 +171,9 @@ def _check_reset_signature(env: Env) -> None:
     for name in ("seed", "options"):
         p = params.get(name)
         if p is None or p.kind is not inspect.Parameter.KEYWORD_ONLY:
-            raise _fail(f"reset() must take keyword-only '{name}': define `def reset(self, *, seed=None, options=None)`")
+            raise _fail(
+                f"reset() must take keyword-only '{name}': define `def reset(self, *, seed=None, options=None)`"
+            )
 
 
 def _check_reset_return(result: Any) -> tuple[str, dict[str, Any]]:
@@ -170,7 +190,9 @@ def _check_reset_return(result: Any) -> tuple[str, dict[str, Any]]:
 def _check_step_return(result: Any, action: str) -> StepReturn:
     shown = repr(action[:60])
     if not (isinstance(result, tuple) and len(result) == 5):
-        raise _fail(f"step({shown}) must return a 5-tuple (obs, reward, terminated, truncated, info), got {result!r:.200}")
+        raise _fail(
+            f"step({shown}) must return a 5-tuple (obs, reward, terminated, truncated, info), got {result!r:.200}"
+        )
     obs, reward, terminated, truncated, info = result
     if not isinstance(obs, str):
         raise _fail(f"step({shown}) observation must be str, got {type(obs).__name__}")
@@ -243,6 +265,7 @@ def check_env(
     actions = _actions_for(sync_env, num_steps)
     first = _rollout(sync_env, seed, actions)
     second = _rollout(sync_env, seed, actions)
+    _check_global_rngs(py_state, np_state)  # first: it is the usual cause of non-determinism
     if first != second:
         raise _fail(_diff_message("the same instance reset twice", first, second))
     if env_factory is not None:
@@ -268,10 +291,7 @@ def check_env(
             if terminated or truncated:
                 obs, _ = _check_reset_return(sync_env.reset())
 
-    if random.getstate() != py_state:
-        raise _fail("the env changed the global `random` state: draw from self.py_random / self.np_random instead")
-    if not _same_np_state(np.random.get_state(), np_state):
-        raise _fail("the env changed the global `numpy.random` state: draw from self.np_random instead")
+    _check_global_rngs(py_state, np_state)
 
     try:
         sync_env.close()
@@ -280,16 +300,24 @@ def check_env(
         raise _fail(f"close() must be idempotent; the second call raised {type(exc).__name__}: {exc}") from exc
 
 
+def _check_global_rngs(py_state: Any, np_state: Any) -> None:
+    if random.getstate() != py_state:
+        raise _fail("the env changed the global `random` state: draw from self.py_random / self.np_random instead")
+    if not _same_np_state(np.random.get_state(), np_state):
+        raise _fail("the env changed the global `numpy.random` state: draw from self.np_random instead")
+
+
 def _same_np_state(a: Any, b: Any) -> bool:
     return bool(a[0] == b[0] and np.array_equal(a[1], b[1]) and tuple(a[2:]) == tuple(b[2:]))
 
 
 def _diff_message(what: str, a: list[tuple[Any, ...]], b: list[tuple[Any, ...]]) -> str:
-    for i, (x, y) in enumerate(zip(a, b)):
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             where = "reset" if i == 0 else f"step {i}"
             return (
-                f"not deterministic across {what} with the same seed and actions: at {where}, {x!r:.300} != {y!r:.300}. "
+                f"not deterministic across {what} with the same seed and actions: "
+                f"at {where}, {x!r:.300} != {y!r:.300}. "
                 "Draw all randomness from self.np_random / self.py_random, seeded by super().reset(seed=seed)"
             )
     return f"not deterministic across {what}: episodes have different lengths ({len(a)} vs {len(b)})"

@@ -128,9 +128,11 @@ class LoopThread:
         """Async :meth:`close`, from another event loop (joining the thread runs in a worker thread)."""
         if self._closed:
             return
-        if before is not None and self.started:
-            await asyncio.wait_for(self.run(_awaited(before)), timeout_s)
-        await asyncio.to_thread(self.close, timeout_s)
+        try:
+            if before is not None and self.started:
+                await asyncio.wait_for(self.run(_awaited(before)), timeout_s)
+        finally:
+            await asyncio.to_thread(self.close, timeout_s)
 
     def close(self, timeout_s: float = 5.0, *, before: Callable[[], Awaitable[Any]] | None = None) -> None:
         """Cancel pending tasks, stop the loop and join the thread; idempotent.
@@ -141,8 +143,13 @@ class LoopThread:
                 owner can release its connections gracefully; tasks still pending after it
                 are cancelled.
         """
-        if before is not None and self.started and not self._closed:
-            self.run_sync(_awaited(before), timeout_s)
+        try:
+            if before is not None and self.started and not self._closed:
+                self.run_sync(_awaited(before), timeout_s)
+        finally:
+            self._stop_loop(timeout_s)
+
+    def _stop_loop(self, timeout_s: float) -> None:
         with self._lock:
             if self._closed:
                 return

@@ -6,8 +6,8 @@ On each step it looks for tool calls in the response (both syntaxes of
 their results as the next observation, without stepping the inner env. A response without
 calls goes to the inner env. See ``docs/tools.md``.
 
-It subclasses :class:`gem_core.Env` and forwards explicitly (the generic ``Wrapper`` base of
-``gem_core.wrappers`` was not merged when this was written).
+It builds on :class:`gem_core.wrappers.base.Wrapper` (spec, RNGs, ``unwrapped`` and
+``get_wrapper_attr`` read through to the inner env).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import threading
 from collections.abc import Coroutine, Sequence
 from typing import Any, ClassVar, Literal, TypeVar, Union
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gem_core.core import Env, ResetReturn, StepReturn
@@ -27,6 +26,7 @@ from gem_core.errors import ConfigError, ResetNeeded, ToolError
 from gem_core.registry import format_config_error
 from gem_core.tools.base import Tool, ToolCall, ToolResult
 from gem_core.tools.parsing import MalformedCall, ParsedResponse, Syntax, parse_tool_calls
+from gem_core.wrappers.base import Wrapper
 
 __all__ = ["ToolEnvWrapper", "ToolWrapperConfig"]
 
@@ -105,11 +105,12 @@ class _LoopThread:
         loop.close()
 
 
-class ToolEnvWrapper(Env):
+class ToolEnvWrapper(Wrapper):
     """Lets the agent call tools; tool results come back as observations.
 
     Args:
         env: The env to wrap (a sync :class:`~gem_core.Env`; wrap an ``AsyncEnv`` with ``to_sync``).
+            Anything else raises ``TypeError``.
         tools: Tool names or instances (see :class:`ToolWrapperConfig`); tools built here from
             names are closed by :meth:`close`, instances passed in are left to their owner.
         **config: The other fields of :class:`ToolWrapperConfig`.
@@ -125,7 +126,7 @@ class ToolEnvWrapper(Env):
     config_model: ClassVar[type[BaseModel]] = ToolWrapperConfig
 
     def __init__(self, env: Env, tools: Sequence[str | Tool], **config: Any) -> None:
-        self.env = env
+        super().__init__(env)
         self.tools: dict[str, Tool] = {}
         try:
             self.config = ToolWrapperConfig.model_validate({"tools": list(tools), **config})
@@ -151,26 +152,6 @@ class ToolEnvWrapper(Env):
             raise ConfigError(f"tool {name!r} built a {type(tool).__name__}, not a gem_core.tools.Tool")
         self._owned.append(tool)
         return tool
-
-    # ------------------------------------------------------------------ forwarding
-    @property
-    def spec(self) -> Any:
-        return self.env.spec
-
-    @spec.setter
-    def spec(self, value: Any) -> None:
-        self.env.spec = value
-
-    @property
-    def np_random(self) -> np.random.Generator:
-        return self.env.np_random
-
-    @property
-    def unwrapped(self) -> Env:
-        return self.env.unwrapped
-
-    def sample_random_action(self) -> str:
-        return self.env.sample_random_action()
 
     # ------------------------------------------------------------------ episode
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
@@ -257,10 +238,10 @@ class ToolEnvWrapper(Env):
             return ToolResult(error=f"the {item.name} tool failed: {exc}")
 
     def _render(self, items: list[ToolCall | MalformedCall], results: list[ToolResult], skipped: int) -> str:
-        blocks = [
-            f'<tool_response name="{item.name or "?"}">\n{result.render()}\n</tool_response>'
-            for item, result in zip(items, results, strict=True)
-        ]
+        blocks = []
+        for item, result in zip(items, results, strict=True):
+            text = result.render().rstrip("\n")  # programs end with a newline; the tag adds one
+            blocks.append(f'<tool_response name="{item.name or "?"}">\n{text}\n</tool_response>')
         left = self.config.max_tool_calls - self.calls_used
         if skipped:
             blocks.append(

@@ -117,3 +117,15 @@ def test_close_without_start_skips_before_hook() -> None:
 
     asyncio.run(lt.aclose(before=release))
     assert called == [] and lt.closed and not lt.started
+
+
+def test_failing_before_hook_still_stops_the_loop() -> None:
+    lt = LoopThread("failing-hook")
+    lt.run_sync(add(1, 1))
+
+    async def broken() -> None:
+        raise OSError("socket already gone")
+
+    with pytest.raises(OSError, match="already gone"):
+        lt.close(before=broken)
+    assert lt.closed and not any(t.name == "failing-hook" for t in threading.enumerate())

@@ -231,3 +231,37 @@ def test_registered_as_a_wrapper_by_name() -> None:
     assert isinstance(env, ToolEnvWrapper) and env.config.max_tool_calls == 1
     assert env.spec is not None and env.spec.id == "core:NumberGuess-v0"
     env.close()
+
+
+def test_episode_statistics_sum_the_tool_calls() -> None:
+    from gem_core.wrappers import EpisodeStatistics
+
+    env = EpisodeStatistics(ToolEnvWrapper(GenericTestEnv(episode_length=1), [EchoTool()]))
+    env.reset(seed=0)
+    env.step("<echo>a</echo><echo>b</echo>")
+    env.step("<tool_call>{}</tool_call>")
+    *_, terminated, _, info = env.step("final answer")
+    assert terminated and info["episode"]["tool_calls"] == 3 and info["episode"]["length"] == 3
+    env.close()
+
+
+def test_chat_history_puts_tool_results_in_the_tool_role() -> None:
+    from gem_core.wrappers import ChatHistory
+
+    env = ChatHistory(ToolEnvWrapper(GenericTestEnv(episode_length=1), [EchoTool()]), mode="chat")
+    env.reset(seed=0)
+    env.step("<echo>a</echo>")
+    *_, info = env.step("done")
+    roles = [m["role"] for m in info["messages"]]
+    assert roles == ["user", "assistant", "tool", "assistant", "user"]
+    env.close()
+
+
+def test_inner_attributes_read_through() -> None:
+    env, _, inner = wrap()
+    env.reset(seed=3)
+    assert env.unwrapped is inner and env.np_random is inner.np_random
+    assert env.get_wrapper_attr("episode_length") == 2
+    with pytest.raises(TypeError, match=r"wraps a gem_core\.Env"):
+        ToolEnvWrapper(object(), [EchoTool()])  # type: ignore[arg-type]
+    env.close()

@@ -192,7 +192,12 @@ class MCPToolset:
     async def atools(self) -> list[MCPTool]:
         """Async :meth:`tools`."""
         if self._tools is None:
-            await self._run(self._ensure_connected(), self.config.connect_timeout_s)
+            try:
+                await self._run(self._ensure_connected(), self.config.connect_timeout_s)
+            except asyncio.TimeoutError:
+                raise MCPConnectionError(
+                    f"MCP server {self.config.name!r} did not connect within {self.config.connect_timeout_s} s"
+                ) from None
         return self._handed_out()
 
     def __iter__(self) -> Iterator[MCPTool]:

@@ -15,7 +15,7 @@ from gem_core.tools import ToolResult
 
 @pytest.fixture(scope="module")
 def toolset(http_url: str) -> MCPToolset:
-    ts = MCPToolset.http(http_url, name="test", call_timeout_s=5.0, headers={"X-Test": "1"})
+    ts = MCPToolset.http(http_url, name="test", call_timeout_s=30.0, headers={"X-Test": "1"})
     yield ts
     ts.close()
 

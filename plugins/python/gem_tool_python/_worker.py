@@ -44,8 +44,9 @@ CLONE_NEWNET = 0x40000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 CTRL = 3
-#: World-writable directories that get a private tmpfs, so the code cannot leave files behind.
-PRIVATE_TMPFS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+#: Directories replaced by an empty private tmpfs: the world-writable ones, so the code cannot leave
+#: files behind, and /run, which holds the host's unix sockets (D-Bus and the like).
+PRIVATE_TMPFS = ("/tmp", "/var/tmp", "/dev/shm", "/run")
 WORKDIR_IN_NS = "/tmp/work"
 
 _libc = ctypes.CDLL(None, use_errno=True)

@@ -26,7 +26,7 @@ import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -43,6 +43,8 @@ Isolation = Literal["namespaces", "uid", "rlimits"]
 _LEVELS: tuple[Isolation, ...] = ("namespaces", "uid", "rlimits")
 _WORKER = str(Path(__file__).with_name("_worker.py"))
 _warned: set[str] = set()
+#: Linux pipes hold 64 KiB by default; smaller programs are written in one non-blocking go.
+_PIPE_BUFFER = 60_000
 _warn_lock = threading.Lock()
 
 
@@ -118,7 +120,6 @@ class SandboxResult:
     isolation: Isolation = "rlimits"
     exit_code: int | None = None
     uid: int | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -133,8 +134,9 @@ def _warn_once(level: Isolation, reason: str) -> None:
         _warned.add(level)
     missing = {
         "uid": "no network isolation and no private /tmp",
-        "rlimits": "no network isolation, no private /tmp, and the code runs as the host user "
-        "(fork bombs are bounded only by RLIMIT_NPROC of that user)",
+        "rlimits": f"no network isolation, no private /tmp, and the code runs as the host user (uid "
+        f"{os.geteuid()}{', root!' if os.geteuid() == 0 else ''}); processes are bounded only by that "
+        "user's RLIMIT_NPROC, and children that leave the session can outlive the call",
     }[level]
     warnings.warn(
         f"python sandbox: Linux namespaces are unavailable ({reason}); falling back to isolation "
@@ -155,25 +157,46 @@ class _Worker:
         self.runner_pid: int | None = None
         self.workdir: str | None = None
         self._buffer = b""
+        self._pushback: list[dict[str, Any]] = []
+        self._eof = False
 
     def read_event(self, deadline: float) -> dict[str, Any] | None:
-        """The next control message, or ``None`` on EOF, junk, or at the deadline."""
-        while b"\n" not in self._buffer:
+        """The next control message, waiting until the deadline; ``None`` on EOF or timeout."""
+        while True:
+            events, eof = self.pending_events()
+            if events:
+                self._pushback = events[1:] + self._pushback
+                return events[0]
+            if eof:
+                return None
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self.ctrl], [], [], left)[0]:
                 return None
-            chunk = os.read(self.ctrl, 65_536)
-            if not chunk:
-                return None
+            self._fill()
+
+    def pending_events(self) -> tuple[list[dict[str, Any]], bool]:
+        """Complete control messages received so far (never blocks), and whether the pipe hit EOF.
+
+        Once the program runs it shares the control pipe, so anything may arrive: lines that
+        are not JSON objects are dropped, and the caller trusts no field of what remains.
+        """
+        events, self._pushback = self._pushback, []
+        while b"\n" in self._buffer:
+            line, self._buffer = self._buffer.split(b"\n", 1)
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                events.append(event)
+        return events, self._eof
+
+    def _fill(self) -> None:
+        chunk = os.read(self.ctrl, 65_536)
+        if not chunk:
+            self._eof = True
+        elif len(self._buffer) < 1 << 20:  # a program spamming the pipe cannot exhaust memory
             self._buffer += chunk
-            if len(self._buffer) > 1 << 20:  # the program may write junk to the control pipe
-                return None
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        try:
-            event = json.loads(line)
-        except ValueError:
-            return None
-        return event if isinstance(event, dict) else None
 
     def alive(self) -> bool:
         return self.monitor is not None and not select.select([self.monitor], [], [], 0)[0]
@@ -181,8 +204,10 @@ class _Worker:
     def kill(self) -> None:
         """Kill the program and every process it started (asynchronously; see :meth:`dispose`)."""
         if self.level != "namespaces" and self.runner_pid is not None:
+            # Once only: after the runner is gone its pid may be reused.
+            pgid, self.runner_pid = self.runner_pid, None
             with contextlib.suppress(OSError):
-                os.killpg(self.runner_pid, signal.SIGKILL)
+                os.killpg(pgid, signal.SIGKILL)
         if self.monitor is not None:
             # Namespaces: killing pid 1 kills the whole pid namespace. Fallback: the monitor
             # kills the runner's session and every process of the call's uid, then exits.
@@ -293,9 +318,12 @@ class SandboxPool:
         self._closed = threading.Event()
         self._spawn_error: str | None = None
         self._thread: threading.Thread | None = None
+        self._reaper: threading.Thread | None = None
+        self._retired: queue.Queue[_Worker | None] = queue.Queue()
         self._executor: ThreadPoolExecutor | None = None
         self._start_lock = threading.Lock()
         self._zygote: _Zygote | None = None
+        self._zygote_lock = threading.Lock()
         self.isolation: Isolation | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -323,6 +351,8 @@ class SandboxPool:
                 self._wanted.release()
             self._thread = threading.Thread(target=self._spawn_loop, name="gem-sandbox-spawner", daemon=True)
             self._thread.start()
+            self._reaper = threading.Thread(target=self._reap_loop, name="gem-sandbox-reaper", daemon=True)
+            self._reaper.start()
         return self
 
     def _probe(self) -> _Worker:
@@ -352,6 +382,10 @@ class SandboxPool:
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None
+        if self._reaper is not None:
+            self._retired.put(None)
+            self._reaper.join(timeout=30)
+            self._reaper = None
         while True:
             try:
                 self._ready.get_nowait().dispose()
@@ -371,9 +405,21 @@ class SandboxPool:
         self.close()
 
     # ------------------------------------------------------------------ workers
+    def _live_zygote(self) -> _Zygote:
+        """The fork server, restarted if it died (it never runs programs, but it can be killed)."""
+        with self._zygote_lock:
+            if self._zygote is None:
+                raise ToolError("the sandbox pool is not started")
+            if self._zygote.popen.poll() is not None and not self._closed.is_set():
+                self._zygote.close()
+                self._zygote = _Zygote(
+                    self.python, self._program_env(), self.config.preimport, self.config.spawn_timeout_s
+                )
+            return self._zygote
+
     def _spawn(self) -> _Worker:
-        level, zygote, cfg = self.isolation, self._zygote, self.config
-        if level is None or zygote is None:
+        level, zygote, cfg = self.isolation, self._live_zygote(), self.config
+        if level is None:
             raise ToolError("the sandbox pool is not started")
         uid = None
         if level != "rlimits":
@@ -412,8 +458,9 @@ class SandboxPool:
                 os.close(fd)
         deadline = time.monotonic() + cfg.spawn_timeout_s
         ready = False
-        # The keeper's "monitor" and the runner's "ready" come from different processes: any order.
-        while not (ready and worker.monitor is not None):
+        # "monitor", "runner" and "ready" come from different processes, in any order. Only now,
+        # before the program runs, are the pids in them trustworthy.
+        while not (ready and worker.monitor is not None and (level == "namespaces" or worker.runner_pid)):
             event = worker.read_event(deadline)
             kind = None if event is None else event.get("event")
             if event is None or kind == "failed":
@@ -507,8 +554,20 @@ class SandboxPool:
             raise ToolError("the sandbox pool is closed; create a new one")
         worker = self._take()
         try:
-            return self._execute(worker, code, timeout_s or self.config.timeout_s)
-        finally:
+            result = self._execute(worker, code, timeout_s or self.config.timeout_s)
+        except BaseException:
+            worker.dispose()
+            raise
+        # The program and its processes already got SIGKILL in _execute; waiting for them to be
+        # reaped (and removing a fallback work dir) happens off the caller's critical path.
+        self._retired.put(worker)
+        return result
+
+    def _reap_loop(self) -> None:
+        while True:
+            worker = self._retired.get()
+            if worker is None:
+                return
             worker.dispose()
 
     async def arun(self, code: str, *, timeout_s: float | None = None) -> SandboxResult:
@@ -528,10 +587,14 @@ class SandboxPool:
         status: Status | None = None
         error: str | None = None
         exit_code: int | None = None
-        # Feed the program from a thread: a large one fills the pipe while we read output.
         stdin, worker.stdin = worker.stdin, -1
-        writer = threading.Thread(target=_feed, args=(stdin, code.encode()), daemon=True)
-        writer.start()
+        data = code.encode()
+        writer: threading.Thread | None = None
+        if len(data) < _PIPE_BUFFER:  # fits in the pipe: write it without blocking
+            _feed(stdin, data)
+        else:  # a large program fills the pipe: feed it from a thread while we read output
+            writer = threading.Thread(target=_feed, args=(stdin, data), daemon=True)
+            writer.start()
         open_fds = [worker.stdout, worker.stderr, worker.ctrl]
         while status is None and worker.ctrl in open_fds:
             left = deadline - time.monotonic()
@@ -540,18 +603,19 @@ class SandboxPool:
                 break
             for fd in select.select(open_fds, [], [], left)[0]:
                 if fd == worker.ctrl:
-                    event = worker.read_event(deadline)
-                    kind = None if event is None else event.get("event")
-                    if event is None:  # EOF: the monitor is gone
+                    worker._fill()
+                    events, eof = worker.pending_events()
+                    for event in events:  # possibly forged by the program: only read, never act on pids
+                        kind = event.get("event")
+                        if kind == "done" and status is None:
+                            status = _done_status(event)
+                            error = None if status == "ok" else str(event.get("error"))[:cap]
+                        elif kind == "exit" and status is None:  # the runner died without reporting
+                            reported = event.get("code")
+                            exit_code = reported if isinstance(reported, int) and 0 <= reported < 512 else None
+                            status, error = _death_status(exit_code, self.config)
+                    if eof:  # the monitor is gone
                         open_fds.remove(fd)
-                    elif kind == "done":
-                        status = _done_status(event)
-                        error = None if status == "ok" else str(event.get("error"))
-                    elif kind == "runner":
-                        worker.runner_pid = int(event["pid"])
-                    elif kind == "exit":  # the runner died without reporting
-                        exit_code = int(event.get("code", -1))
-                        status, error = _death_status(exit_code, self.config)
                     continue
                 chunk = os.read(fd, 65_536)
                 if not chunk:
@@ -566,9 +630,12 @@ class SandboxPool:
                     )
         if status is None:
             status, error = "crashed", "the sandbox lost the program's process"
-        writer.join(timeout=1.0)
+        if writer is not None:
+            writer.join(timeout=1.0)
         worker.kill()
-        _drain([fd for fd in open_fds if fd != worker.ctrl], captured, cap, time.monotonic() + 1.0)
+        # The runner flushes before it reports, so its output is already in the pipes: take what
+        # is there without waiting for the killed processes to close them.
+        _drain([fd for fd in open_fds if fd != worker.ctrl], captured, cap, time.monotonic())
         return SandboxResult(
             status=status,
             stdout=captured[worker.stdout][:cap].decode("utf-8", "replace"),
@@ -594,12 +661,12 @@ def _feed(fd: int, data: bytes) -> None:
 
 
 def _drain(fds: list[int], captured: dict[int, bytearray], cap: int, deadline: float) -> None:
-    """Read what the killed processes left in the pipes, until EOF or the deadline."""
+    """Read what is in the pipes, until EOF, or until nothing is ready at the deadline."""
     while fds:
-        left = deadline - time.monotonic()
-        if left <= 0:
+        ready = select.select(fds, [], [], max(deadline - time.monotonic(), 0))[0]
+        if not ready:
             return
-        for fd in select.select(fds, [], [], left)[0]:
+        for fd in ready:
             chunk = os.read(fd, 65_536)
             if not chunk:
                 fds.remove(fd)

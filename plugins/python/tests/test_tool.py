@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -155,3 +157,73 @@ def test_number_guess_binary_search_with_python() -> None:
             assert total_calls == env.calls_used <= 5
     finally:
         env.close()
+
+
+def test_fallback_is_announced_once_per_level(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gem_tool_python import sandbox
+
+    monkeypatch.setattr(sandbox, "_warned", set())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sandbox._warn_once("uid", "unshare: Operation not permitted")
+        sandbox._warn_once("uid", "unshare: Operation not permitted")
+    assert len(caught) == 1 and caught[0].category is SandboxIsolationWarning
+    assert "namespaces are unavailable (unshare: Operation not permitted)" in str(caught[0].message)
+    assert "falling back to isolation 'uid': no network isolation" in str(caught[0].message)
+
+
+def test_auto_isolation_falls_back_and_warns_when_namespaces_fail(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gem_tool_python import SandboxPool, sandbox
+
+    real_spawn = SandboxPool._spawn
+
+    def spawn(self: SandboxPool) -> Any:
+        if self.isolation == "namespaces":
+            raise sandbox.ToolError("sandbox worker failed to start: unshare: [Errno 1] Operation not permitted")
+        return real_spawn(self)
+
+    monkeypatch.setattr(SandboxPool, "_spawn", spawn)
+    monkeypatch.setattr(sandbox, "_warned", set())
+    pool = SandboxPool(pool_size=1, python="/usr/bin/python3" if Path("/usr/bin/python3").exists() else None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            pool.start()
+            assert pool.isolation in ("uid", "rlimits")
+            assert pool.run("print(3)").stdout == "3\n"
+        finally:
+            pool.close()
+    [warning] = [w for w in caught if w.category is SandboxIsolationWarning]
+    assert "Operation not permitted" in str(warning.message)
+
+
+def test_naming_an_unavailable_level_fails_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gem_tool_python import SandboxPool, sandbox
+
+    def spawn(self: SandboxPool) -> Any:
+        raise sandbox.ToolError("sandbox worker failed to start: unshare: [Errno 1] Operation not permitted")
+
+    monkeypatch.setattr(SandboxPool, "_spawn", spawn)
+    pool = SandboxPool(pool_size=1, isolation="namespaces")
+    with pytest.raises(sandbox.ToolError, match="isolation 'namespaces' is unavailable here: namespaces: sandbox"):
+        pool.start()
+    pool.close()
+
+
+def test_a_dead_fork_server_is_restarted() -> None:
+    from gem_tool_python import SandboxPool
+
+    pool = SandboxPool(pool_size=1).start()
+    try:
+        assert pool._zygote is not None
+        pool._zygote.popen.kill()
+        pool._zygote.popen.wait()
+        # Its idle workers die with it (parent-death signal); the pool must notice and replace them.
+        for _ in range(500):
+            if not any(w.alive() for w in list(pool._ready.queue)):
+                break
+            time.sleep(0.01)
+        results = [pool.run("print(5)") for _ in range(3)]
+        assert [r.stdout for r in results] == ["5\n"] * 3
+    finally:
+        pool.close()

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import json
+import threading
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from gem_core.errors import ToolError
-from gem_tool_search.bm25 import BM25Index
+from gem_tool_search.bm25 import BM25Index, default_cache_dir
 from gem_tool_search.corpus import SearchHit, parse_document
 
 __all__ = ["BM25Retriever", "HttpRetriever", "Retriever"]
+
+#: Loaded indexes by (corpus, k1, b, cache dir), alive while some retriever uses them.
+_SHARED_INDEXES: weakref.WeakValueDictionary[tuple[str, float, float, str], BM25Index] = weakref.WeakValueDictionary()
+_SHARED_LOCK = threading.Lock()
 
 
 @runtime_checkable
@@ -49,9 +55,20 @@ class BM25Retriever:
         self._index: BM25Index | None = None
 
     def index(self) -> BM25Index:
-        """The index, (re)built when missing or when the corpus file changed."""
+        """The index, (re)built when missing or when the corpus file changed.
+
+        Retrievers of the same corpus and parameters in one process share one index, so
+        64 envs each building ``make_tool("search")`` load it once.
+        """
         if self._index is None or self._index.is_stale():
-            self._index = BM25Index.load_or_build(self.corpus, k1=self.k1, b=self.b, cache_dir=self.cache_dir)
+            cache_dir = Path(self.cache_dir) if self.cache_dir is not None else default_cache_dir()
+            key = (str(self.corpus.resolve()), self.k1, self.b, str(cache_dir))
+            with _SHARED_LOCK:
+                index = _SHARED_INDEXES.get(key)
+                if index is None or index.is_stale():
+                    index = BM25Index.load_or_build(self.corpus, k1=self.k1, b=self.b, cache_dir=cache_dir)
+                    _SHARED_INDEXES[key] = index
+            self._index = index
         return self._index
 
     async def search(self, queries: Sequence[str], top_k: int) -> list[list[SearchHit]]:

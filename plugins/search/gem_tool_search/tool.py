@@ -33,7 +33,9 @@ class SearchConfig(BaseModel):
         timeout_s: Limit for one call, waiting for its batch included; past it the model
             gets a timeout error.
         max_batch_size: Most queries sent to the backend at once.
-        batch_wait_s: How long the first query of a batch waits for others to join.
+        batch_wait_s: How long the first query of a batch waits for others to join. With 0,
+            the batch holds the calls that arrived in the same loop iteration, plus those that
+            queued up while the backend was busy: no added latency, batches grow with load.
         k1: BM25 term-frequency saturation.
         b: BM25 length normalisation.
         cache_dir: Where BM25 indexes are cached (default ``$XDG_CACHE_HOME/gem/search``).
@@ -50,7 +52,7 @@ class SearchConfig(BaseModel):
     max_top_k: int = Field(20, ge=1)
     timeout_s: float = Field(10.0, gt=0)
     max_batch_size: int = Field(64, ge=1)
-    batch_wait_s: float = Field(0.002, ge=0)
+    batch_wait_s: float = Field(0.0, ge=0)
     k1: float = Field(0.9, gt=0)
     b: float = Field(0.4, ge=0, le=1)
     cache_dir: Path | None = None

@@ -270,6 +270,11 @@ Panama Canal|The Panama Canal connects the Atlantic and Pacific Oceans and opene
 Suez Canal|The Suez Canal in Egypt connects the Mediterranean Sea to the Red Sea and opened in 1869.
 Euro|The euro was introduced as an accounting currency in 1999 and as banknotes and coins in 2002.
 Bitcoin|Bitcoin is a cryptocurrency described in a 2008 paper by the pseudonymous Satoshi Nakamoto.
+Heptagon|A heptagon is a polygon with seven sides and seven angles. A hexagon has six sides and an octagon has eight.
+Prime number|A prime number is a natural number greater than 1 whose only divisors are 1 and itself. The smallest prime number is 2, the only even prime.
+Mandarin Chinese|Mandarin Chinese is the language with the most native speakers worldwide, more than 900 million. English has the most speakers in total when second-language speakers are counted.
+2016 Summer Olympics|The 2016 Summer Olympics were hosted by Brazil in Rio de Janeiro, the first Olympic Games held in South America.
+Diamond|Diamond is a form of carbon and the hardest natural mineral, rated 10 on the Mohs scale of hardness.
 """
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -11,6 +12,8 @@ from typing import Any
 
 import pytest
 from gem_tool_search import BM25Index, demo_corpus_path, iter_corpus, parse_document, tokenize
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gem_core.errors import CorpusError, GemCoreError
 
@@ -156,3 +159,19 @@ def test_demo_corpus_is_valid_and_sizable() -> None:
     assert len(docs) >= 250
     assert len({d.id for d in docs}) == len(docs)
     assert all(d.title and d.text for d in docs)
+
+
+@settings(max_examples=200, deadline=None)
+@given(query=st.text(max_size=300), top_k=st.integers(min_value=0, max_value=50))
+def test_any_query_gives_sorted_hits_without_raising(query: str, top_k: int) -> None:
+    index = _demo_index()
+    hits = index.search(query, top_k)
+    assert len(hits) <= top_k
+    scores = [score for _, score in hits]
+    assert scores == sorted(scores, reverse=True) and all(s > 0 for s in scores)
+    assert len({i for i, _ in hits}) == len(hits)
+
+
+@functools.lru_cache(maxsize=1)
+def _demo_index() -> BM25Index:
+    return BM25Index.build(demo_corpus_path())

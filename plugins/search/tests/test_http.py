@@ -19,20 +19,24 @@ def run(tool: SearchTool, **arguments: Any) -> ToolResult:
 
 @pytest.fixture
 def http_tool(retrieval_server: Any) -> SearchTool:
-    tool = SearchTool(backend="http", url=retrieval_server.url, top_k=2, timeout_s=3.0, headers={"X-Api-Key": "k"})
+    tool = SearchTool(
+        backend="http", url=retrieval_server.url, top_k=2, timeout_s=30.0, headers={"X-Api-Key": "k"}, batch_wait_s=0.5
+    )
     yield tool
     tool.close()
 
 
 def test_results_match_the_local_bm25_backend(http_tool: SearchTool) -> None:
     local = SearchTool(top_k=2)
-    for query in ["Who discovered penicillin?", "capital of Canada", "tallest building"]:
-        remote_result, local_result = run(http_tool, query=query), run(local, query=query)
-        assert remote_result.ok, remote_result.error
-        assert remote_result.metadata["doc_ids"] == local_result.metadata["doc_ids"]
-        assert remote_result.output == local_result.output  # titles parsed out of Search-R1 "contents"
-        assert remote_result.metadata["backend"] == "http"
-    local.close()
+    try:
+        for query in ["Who discovered penicillin?", "capital of Canada", "tallest building"]:
+            remote_result, local_result = run(http_tool, query=query), run(local, query=query)
+            assert remote_result.ok, remote_result.error
+            assert remote_result.metadata["doc_ids"] == local_result.metadata["doc_ids"]
+            assert remote_result.output == local_result.output  # titles parsed out of Search-R1 "contents"
+            assert remote_result.metadata["backend"] == "http"
+    finally:
+        local.close()
 
 
 def test_request_shape_and_one_post_per_batch(http_tool: SearchTool, retrieval_server: Any) -> None:
@@ -98,7 +102,7 @@ def test_unreachable_server_is_an_error() -> None:
     with socket.socket() as sock:  # a port that nothing listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    tool = SearchTool(backend="http", url=f"http://127.0.0.1:{port}/retrieve", timeout_s=2.0)
+    tool = SearchTool(backend="http", url=f"http://127.0.0.1:{port}/retrieve", timeout_s=30.0)
     result = run(tool, query="x")
     assert not result.ok and "unreachable" in (result.error or "")
     tool.close()

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from gem_tool_search import SearchTool
 
-from gem_core.testing import GenericTestEnv
+from gem_core.testing import GenericTestEnv, NumberGuessEnv, check_env
 from gem_core.tools import ToolEnvWrapper
 
 QUESTIONS = [
@@ -102,3 +102,10 @@ def test_episode_reuses_one_tool_across_resets() -> None:
     env.close()
     assert tool.batches_sent == 3
     tool.close()
+
+
+def test_wrapped_env_with_search_passes_check_env() -> None:
+    def factory() -> ToolEnvWrapper:
+        return ToolEnvWrapper(NumberGuessEnv(), tools=["search"])
+
+    check_env(factory(), env_factory=factory)

@@ -1,0 +1,5 @@
+"""RL core: trajectory records, per-turn returns, advantage estimators and sample layouts.
+
+Everything here is plain numpy; :mod:`gem_core.rl.torch_utils` holds optional tensor
+helpers and imports torch only when used.
+"""

@@ -1,0 +1,516 @@
+"""Turn episodes into training samples, in one of two layouts.
+
+**Per transition** (GEM's layout, :func:`episode_to_transitions`): one sample per
+turn; the prompt is the whole history at that turn, the response that turn's
+generated tokens, and the turn's advantage sits on every response token. Simple and
+works with any chat template, but the history is processed again at every turn, so
+tokens grow quadratically with the number of turns.
+
+**Per episode, token in / token out** (:func:`episode_to_sequence`): one sequence per
+episode. The model's generated token ids are kept exactly as sampled (never decoded
+and re-encoded); each env reply is appended as the chat template's *delta* for the new
+messages; ``loss_mask`` is 1 only on generated tokens; each turn's advantage is on
+that turn's tokens and its reward on the turn's last token. Tokens grow linearly.
+
+The sequence layout needs a template that extends its own rendering of the earlier
+turns. Templates that rewrite history (e.g. Qwen3's, which drops earlier
+``<think>`` blocks) break that; :func:`episode_to_sequence` then raises
+:class:`~gem_core.errors.TemplatePrefixError` naming the turn. Fallback: use the
+per-transition layout for that tokenizer (probe once at start-up with
+:func:`check_template_prefix`), or a template variant that keeps history verbatim.
+
+Tokenizers are duck-typed: anything with Hugging Face's
+``apply_chat_template(messages, tokenize=False, add_generation_prompt=...)`` and
+``encode(text, add_special_tokens=False)`` works. Chat templates are rendered to
+text and encoded, which behaves the same across transformers versions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from gem_core.errors import RLInputError, TemplatePrefixError, TrajectoryError
+from gem_core.rl.types import Episode, Message, Turn
+
+__all__ = [
+    "ChatTokenizer",
+    "EpisodeSequence",
+    "TransitionSample",
+    "check_template_prefix",
+    "episode_to_sequence",
+    "episode_to_transitions",
+    "episodes_to_sequences",
+    "episodes_to_transitions",
+    "render_ids",
+]
+
+
+class ChatTokenizer(Protocol):
+    """The part of a Hugging Face tokenizer the layouts use."""
+
+    def apply_chat_template(self, conversation: Any, *args: Any, **kwargs: Any) -> Any: ...
+
+    def encode(self, text: str, *args: Any, **kwargs: Any) -> list[int]: ...
+
+
+@dataclass(slots=True)
+class TransitionSample:
+    """One turn as one training sample (per-transition layout).
+
+    Attributes:
+        prompt_ids: The history at this turn, as the policy saw it.
+        response_ids: The tokens generated this turn.
+        advantage: This turn's advantage; it applies to every response token.
+        reward: This turn's reward.
+        response_logprobs: Sampling log-probabilities of ``response_ids``, if recorded.
+        episode_id: The episode this turn belongs to.
+        start_state_id: The episode's start state (group id).
+        turn_index: Position of the turn in its episode.
+        retokenized: ``response_ids`` came from encoding the action text, because the
+            turn did not record generated ids (logprobs then no longer line up).
+    """
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    advantage: float
+    reward: float
+    response_logprobs: list[float] | None
+    episode_id: str
+    start_state_id: str
+    turn_index: int
+    retokenized: bool = False
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens the trainer processes for this sample (prompt + response)."""
+        return len(self.prompt_ids) + len(self.response_ids)
+
+
+@dataclass(slots=True)
+class EpisodeSequence:
+    """One episode as one token sequence (token-in/token-out layout).
+
+    Attributes:
+        input_ids: Prompt, then each turn's generated ids and the env's reply, as int64.
+        loss_mask: 1 on generated tokens, 0 on prompt and env tokens (int8).
+        token_rewards: Each turn's reward on its last generated token, 0 elsewhere.
+        token_advantages: Each turn's advantage on all its generated tokens, 0 elsewhere;
+            ``None`` when no advantages were given.
+        token_logprobs: Sampling log-probabilities on generated tokens, 0 elsewhere;
+            ``None`` unless every turn recorded them.
+        turn_spans: ``(start, end)`` of each turn's generated tokens in ``input_ids``.
+        prompt_length: Length of the first prompt (everything before turn 0's tokens).
+        episode_id: The episode's id.
+        start_state_id: The episode's start state (group id).
+    """
+
+    input_ids: npt.NDArray[np.int64]
+    loss_mask: npt.NDArray[np.int8]
+    token_rewards: npt.NDArray[np.float64]
+    token_advantages: npt.NDArray[np.float64] | None
+    token_logprobs: npt.NDArray[np.float64] | None
+    turn_spans: list[tuple[int, int]]
+    prompt_length: int
+    episode_id: str
+    start_state_id: str
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens the trainer processes for this episode."""
+        return int(self.input_ids.shape[0])
+
+    @property
+    def num_generated_tokens(self) -> int:
+        """Tokens with ``loss_mask == 1``."""
+        return int(self.loss_mask.sum())
+
+    @property
+    def response_length(self) -> int:
+        """Tokens after the first prompt (generated plus env replies)."""
+        return self.num_tokens - self.prompt_length
+
+
+def render_ids(
+    tokenizer: ChatTokenizer,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    add_generation_prompt: bool,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+) -> list[int]:
+    """Render ``messages`` with the tokenizer's chat template and encode the text without extra specials."""
+    text = tokenizer.apply_chat_template(
+        list(messages), tokenize=False, add_generation_prompt=add_generation_prompt, **(chat_template_kwargs or {})
+    )
+    if not isinstance(text, str):
+        raise RLInputError(f"apply_chat_template(tokenize=False) returned {type(text).__name__}, expected str")
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def _advantages_for(episode: Episode, advantages: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    array = np.asarray(advantages, dtype=np.float64).reshape(-1)
+    if array.shape[0] != episode.num_turns:
+        raise RLInputError(
+            f"episode {episode.episode_id!r} has {episode.num_turns} turns but {array.shape[0]} advantages; "
+            "give one advantage per turn"
+        )
+    if not np.isfinite(array).all():
+        raise RLInputError(f"advantages of episode {episode.episode_id!r} hold NaN or inf")
+    return array
+
+
+# --------------------------------------------------------------------------- per transition
+
+
+def _prompt_ids(turn: Turn, index: int, tokenizer: ChatTokenizer | None, kwargs: Mapping[str, Any] | None) -> list[int]:
+    if turn.prompt_token_ids is not None:
+        return list(turn.prompt_token_ids)
+    if turn.prompt_messages is None:
+        raise TrajectoryError(f"turn {index} has neither prompt_token_ids nor prompt_messages; record one of them")
+    if tokenizer is None:
+        raise RLInputError(f"turn {index} has only prompt_messages; pass a tokenizer to render them")
+    return render_ids(tokenizer, turn.prompt_messages, add_generation_prompt=True, chat_template_kwargs=kwargs)
+
+
+def episode_to_transitions(
+    episode: Episode,
+    advantages: npt.ArrayLike,
+    tokenizer: ChatTokenizer | None = None,
+    *,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+) -> list[TransitionSample]:
+    """Per-transition layout: one sample per turn.
+
+    Args:
+        episode: The episode.
+        advantages: One advantage per turn (e.g. from :func:`~gem_core.rl.advantages.rebn_advantages`).
+        tokenizer: Renders ``prompt_messages`` and encodes actions of turns without
+            recorded token ids; not needed when every turn recorded its ids.
+        chat_template_kwargs: Extra arguments for ``apply_chat_template`` (e.g. ``enable_thinking``).
+
+    Returns:
+        One :class:`TransitionSample` per turn.
+    """
+    adv = _advantages_for(episode, advantages)
+    samples: list[TransitionSample] = []
+    for index, turn in enumerate(episode.turns):
+        retokenized = turn.action_token_ids is None
+        if retokenized:
+            if tokenizer is None:
+                raise RLInputError(f"turn {index} has no action_token_ids; pass a tokenizer to encode the action text")
+            response = list(tokenizer.encode(turn.action, add_special_tokens=False))
+        else:
+            response = list(turn.action_token_ids or [])
+        samples.append(
+            TransitionSample(
+                prompt_ids=_prompt_ids(turn, index, tokenizer, chat_template_kwargs),
+                response_ids=response,
+                advantage=float(adv[index]),
+                reward=turn.reward,
+                response_logprobs=None if retokenized or turn.action_logprobs is None else list(turn.action_logprobs),
+                episode_id=episode.episode_id,
+                start_state_id=episode.start_state_id,
+                turn_index=index,
+                retokenized=retokenized,
+            )
+        )
+    return samples
+
+
+def episodes_to_transitions(
+    episodes: Sequence[Episode],
+    advantages: Sequence[npt.ArrayLike],
+    tokenizer: ChatTokenizer | None = None,
+    *,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+) -> list[TransitionSample]:
+    """:func:`episode_to_transitions` over a batch, flattened (episode order, then turn order)."""
+    if len(advantages) != len(episodes):
+        raise RLInputError(f"got advantages for {len(advantages)} episodes, but {len(episodes)} episodes")
+    return [
+        sample
+        for episode, adv in zip(episodes, advantages, strict=True)
+        for sample in episode_to_transitions(episode, adv, tokenizer, chat_template_kwargs=chat_template_kwargs)
+    ]
+
+
+# --------------------------------------------------------------------------- per episode, token in / token out
+
+
+def _starts_with(ids: Sequence[int], prefix: Sequence[int]) -> bool:
+    return len(ids) >= len(prefix) and list(ids[: len(prefix)]) == list(prefix)
+
+
+def _ends_with(ids: Sequence[int], suffix: Sequence[int]) -> bool:
+    return len(ids) >= len(suffix) and list(ids[len(ids) - len(suffix) :]) == list(suffix)
+
+
+def _first_difference(a: Sequence[int], b: Sequence[int]) -> int:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+def _common_suffix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[len(a) - 1 - n] == b[len(b) - 1 - n]:
+        n += 1
+    return n
+
+
+def _footer_overlap(generated: Sequence[int], footer: Sequence[int]) -> int:
+    """Length of the longest head of ``footer`` that ``generated`` already ends with (e.g. its stop token)."""
+    for k in range(min(len(footer), len(generated)), 0, -1):
+        if list(generated[-k:]) == list(footer[:k]):
+            return k
+    return 0
+
+
+class _MessageRenderer:
+    """Computes, turn by turn, the tokens the template puts between one generation and the next."""
+
+    def __init__(self, tokenizer: ChatTokenizer, kwargs: Mapping[str, Any] | None) -> None:
+        self.tokenizer = tokenizer
+        self.kwargs = kwargs
+        self.footer: list[int] | None = None
+
+    @staticmethod
+    def _check_extends(ids: list[int], prefix: list[int], name: str, turn: int) -> None:
+        if not _starts_with(ids, prefix):
+            raise TemplatePrefixError(
+                f"turn {turn}: the chat template's rendering of {name} does not start with its rendering of the "
+                f"turn before (first difference at token {_first_difference(ids, prefix)}). The template rewrites "
+                "earlier turns (e.g. drops <think> blocks), so the token-in/token-out layout cannot be built. "
+                "Fall back to episode_to_transitions, or use a template that keeps history verbatim.",
+                turn=turn,
+            )
+
+    def render(self, messages: Sequence[Message], generation_prompt: bool) -> list[int]:
+        return render_ids(
+            self.tokenizer, messages, add_generation_prompt=generation_prompt, chat_template_kwargs=self.kwargs
+        )
+
+    def bridge(
+        self,
+        history: list[Message],
+        next_history: list[Message],
+        prompt_ids: list[int],
+        generated: Sequence[int],
+        turn: int,
+    ) -> tuple[list[int], list[int]]:
+        """Return ``(ids after the generated tokens, next turn's full prompt ids)``.
+
+        ``history`` is turn ``turn - 1``'s prompt, rendered as ``prompt_ids``;
+        ``next_history`` is turn ``turn``'s prompt and must extend ``history`` by the
+        assistant message plus the env's new messages.
+        """
+        n = len(history)
+        if next_history[:n] != history:
+            raise TemplatePrefixError(
+                f"turn {turn}: prompt_messages do not extend turn {turn - 1}'s (message "
+                f"{_first_difference_messages(history, next_history)} differs); the history was rewritten, so no "
+                "single sequence can hold both turns. Use episode_to_transitions for this episode.",
+                turn=turn,
+            )
+        if len(next_history) <= n or next_history[n].get("role") != "assistant":
+            raise TrajectoryError(
+                f"turn {turn}: prompt_messages[{n}] must be the previous turn's assistant message, "
+                f"got {next_history[n] if len(next_history) > n else 'nothing'}"
+            )
+        with_answer = self.render(next_history[: n + 1], generation_prompt=False)
+        full = self.render(next_history, generation_prompt=True)
+        self._check_extends(with_answer, prompt_ids, "the answered history", turn)
+        self._check_extends(full, with_answer, "the next prompt", turn)
+        answer_part = with_answer[len(prompt_ids) :]
+        if self.footer is None or not _ends_with(answer_part, self.footer):
+            # What the template writes after an answer's content (e.g. "<|im_end|>\n"): the common tail of an
+            # empty answer and the real one. It depends on the template only, so one render per episode finds it.
+            empty_answer = self.render([*history, {"role": "assistant", "content": ""}], generation_prompt=False)
+            self._check_extends(empty_answer, prompt_ids, "an empty answer", turn)
+            empty_part = empty_answer[len(prompt_ids) :]
+            self.footer = empty_part[len(empty_part) - _common_suffix_length(answer_part, empty_part) :]
+        # The model usually generated the head of the footer (its stop token) itself.
+        closing = self.footer[_footer_overlap(generated, self.footer) :]
+        return closing + full[len(with_answer) :], full
+
+
+def _first_difference_messages(a: Sequence[Message], b: Sequence[Message]) -> int:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+def episode_to_sequence(
+    episode: Episode,
+    tokenizer: ChatTokenizer | None = None,
+    *,
+    advantages: npt.ArrayLike | None = None,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+) -> EpisodeSequence:
+    """Per-episode token-in/token-out layout: the whole episode as one sequence.
+
+    Two sources are supported, chosen per episode:
+
+    * every turn recorded ``prompt_token_ids`` (a token-in/token-out runner): the
+      sequence is read off them; each turn's prompt must extend the previous prompt
+      plus its generated ids, so no tokenizer is needed;
+    * otherwise every turn needs ``prompt_messages`` and a ``tokenizer``: env replies
+      are appended as the template's delta for the new messages, and the part of the
+      template's end-of-answer marker the model did not generate (e.g. the newline
+      after ``<|im_end|>``) is inserted with loss mask 0.
+
+    Generated ids (``action_token_ids``, required) are copied as they are.
+
+    Args:
+        episode: The episode (at least one turn).
+        tokenizer: Needed for the messages source.
+        advantages: One advantage per turn, placed on the turn's generated tokens.
+        chat_template_kwargs: Extra arguments for ``apply_chat_template``.
+
+    Raises:
+        TemplatePrefixError: The template (or the recorded prompts) rewrite earlier
+            turns; the error's ``turn`` names the first such turn. Fall back to
+            :func:`episode_to_transitions`.
+        TrajectoryError: A turn lacks generated ids or prompts.
+    """
+    adv = None if advantages is None else _advantages_for(episode, advantages)
+    turns = episode.turns
+    if not turns:
+        raise TrajectoryError(f"episode {episode.episode_id!r} has no turns")
+    for index, turn in enumerate(turns):
+        if turn.action_token_ids is None:
+            raise TrajectoryError(
+                f"turn {index} has no action_token_ids; the token-in/token-out layout needs the generated ids "
+                "(use episode_to_transitions to train on re-encoded text)"
+            )
+        if not turn.action_token_ids:
+            raise TrajectoryError(f"turn {index} generated no tokens, so its reward has no token to sit on")
+    token_mode = all(t.prompt_token_ids is not None for t in turns)
+    renderer: _MessageRenderer | None = None
+    if token_mode:
+        prompt = list(turns[0].prompt_token_ids or [])
+    else:
+        if any(t.prompt_messages is None for t in turns):
+            raise TrajectoryError("every turn needs prompt_token_ids, or every turn needs prompt_messages")
+        if tokenizer is None:
+            raise RLInputError("these turns record prompt_messages only; pass a tokenizer to render them")
+        renderer = _MessageRenderer(tokenizer, chat_template_kwargs)
+        prompt = renderer.render(turns[0].prompt_messages or [], generation_prompt=True)
+
+    ids: list[int] = list(prompt)
+    spans: list[tuple[int, int]] = []
+    for index, turn in enumerate(turns):
+        generated = list(turn.action_token_ids or [])
+        spans.append((len(ids), len(ids) + len(generated)))
+        ids.extend(generated)
+        if index + 1 == len(turns):
+            break
+        following = turns[index + 1]
+        if renderer is None:
+            next_prompt = list(following.prompt_token_ids or [])
+            if not _starts_with(next_prompt, ids):
+                raise TemplatePrefixError(
+                    f"turn {index + 1}: prompt_token_ids do not start with turn {index}'s prompt plus its generated "
+                    f"ids (first difference at token {_first_difference(next_prompt, ids)}); the runner re-rendered "
+                    "the history. Fall back to episode_to_transitions.",
+                    turn=index + 1,
+                )
+            ids.extend(next_prompt[len(ids) :])
+        else:
+            delta, prompt = renderer.bridge(
+                list(turn.prompt_messages or []), list(following.prompt_messages or []), prompt, generated, index + 1
+            )
+            ids.extend(delta)
+
+    n = len(ids)
+    loss_mask = np.zeros(n, dtype=np.int8)
+    token_rewards = np.zeros(n, dtype=np.float64)
+    token_advantages = None if adv is None else np.zeros(n, dtype=np.float64)
+    with_logprobs = all(t.action_logprobs is not None for t in turns)
+    token_logprobs = np.zeros(n, dtype=np.float64) if with_logprobs else None
+    for index, ((start, end), turn) in enumerate(zip(spans, turns, strict=True)):
+        loss_mask[start:end] = 1
+        token_rewards[end - 1] = turn.reward
+        if token_advantages is not None and adv is not None:
+            token_advantages[start:end] = adv[index]
+        if token_logprobs is not None:
+            token_logprobs[start:end] = turn.action_logprobs or []
+    return EpisodeSequence(
+        input_ids=np.asarray(ids, dtype=np.int64),
+        loss_mask=loss_mask,
+        token_rewards=token_rewards,
+        token_advantages=token_advantages,
+        token_logprobs=token_logprobs,
+        turn_spans=spans,
+        prompt_length=spans[0][0],
+        episode_id=episode.episode_id,
+        start_state_id=episode.start_state_id,
+    )
+
+
+def episodes_to_sequences(
+    episodes: Sequence[Episode],
+    tokenizer: ChatTokenizer | None = None,
+    *,
+    advantages: Sequence[npt.ArrayLike] | None = None,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+) -> list[EpisodeSequence]:
+    """:func:`episode_to_sequence` over a batch."""
+    if advantages is not None and len(advantages) != len(episodes):
+        raise RLInputError(f"got advantages for {len(advantages)} episodes, but {len(episodes)} episodes")
+    return [
+        episode_to_sequence(
+            episode,
+            tokenizer,
+            advantages=None if advantages is None else advantages[i],
+            chat_template_kwargs=chat_template_kwargs,
+        )
+        for i, episode in enumerate(episodes)
+    ]
+
+
+_PROBE_CONVERSATION: list[Message] = [
+    {"role": "system", "content": "You are playing a game."},
+    {"role": "user", "content": "Guess a number between 1 and 16."},
+    {"role": "assistant", "content": "<think>\nStart in the middle.\n</think>\n\nMy guess is 8."},
+    {"role": "user", "content": "Lower than 8."},
+    {"role": "assistant", "content": "<think>\nHalve again.\n</think>\n\nMy guess is 4."},
+    {"role": "user", "content": "Higher than 4."},
+]
+
+
+def check_template_prefix(
+    tokenizer: ChatTokenizer,
+    messages: Sequence[Message] | None = None,
+    *,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+) -> None:
+    """Check once, e.g. at trainer start-up, that a template supports the token-in/token-out layout.
+
+    Renders growing prefixes of a multi-turn conversation (by default one with
+    ``<think>`` blocks, which some templates drop) and checks each rendering extends the
+    previous one the way :func:`episode_to_sequence` needs.
+
+    Raises:
+        TemplatePrefixError: The template rewrites earlier turns; use
+            :func:`episode_to_transitions` with this tokenizer.
+    """
+    conversation = list(messages if messages is not None else _PROBE_CONVERSATION)
+    renderer = _MessageRenderer(tokenizer, chat_template_kwargs)
+    cuts = [i for i, m in enumerate(conversation) if m.get("role") == "assistant"]
+    if not cuts:
+        raise RLInputError("the probe conversation needs at least one assistant message")
+    history = conversation[: cuts[0]]
+    prompt = renderer.render(history, generation_prompt=True)
+    for turn, cut in enumerate(cuts, start=1):
+        following = cuts[turn] if turn < len(cuts) else len(conversation)
+        next_history = conversation[:following]
+        answer = renderer.tokenizer.encode(str(conversation[cut].get("content", "")), add_special_tokens=False)
+        _, prompt = renderer.bridge(history, next_history, prompt, answer, turn)
+        history = next_history

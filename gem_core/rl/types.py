@@ -1,0 +1,294 @@
+"""Typed trajectory records: :class:`Turn` and :class:`Episode`, with JSONL io.
+
+A runner (e.g. :mod:`gem_core`'s episode runner) produces one :class:`Episode` per
+rollout; the math in :mod:`gem_core.rl.returns` / :mod:`gem_core.rl.advantages` and
+the sample builders in :mod:`gem_core.rl.layouts` consume them. Records are plain
+dataclasses (cheap to build by the thousand) validated on construction, so a
+malformed record fails where it is made, not deep inside a trainer.
+
+Prompt convention: ``Turn.prompt_messages`` is the *whole* chat history the policy
+was prompted with at that turn (system/user/assistant/tool dicts with ``role`` and
+``content``), not only the new messages. The history is append-only across turns
+for the token-in/token-out layout to work (see :mod:`gem_core.rl.layouts`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gem_core.errors import TrajectoryError
+
+__all__ = [
+    "SCHEMA",
+    "Episode",
+    "Message",
+    "Turn",
+    "iter_jsonl",
+    "read_jsonl",
+    "write_jsonl",
+]
+
+#: Schema tag written into every JSONL line, so future layouts can be told apart.
+SCHEMA = "gem.episode/1"
+
+#: A chat message as the Hugging Face chat templates take it: ``{"role": ..., "content": ...}``.
+Message = dict[str, Any]
+
+
+@dataclass(slots=True)
+class Turn:
+    """One step of an episode: what the policy saw, what it did, what the env answered.
+
+    Attributes:
+        observation: The env observation this action answers (``reset``'s for turn 0).
+        action: The action text sent to ``env.step``.
+        reward: The reward ``env.step`` returned for this action (finite).
+        terminated: ``env.step`` said the episode reached a terminal state.
+        truncated: ``env.step`` said the episode was cut (turn budget, timeout).
+        next_observation: The env's reply to the action (``step``'s observation).
+        info: ``step``'s info dict (must be JSON-serialisable to write JSONL).
+        prompt_messages: The full chat history the policy was prompted with, if it was
+            prompted with messages.
+        prompt_token_ids: The exact token ids the policy was prompted with, if known
+            (a token-in/token-out runner records them).
+        action_token_ids: The token ids the policy generated (including its stop token,
+            if the inference server returns it), if known.
+        action_logprobs: Log-probabilities of ``action_token_ids`` under the sampling policy.
+    """
+
+    observation: str
+    action: str
+    reward: float
+    terminated: bool = False
+    truncated: bool = False
+    next_observation: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+    prompt_messages: list[Message] | None = None
+    prompt_token_ids: list[int] | None = None
+    action_token_ids: list[int] | None = None
+    action_logprobs: list[float] | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            self.reward = float(self.reward)
+        except (TypeError, ValueError):
+            raise TrajectoryError(f"Turn.reward must be a number, got {self.reward!r}") from None
+        if not math.isfinite(self.reward):
+            raise TrajectoryError(f"Turn.reward must be finite, got {self.reward}; clip or fix the env's reward")
+        if self.action_logprobs is not None:
+            if self.action_token_ids is None:
+                raise TrajectoryError("Turn.action_logprobs is set but action_token_ids is None; record both")
+            if len(self.action_logprobs) != len(self.action_token_ids):
+                raise TrajectoryError(
+                    f"Turn has {len(self.action_logprobs)} action_logprobs for {len(self.action_token_ids)} "
+                    "action_token_ids; they must have one logprob per generated token"
+                )
+        if self.prompt_messages is not None:
+            for i, message in enumerate(self.prompt_messages):
+                if not isinstance(message, Mapping) or "role" not in message:
+                    raise TrajectoryError(
+                        f"Turn.prompt_messages[{i}] must be a dict with a 'role' key, got {message!r}"
+                    )
+
+    @property
+    def done(self) -> bool:
+        """Whether the episode ended at this turn (terminated or truncated)."""
+        return self.terminated or self.truncated
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready dict (optional fields that are ``None`` are left out)."""
+        out: dict[str, Any] = {
+            "observation": self.observation,
+            "action": self.action,
+            "reward": self.reward,
+            "terminated": self.terminated,
+            "truncated": self.truncated,
+            "next_observation": self.next_observation,
+            "info": self.info,
+        }
+        for name in ("prompt_messages", "prompt_token_ids", "action_token_ids", "action_logprobs"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Turn:
+        """Build a turn from :meth:`to_dict`'s output; unknown keys are an error."""
+        unknown = set(data) - _TURN_FIELDS
+        if unknown:
+            raise TrajectoryError(f"unknown Turn field(s) {sorted(unknown)}; known: {sorted(_TURN_FIELDS)}")
+        missing = {"observation", "action", "reward"} - set(data)
+        if missing:
+            raise TrajectoryError(f"Turn record lacks required field(s) {sorted(missing)}")
+        return cls(**dict(data))
+
+
+_TURN_FIELDS = frozenset(Turn.__dataclass_fields__)
+
+
+@dataclass(slots=True)
+class Episode:
+    """One rollout: its turns in order plus what identifies where it started.
+
+    Attributes:
+        turns: The turns, first to last.
+        start_state_id: Identifies the start state (e.g. ``"game:Sudoku-v0/seed=17"``);
+            episodes with the same id form one group for GRPO/RLOO baselines.
+        episode_id: A unique id of this rollout.
+        env_id: The registered env id, if known.
+        seed: The seed passed to ``reset``, if any.
+        metadata: Anything else worth keeping (policy version, timing); JSON-serialisable.
+    """
+
+    turns: list[Turn]
+    start_state_id: str
+    episode_id: str = ""
+    env_id: str | None = None
+    seed: int | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.start_state_id, str) or not self.start_state_id:
+            raise TrajectoryError(
+                f"Episode.start_state_id must be a non-empty str, got {self.start_state_id!r}; "
+                "use e.g. f'{env_id}/seed={seed}' so rollouts of one start state group together"
+            )
+        for i, turn in enumerate(self.turns):
+            if not isinstance(turn, Turn):
+                raise TrajectoryError(f"Episode.turns[{i}] must be a Turn, got {type(turn).__name__}")
+
+    @property
+    def num_turns(self) -> int:
+        """Number of turns."""
+        return len(self.turns)
+
+    @property
+    def rewards(self) -> np.ndarray:
+        """Per-turn rewards as a float64 array."""
+        return np.fromiter((t.reward for t in self.turns), dtype=np.float64, count=len(self.turns))
+
+    @property
+    def total_reward(self) -> float:
+        """Undiscounted sum of the turn rewards."""
+        return math.fsum(t.reward for t in self.turns)
+
+    @property
+    def terminated(self) -> bool:
+        """Whether the last turn reached a terminal state."""
+        return bool(self.turns) and self.turns[-1].terminated
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the last turn was cut short."""
+        return bool(self.turns) and self.turns[-1].truncated
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready dict, tagged with :data:`SCHEMA`."""
+        return {
+            "schema": SCHEMA,
+            "episode_id": self.episode_id,
+            "start_state_id": self.start_state_id,
+            "env_id": self.env_id,
+            "seed": self.seed,
+            "metadata": self.metadata,
+            "turns": [t.to_dict() for t in self.turns],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Episode:
+        """Build an episode from :meth:`to_dict`'s output."""
+        schema = data.get("schema", SCHEMA)
+        if schema != SCHEMA:
+            raise TrajectoryError(f"unsupported episode schema {schema!r}; this gem_core reads {SCHEMA!r}")
+        if "start_state_id" not in data or "turns" not in data:
+            raise TrajectoryError("an episode record needs 'start_state_id' and 'turns'")
+        turns_data = data["turns"]
+        if not isinstance(turns_data, list):
+            raise TrajectoryError(f"episode 'turns' must be a list, got {type(turns_data).__name__}")
+        return cls(
+            turns=[Turn.from_dict(t) for t in turns_data],
+            start_state_id=data["start_state_id"],
+            episode_id=data.get("episode_id", ""),
+            env_id=data.get("env_id"),
+            seed=data.get("seed"),
+            metadata=dict(data.get("metadata") or {}),
+        )
+
+    def to_json(self) -> str:
+        """Serialise to one JSON line (numpy scalars and arrays become plain JSON)."""
+        try:
+            return json.dumps(self.to_dict(), ensure_ascii=False, allow_nan=False, default=_json_default)
+        except (TypeError, ValueError) as exc:
+            raise TrajectoryError(
+                f"episode {self.episode_id!r} is not JSON-serialisable: {exc}; "
+                "keep info/metadata to str, numbers, bools, lists and dicts"
+            ) from exc
+
+    @classmethod
+    def from_json(cls, line: str) -> Episode:
+        """Parse one JSON line written by :meth:`to_json`."""
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise TrajectoryError(f"not a JSON episode record: {exc}") from exc
+        if not isinstance(data, dict):
+            raise TrajectoryError(f"an episode record must be a JSON object, got {type(data).__name__}")
+        return cls.from_dict(data)
+
+
+def _json_default(value: Any) -> Any:
+    # numpy values leak into info dicts all the time (rewards, counts); write them as plain JSON.
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"object of type {type(value).__name__} is not JSON serializable")
+
+
+def write_jsonl(episodes: Iterable[Episode], path: str | os.PathLike[str], *, append: bool = False) -> int:
+    """Write episodes as JSON lines.
+
+    Args:
+        episodes: The episodes to write.
+        path: Destination file.
+        append: Append to ``path`` instead of replacing it.
+
+    Returns:
+        The number of episodes written.
+    """
+    count = 0
+    with open(path, "a" if append else "w", encoding="utf-8") as handle:
+        for episode in episodes:
+            handle.write(episode.to_json())
+            handle.write("\n")
+            count += 1
+    return count
+
+
+def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[Episode]:
+    """Yield the episodes of a JSONL file one by one; blank lines are skipped.
+
+    Raises:
+        TrajectoryError: A line is not a valid episode; the message names file and line.
+    """
+    with open(path, encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield Episode.from_json(line)
+            except TrajectoryError as exc:
+                raise TrajectoryError(f"{os.fspath(path)}:{lineno}: {exc}") from exc
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> list[Episode]:
+    """Read every episode of a JSONL file written by :func:`write_jsonl`."""
+    return list(iter_jsonl(path))

@@ -1,0 +1,158 @@
+r"""Small real Hugging Face tokenizers built in code, for tests that need a chat template.
+
+No hub access: a byte-level BPE is trained on a fixed corpus in a few milliseconds,
+wrapped in ``transformers.PreTrainedTokenizerFast`` and given a ChatML (Qwen-style)
+chat template. Needs the ``tokenizers`` and ``transformers`` packages (the ``test``
+extra); they are imported inside :func:`build_chat_tokenizer`, never by gem_core proper.
+
+Templates:
+
+* ``"chatml"``: every message rendered verbatim, ``<|im_start|>role\ncontent<|im_end|>\n``;
+  it extends its own prefix, so the token-in/token-out layout works.
+* ``"chatml_drop_think"``: like Qwen3, it drops ``<think>...</think>`` from assistant
+  messages that come before the last user message, so a rendering of the history
+  stops being a prefix of the next one (the case the layout must reject).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from gem_core.rl.types import Episode, Message, Turn
+
+__all__ = ["CHAT_TEMPLATES", "SPECIAL_TOKENS", "build_chat_tokenizer", "synthetic_chat_episode"]
+
+#: Special tokens of the test tokenizers (ChatML names).
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+_CHATML = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+_CHATML_DROP_THINK = (
+    "{%- set ns = namespace(last_user=-1) %}"
+    "{%- for message in messages %}{%- if message['role'] == 'user' %}{%- set ns.last_user = loop.index0 %}"
+    "{%- endif %}{%- endfor %}"
+    "{%- for message in messages %}"
+    "{%- set content = message['content'] %}"
+    "{%- if message['role'] == 'assistant' and loop.index0 < ns.last_user and '</think>' in content %}"
+    "{%- set content = content.split('</think>')[-1].lstrip('\\n') %}"
+    "{%- endif %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + content + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+#: Jinja chat templates by name.
+CHAT_TEMPLATES = {"chatml": _CHATML, "chatml_drop_think": _CHATML_DROP_THINK}
+
+_CORPUS = [
+    "You are a helpful assistant. Think step by step, then answer.",
+    "I picked a whole number between 1 and 16. You have 5 guesses. Answer with a number, e.g. 7.",
+    "At turn 3, you guessed 25, and the target number is lower than 25.",
+    "<think>The number is lower, so I try the middle of the range.</think> My guess is 8.",
+    "Wrong format: answer with \\boxed{...}. The reward is -0.1 for a malformed action.",
+    "system user assistant tool observation reward done. Hello world! 0123456789 +-*/=()[]{}<>",
+    "Sudoku Minesweeper Wordle Hangman Mastermind: reveal (2, 3); guess CRANE; letter e.",
+]
+
+
+def build_chat_tokenizer(template: str = "chatml", *, vocab_size: int = 400) -> Any:
+    """Build a byte-level BPE ``PreTrainedTokenizerFast`` with a ChatML chat template.
+
+    Args:
+        template: A key of :data:`CHAT_TEMPLATES`.
+        vocab_size: BPE vocabulary size (the 256 byte symbols plus merges plus specials).
+
+    Returns:
+        A ``transformers.PreTrainedTokenizerFast`` with ``eos_token="<|im_end|>"`` and
+        ``pad_token="<|endoftext|>"``; deterministic for given arguments.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    if template not in CHAT_TEMPLATES:
+        raise ValueError(f"unknown template {template!r}; choose one of {sorted(CHAT_TEMPLATES)}")
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    backend.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+        tokenizer_object=backend,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+        chat_template=CHAT_TEMPLATES[template],
+    )
+
+
+def synthetic_chat_episode(
+    tokenizer: Any,
+    actions: Sequence[str],
+    replies: Sequence[str],
+    rewards: Sequence[float],
+    *,
+    first_prompt: str = "I picked a whole number between 1 and 16. Guess it.",
+    system: str | None = "You are playing a game.",
+    start_state_id: str = "core:NumberGuess-v0/seed=0",
+    episode_id: str = "ep-0",
+    with_stop_token: bool = True,
+    generated_ids: Sequence[Sequence[int]] | None = None,
+) -> Episode:
+    """Build a chat :class:`~gem_core.rl.types.Episode` as a runner using ``tokenizer`` would record it.
+
+    Each turn's ``prompt_messages`` is the whole history; ``action_token_ids`` are the
+    encoded action plus the eos token (``with_stop_token``) unless ``generated_ids``
+    gives them; ``action_logprobs`` are made-up negative numbers, one per token.
+
+    Args:
+        tokenizer: A Hugging Face tokenizer (e.g. from :func:`build_chat_tokenizer`).
+        actions: The assistant's text per turn.
+        replies: The env's reply after each turn (the last one ends the episode).
+        rewards: One reward per turn.
+        first_prompt: The first user message.
+        system: An optional system message.
+        start_state_id: Group id of the episode.
+        episode_id: Id of the episode.
+        with_stop_token: Append ``tokenizer.eos_token_id`` to generated ids.
+        generated_ids: Explicit generated ids per turn (e.g. a non-canonical tokenisation).
+    """
+    if not len(actions) == len(replies) == len(rewards):
+        raise ValueError("actions, replies and rewards need one entry per turn")
+    history: list[Message] = [{"role": "system", "content": system}] if system is not None else []
+    history.append({"role": "user", "content": first_prompt})
+    observation = first_prompt
+    turns: list[Turn] = []
+    for index, (action, reply, reward) in enumerate(zip(actions, replies, rewards, strict=True)):
+        if generated_ids is not None:
+            ids = list(generated_ids[index])
+        else:
+            ids = list(tokenizer.encode(action, add_special_tokens=False))
+            if with_stop_token:
+                ids.append(int(tokenizer.eos_token_id))
+        last = index == len(actions) - 1
+        turns.append(
+            Turn(
+                observation=observation,
+                action=action,
+                reward=reward,
+                terminated=last,
+                next_observation=reply,
+                prompt_messages=list(history),
+                action_token_ids=ids,
+                action_logprobs=[-0.5 - 0.01 * k for k in range(len(ids))],
+            )
+        )
+        history = [*history, {"role": "assistant", "content": action}, {"role": "user", "content": reply}]
+        observation = reply
+    return Episode(turns, start_state_id=start_state_id, episode_id=episode_id)

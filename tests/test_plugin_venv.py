@@ -1,0 +1,109 @@
+"""Plugin discovery with real distributions pip-installed into a fresh virtualenv.
+
+Two packages under tests/plugin_packages/: gem-demo-plugin (a working env package) and
+gem-broken-plugin (its plugin module fails to import).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ROOT / "tests" / "plugin_packages"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("plugin-venv") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+    pip = [str(path / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    dists = [str(ROOT), str(PACKAGES / "gem-demo-plugin"), str(PACKAGES / "gem-broken-plugin")]
+    subprocess.run([*pip, *dists], check=True)
+    return path
+
+
+def gem(venv: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("GEM_CORE_")}
+    environ.update(env)
+    environ.pop("PYTHONPATH", None)
+    return subprocess.run(
+        [str(venv / "bin" / "gem"), *args], capture_output=True, text=True, env=environ, cwd=venv, timeout=120
+    )
+
+
+def test_broken_plugin_is_reported_by_name(venv: Path) -> None:
+    proc = gem(venv, "list")
+    assert proc.returncode == 3, proc.stderr
+    assert "plugin 'broken' from gem-broken-plugin 1.0.1" in proc.stderr
+    assert "a_dependency_that_is_not_installed" in proc.stderr
+    assert "GEM_CORE_SKIP_BROKEN_PLUGINS" in proc.stderr
+
+
+def test_skip_broken_lists_the_others(venv: Path) -> None:
+    proc = gem(venv, "list", GEM_CORE_SKIP_BROKEN_PLUGINS="1")
+    assert proc.returncode == 0, proc.stderr
+    assert "demo:Countdown-v0" in proc.stdout and "gem-demo-plugin" in proc.stdout
+    assert "core:NumberGuess-v0" in proc.stdout
+    assert "demo:Countdown-v0-old -> demo:Countdown-v0 (deprecated)" in proc.stdout
+    assert "PluginWarning" in proc.stderr and "gem-broken-plugin 1.0.1" in proc.stderr
+
+
+def test_block_list(venv: Path) -> None:
+    proc = gem(venv, "plugins", GEM_CORE_BLOCK_PLUGINS="gem-broken-plugin")
+    assert proc.returncode == 0, proc.stderr
+    assert "broken  [gem-broken-plugin 1.0.1]  blocked" in proc.stdout
+    assert "demo  [gem-demo-plugin 0.4.2]  loaded" in proc.stdout
+    assert "envs: demo:Countdown-v0, demo:Countdown-v0-old" in proc.stdout
+
+
+def test_allow_list(venv: Path) -> None:
+    proc = gem(venv, "plugins", GEM_CORE_PLUGINS="demo")
+    assert proc.returncode == 0, proc.stderr
+    assert "broken  [gem-broken-plugin 1.0.1]  not allowed" in proc.stdout
+    assert "demo  [gem-demo-plugin 0.4.2]  loaded" in proc.stdout
+
+
+def test_disable_autoload(venv: Path) -> None:
+    proc = gem(venv, "list", GEM_CORE_DISABLE_PLUGIN_AUTOLOAD="1")
+    assert proc.returncode == 0, proc.stderr
+    assert "core:NumberGuess-v0" in proc.stdout
+    assert "demo:" not in proc.stdout
+
+
+def test_installed_env_plays_and_checks(venv: Path) -> None:
+    proc = gem(venv, "check", "demo:Countdown-v0", GEM_CORE_BLOCK_PLUGINS="broken")
+    assert (proc.returncode, proc.stdout) == (0, "ok    demo:Countdown-v0\n"), proc.stderr
+    code = (
+        "import warnings, gem_core\n"
+        "env = gem_core.make('demo:Countdown-v0')\n"
+        "obs, _ = env.reset(seed=0)\n"
+        "n = int(obs.split()[3].rstrip('.'))\n"
+        "total = sum(env.step(str(k))[1] for k in range(n, 0, -1))\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        "    gem_core.make('demo:Countdown-v0-old')\n"
+        "print(total, w[0].category.__name__)\n"
+    )
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("GEM_CORE_")}
+    environ["GEM_CORE_BLOCK_PLUGINS"] = "broken"
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, env=environ, cwd=venv, check=True
+    )
+    assert out.stdout.split() == ["1.0", "DeprecationWarning"]
+
+
+def test_import_does_not_discover_or_import_heavy_modules(venv: Path) -> None:
+    code = (
+        "import sys, gem_core\n"
+        "heavy = [m for m in ('numpy', 'pydantic', 'pluggy', 'gem_demo_plugin') if m in sys.modules]\n"
+        "print(heavy)\n"
+    )
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,68 @@
+"""Envs for the vector tests, in a plain module so worker processes can import them.
+
+``tests/vector/conftest.py`` puts this directory on ``sys.path``; spawned workers inherit it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from typing import Any
+
+from gem_core.core import AsyncEnv, Env, ResetReturn, StepReturn
+
+
+class CountEnv(Env):
+    """Counts steps; each episode starts with a number drawn from the env's RNG.
+
+    The action ``"boom"`` raises, to test error isolation; ``"end"`` terminates early.
+    """
+
+    def __init__(self, episode_length: int = 3, spawn_child: bool = False) -> None:
+        self.episode_length = episode_length
+        self.spawn_child = spawn_child
+        self.children: list[subprocess.Popen[bytes]] = []
+        self.t = 0
+        self.tag = -1
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
+        super().reset(seed=seed)
+        self.t = 0
+        self.tag = int(self.np_random.integers(1_000_000))
+        info: dict[str, Any] = {"seed": seed, "options": options}
+        if self.spawn_child:  # a process the env starts and never cleans up
+            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+            self.children.append(child)
+            info["child_pid"] = child.pid
+        return f"start {self.tag}", info
+
+    def step(self, action: str) -> StepReturn:
+        if action == "boom":
+            raise RuntimeError(f"boom in episode {self.tag}")
+        self.t += 1
+        done = self.t >= self.episode_length or action == "end"
+        return f"ep {self.tag} t {self.t} {action}", float(self.t), done, False, {"t": self.t, "tag": self.tag}
+
+
+class AsyncCountEnv(AsyncEnv):
+    """:class:`CountEnv` as a native async env."""
+
+    def __init__(self, episode_length: int = 3) -> None:
+        self.inner = CountEnv(episode_length)
+
+    async def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
+        await asyncio.sleep(0)
+        return self.inner.reset(seed=seed, options=options)
+
+    async def step(self, action: str) -> StepReturn:
+        await asyncio.sleep(0)
+        return self.inner.step(action)
+
+
+def make_count_env(episode_length: int = 3, spawn_child: bool = False) -> Env:
+    return CountEnv(episode_length, spawn_child)
+
+
+def make_async_count_env(episode_length: int = 3) -> AsyncEnv:
+    return AsyncCountEnv(episode_length)
