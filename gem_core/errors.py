@@ -17,6 +17,7 @@ __all__ = [
     "EnvNotFound",
     "GemCoreError",
     "GemCoreWarning",
+    "GradingError",
     "InvalidIdError",
     "MCPConnectionError",
     "PluginLoadError",
@@ -174,3 +175,7 @@ class MCPConnectionError(ToolError, ConnectionError):
 
 class DatasetUnavailable(GemCoreError, OSError):
     """A dataset env could not load its data (hub unreachable, missing local file); says how to use a local copy."""
+
+
+class GradingError(GemCoreError, RuntimeError):
+    """The answer-grading pool cannot grade: it is closed, or a worker failed to start (says why)."""

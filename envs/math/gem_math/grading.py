@@ -33,6 +33,8 @@ from fractions import Fraction
 from multiprocessing.connection import Connection
 from typing import Any
 
+from gem_core.errors import ConfigError, GradingError
+
 __all__ = [
     "GradeResult",
     "GradingPool",
@@ -230,11 +232,11 @@ class _Worker:
     def wait_ready(self, timeout: float) -> None:
         if not self.conn.poll(timeout):
             self.kill()
-            raise RuntimeError(f"math grading worker did not start within {timeout:.0f}s")
+            raise GradingError(f"math grading worker did not start within {timeout:.0f}s")
         status, detail = self.conn.recv()
         if status != "ready":
             self.kill()
-            raise RuntimeError(f"grading worker failed to start: {detail} (is math-verify installed?)")
+            raise GradingError(f"grading worker failed to start: {detail} (is math-verify installed?)")
 
     def wait_result(self, cpu_limit: float, wall_limit: float) -> bool:
         """Wait for the worker's answer; ``False`` after ``cpu_limit`` CPU seconds or ``wall_limit`` seconds.
@@ -300,9 +302,9 @@ class GradingPool:
         wall_factor: float = 10.0,
     ) -> None:
         if workers < 1:
-            raise ValueError(f"workers must be >= 1, got {workers}")
+            raise ConfigError(f"workers must be >= 1, got {workers}")
         if timeout <= 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+            raise ConfigError(f"timeout must be > 0 seconds, got {timeout}")
         self.workers = workers
         self.timeout = timeout
         self.checker = checker
@@ -326,7 +328,7 @@ class GradingPool:
         """Count a worker about to start, if the pool has room for one."""
         with self._lock:
             if self._closed:
-                raise RuntimeError("the grading pool is closed")
+                raise GradingError("the grading pool is closed; get_grading_pool() returns a fresh one")
             if self._running < self.workers:
                 self._running += 1
                 return True
@@ -463,7 +465,7 @@ class GradingPool:
         return await loop.run_in_executor(executor, lambda: self.grade(response, gold, timeout=timeout))
 
     def close(self) -> None:
-        """Stop every worker; idempotent. Calls in flight finish or fail with ``RuntimeError``."""
+        """Stop every worker; idempotent. Calls in flight finish or fail with ``GradingError``."""
         with self._lock:
             if self._closed:
                 return

@@ -4,6 +4,7 @@ import time
 
 import pytest
 
+from gem_core.errors import ConfigError, GradingError
 from gem_math.grading import GradingPool, _quick_verdict, extract_boxed, get_grading_pool, grade
 
 # (response, reference, expected verdict): the grader's contract on forms that trip up string matching.
@@ -157,7 +158,7 @@ def test_checker_exception_is_a_wrong_answer():
 def test_bad_checker_fails_loudly():
     pool = GradingPool(workers=1, checker="gem_math.grading:no_such_checker")
     try:
-        with pytest.raises(RuntimeError, match="failed to start"):
+        with pytest.raises(GradingError, match="failed to start"):
             pool.verify("1", "1")
     finally:
         pool.close()
@@ -181,13 +182,13 @@ def test_closed_pool_refuses_work():
     pool = GradingPool(workers=1)
     pool.close()
     pool.close()
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(GradingError, match="closed"):
         pool.verify("1", "2")
 
 
 @pytest.mark.parametrize(("workers", "timeout"), [(0, 1.0), (1, 0.0)], ids=["no-workers", "zero-timeout"])
 def test_pool_rejects_bad_settings(workers, timeout):
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError):
         GradingPool(workers=workers, timeout=timeout)
 
 
