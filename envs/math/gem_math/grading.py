@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import functools
 import logging
 import multiprocessing as mp
 import os
@@ -162,16 +163,30 @@ def _quick_verdict(answer: str, gold: str) -> bool | None:
 # ---------------------------------------------------------------------------- worker side
 
 
+@functools.lru_cache(maxsize=1)
+def _extraction_configs() -> Any:
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig
+
+    return [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_gold(gold: str) -> Any:
+    """Parsed reference, cached: a sampled group grades many answers against the same reference."""
+    from math_verify import parse
+
+    # math-verify's own timeouts use signal.alarm; the parent enforces the limit instead.
+    return parse(f"${gold}$", extraction_config=_extraction_configs(), parsing_timeout=None)
+
+
 def verify_math(answer: str, gold: str) -> bool:
     """The default checker (runs in a worker): parse both sides with math-verify and compare."""
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+    from math_verify import parse, verify
 
-    configs: Any = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
-    # math-verify's own timeouts use signal.alarm; the parent enforces the limit instead.
-    gold_parsed = parse(f"${gold}$", extraction_config=configs, parsing_timeout=None)
+    gold_parsed = _parse_gold(gold)
     if not gold_parsed:  # gold that is not LaTeX (plain words): compare as text
         return _normalise(answer).lower() == _normalise(gold).lower()
-    pred_parsed = parse(f"\\boxed{{{answer}}}", extraction_config=configs, parsing_timeout=None)
+    pred_parsed = parse(f"\\boxed{{{answer}}}", extraction_config=_extraction_configs(), parsing_timeout=None)
     return bool(verify(gold_parsed, pred_parsed, timeout_seconds=None))
 
 
