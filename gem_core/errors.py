@@ -10,12 +10,14 @@ from __future__ import annotations
 __all__ = [
     "ConfigError",
     "CorpusError",
+    "DatasetUnavailable",
     "DuplicateIdError",
     "EntryPointError",
     "EnvCheckError",
     "EnvNotFound",
     "GemCoreError",
     "GemCoreWarning",
+    "GradingError",
     "InvalidIdError",
     "MCPConnectionError",
     "PluginLoadError",
@@ -167,3 +169,14 @@ class CorpusError(ToolError, ValueError):
 
 class MCPConnectionError(ToolError, ConnectionError):
     """An MCP server could not be started or reached, or its session was lost."""
+
+
+# --- reasoning envs ---
+
+
+class DatasetUnavailable(GemCoreError, OSError):
+    """A dataset env could not load its data (hub unreachable, missing local file); says how to use a local copy."""
+
+
+class GradingError(GemCoreError, RuntimeError):
+    """The answer-grading pool cannot grade: it is closed, or a worker failed to start (says why)."""
