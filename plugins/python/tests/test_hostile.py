@@ -182,19 +182,27 @@ def test_network_to_the_outside_is_unreachable(pool: SandboxPool) -> None:
     assert result.error is not None and result.error.endswith("OSError: [Errno 101] Network is unreachable")
 
 
+DENIED = "PermissionError: [Errno 13] Permission denied"
+# A checkout under a directory the sandbox replaces with its own tmpfs (/tmp, /root...) is not
+# read-only there but absent: the write is refused just the same, with "not found".
+HIDDEN = "FileNotFoundError: [Errno 2] No such file or directory"
+
+
 @pytest.mark.parametrize(
-    ("target", "expected"),
+    ("target", "refusals"),
     [
-        ("/etc/gem-sandbox-write", "PermissionError: [Errno 13] Permission denied"),
-        (str(Path(__file__).with_name("gem-sandbox-write")), "PermissionError: [Errno 13] Permission denied"),
-        (sys.prefix + "/gem-sandbox-write", "PermissionError: [Errno 13] Permission denied"),
+        ("/etc/gem-sandbox-write", (DENIED,)),
+        (str(Path(__file__).with_name("gem-sandbox-write")), (DENIED, HIDDEN)),
+        (sys.prefix + "/gem-sandbox-write", (DENIED, HIDDEN)),
     ],
     ids=["etc", "source-tree", "python-prefix"],
 )
-def test_writes_outside_the_work_dir_are_refused(pool: SandboxPool, target: str, expected: str) -> None:
+def test_writes_outside_the_work_dir_are_refused(pool: SandboxPool, target: str, refusals: tuple[str, ...]) -> None:
     result = pool.run(f"open({target!r}, 'w').write('pwned')")
     assert result.status == "error"
-    assert result.error is not None and expected in result.error.splitlines()[-1]
+    assert result.error is not None
+    last_line = result.error.splitlines()[-1]
+    assert any(refusal in last_line for refusal in refusals), last_line
     assert not Path(target).exists()
 
 
