@@ -1,9 +1,7 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -165,12 +163,9 @@ def test_config_errors(kwargs: dict[str, Any], message: str) -> None:
 @pytest.fixture(scope="module")
 def chat_tokenizer() -> Any:
     pytest.importorskip("transformers")
-    path = Path(__file__).parent / "wrappers" / "chat_tokenizer.py"
-    spec = importlib.util.spec_from_file_location("gem_test_chat_tokenizer", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.build_chat_tokenizer()
+    from gem_core.testing_tokenizers import build_chat_tokenizer
+
+    return build_chat_tokenizer()
 
 
 @pytest.mark.parametrize("with_logprobs", [False, True], ids=["ids", "ids-and-logprobs"])
