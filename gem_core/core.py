@@ -5,11 +5,11 @@ from __future__ import annotations
 import abc
 import asyncio
 import random
-import threading
-from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
+
+from gem_core.loop import LoopThread
 
 if TYPE_CHECKING:
     from gem_core.registry import EnvSpec
@@ -271,9 +271,6 @@ class SyncToAsync(AsyncEnv):
         return self.env
 
 
-_T = TypeVar("_T")
-
-
 class AsyncToSync(Env):
     """Drives an :class:`AsyncEnv` from plain (blocking) code.
 
@@ -285,37 +282,17 @@ class AsyncToSync(Env):
     def __init__(self, env: AsyncEnv) -> None:
         self.env = env
         self.spec = env.spec
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def _run(self, coro: Coroutine[Any, Any, _T]) -> _T:
-        with self._lock:
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                thread = threading.Thread(target=loop.run_forever, name="gem-async-bridge", daemon=True)
-                thread.start()
-                self._loop, self._thread = loop, thread
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        self._loop = LoopThread("gem-async-bridge")
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
-        return self._run(self.env.reset(seed=seed, options=options))
+        return self._loop.run_sync(self.env.reset(seed=seed, options=options))
 
     def step(self, action: str) -> StepReturn:
-        return self._run(self.env.step(action))
+        return self._loop.run_sync(self.env.step(action))
 
     def close(self) -> None:
-        if self._loop is None:
-            return
-        try:
-            self._run(self.env.close())
-        finally:
-            loop, thread = self._loop, self._thread
-            self._loop = self._thread = None
-            loop.call_soon_threadsafe(loop.stop)
-            if thread is not None:
-                thread.join()
-            loop.close()
+        # Closes the inner env on its own loop (if that loop ever started), then stops the loop.
+        self._loop.close(before=self.env.close)
 
     def sample_random_action(self) -> str:
         return self.env.sample_random_action()

@@ -15,22 +15,20 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import threading
-from collections.abc import Coroutine, Sequence
-from typing import Any, ClassVar, Literal, TypeVar, Union
+from collections.abc import Sequence
+from typing import Any, ClassVar, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gem_core.core import Env, ResetReturn, StepReturn
 from gem_core.errors import ConfigError, ResetNeeded, ToolError
+from gem_core.loop import LoopThread
 from gem_core.registry import format_config_error
 from gem_core.tools.base import Tool, ToolCall, ToolResult
 from gem_core.tools.parsing import MalformedCall, ParsedResponse, Syntax, parse_tool_calls
 from gem_core.wrappers.base import Wrapper
 
 __all__ = ["ToolEnvWrapper", "ToolWrapperConfig"]
-
-_T = TypeVar("_T")
 
 
 class ToolWrapperConfig(BaseModel):
@@ -76,35 +74,6 @@ class ToolWrapperConfig(BaseModel):
         return value
 
 
-class _LoopThread:
-    """A private event loop in a daemon thread, so sync ``step`` can await async tools."""
-
-    def __init__(self) -> None:
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def run(self, coro: Coroutine[Any, Any, _T]) -> _T:
-        with self._lock:
-            if self._loop is None:
-                self._loop = asyncio.new_event_loop()
-                self._thread = threading.Thread(target=self._loop.run_forever, name="gem-tools-loop", daemon=True)
-                self._thread.start()
-            loop = self._loop
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
-
-    def stop(self) -> None:
-        with self._lock:
-            loop, thread = self._loop, self._thread
-            self._loop = self._thread = None
-        if loop is None:
-            return
-        loop.call_soon_threadsafe(loop.stop)
-        if thread is not None:
-            thread.join()
-        loop.close()
-
-
 class ToolEnvWrapper(Wrapper):
     """Lets the agent call tools; tool results come back as observations.
 
@@ -139,7 +108,7 @@ class ToolEnvWrapper(Wrapper):
                 raise ConfigError(f"two tools are named {tool.name!r}; tool names must be unique")
             self.tools[tool.name] = tool
         self._answer = re.compile(self.config.answer_pattern) if self.config.answer_pattern else None
-        self._loop = _LoopThread()
+        self._loop = LoopThread("gem-tools")
         self.calls_used = 0
         self.turn_calls: list[int] = []
         self._started = False
@@ -196,7 +165,7 @@ class ToolEnvWrapper(Wrapper):
             items[: min(budget, self.config.max_calls_per_turn)],
             items[min(budget, self.config.max_calls_per_turn) :],
         )
-        results = self._loop.run(self._execute_all(run))
+        results = self._loop.run_sync(self._execute_all(run))
         self.calls_used += len(run)
         self.turn_calls.append(len(run))
         reward = 0.0
@@ -260,9 +229,9 @@ class ToolEnvWrapper(Wrapper):
         owned, self._owned = self._owned, []
         try:
             if owned:
-                self._loop.run(_close_all(owned))
+                self._loop.run_sync(_close_all(owned))
         finally:
-            self._loop.stop()
+            self._loop.close()
             self.env.close()
 
     def __repr__(self) -> str:

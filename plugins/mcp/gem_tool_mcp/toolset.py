@@ -1,7 +1,7 @@
 """An MCP client that keeps one session open and exposes the server's tools as gem tools.
 
 GEM's MCP tool opened a new event loop, transport and handshake for every call. Here one
-:class:`MCPToolset` owns a background event loop (:class:`~gem_core.tools.loop.LoopThread`)
+:class:`MCPToolset` owns a background event loop (:class:`~gem_core.loop.LoopThread`)
 where a single ``mcp.Client`` session lives from the first use to :meth:`MCPToolset.close`;
 calls from any loop or thread are forwarded to it.
 """
@@ -20,9 +20,9 @@ from typing import Any, ClassVar, Literal, TextIO
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gem_core.errors import ConfigError, MCPConnectionError
+from gem_core.loop import LoopThread
 from gem_core.registry import format_config_error
 from gem_core.tools.base import Tool, ToolResult
-from gem_core.tools.loop import LoopThread
 
 __all__ = ["MCPConfig", "MCPTool", "MCPToolset", "render_call_result"]
 

@@ -11,9 +11,9 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gem_core.errors import ConfigError, ToolError
+from gem_core.loop import LoopThread
 from gem_core.registry import format_config_error
 from gem_core.tools.base import Tool, ToolResult
-from gem_core.tools.loop import LoopThread
 from gem_tool_search.corpus import SearchHit, demo_corpus_path, format_hits
 from gem_tool_search.retrievers import BM25Retriever, HttpRetriever, Retriever
 

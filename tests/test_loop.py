@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from gem_core.tools.loop import LoopThread
+from gem_core.loop import LoopThread
 
 
 async def add(a: int, b: int) -> int:
