@@ -1,21 +1,26 @@
 """The episode runner: N episodes of envs against an async policy, as typed records.
 
 The runner keeps up to ``max_in_flight`` episodes going concurrently on the caller's
-event loop. :meth:`EpisodeRunner.collect` returns exactly the number of *finished*
-episodes asked for; episodes still running at that moment are not thrown away (GEM's
-collection drops them, which biases batches toward short episodes): they pause before
-their next policy call and resume in the next ``collect``.
+event loop. Each episode is played by the episode engine (:mod:`gem_core.episode`), the
+same code every trainer adapter uses, so history, token contexts, budgets, cut
+generations and truncation follow one set of rules. :meth:`EpisodeRunner.collect`
+returns exactly the number of *finished* episodes asked for; episodes still running at
+that moment are not thrown away (GEM's collection drops them, which biases batches
+toward short episodes): they pause before their next policy call and resume in the next
+``collect``.
 
-Two policy interfaces, to suit both API-style and trainer-style inference:
+Three policy interfaces:
 
-* ``policy(messages) -> str``: gets the chat history (system, user, assistant and tool
-  messages) and returns the action text.
-* ``token_policy(prompt_ids) -> completion_ids`` (or ``(completion_ids, logprobs)``), with a
-  ``tokenizer``: token in, token out. The prompt of turn ``t+1`` is the prompt of turn
-  ``t`` + the completion + the rendered new observation (one small render per turn,
-  never a re-render of the history), so trainers see exactly the tokens the model saw.
-  The completion should end with the model's end-of-turn token, as inference servers
-  return it.
+* ``policy(messages) -> str`` (message mode): gets the chat history and returns the
+  action text (or a :class:`~gem_core.episode.Generation`).
+* ``token_policy(prompt_ids) -> completion_ids`` (or ``(completion_ids, logprobs)``, or a
+  ``Generation`` with its ``finish_reason``), with a ``tokenizer``: token in, token out.
+  The prompt of turn ``t+1`` is the prompt of turn ``t`` + the completion + a per-turn
+  bridge rendered once (never a re-render of the history).
+* ``generate(requests) -> generations`` (batched, async): one call with the
+  :class:`~gem_core.episode.TurnRequest` of every running episode that waits for a turn,
+  as a batched inference engine wants them. Token mode with a ``tokenizer``, message
+  mode without.
 """
 
 from __future__ import annotations
@@ -27,19 +32,22 @@ from typing import Any, Literal, Union
 
 import numpy as np
 
+from gem_core.chat import ChatTokenizer, Message
 from gem_core.core import AsyncEnv, Env, to_async
+from gem_core.episode import CutPolicy, EpisodeEngine, EpisodeLimits, Generation, TurnRequest, add_note
 from gem_core.errors import ConfigError
 from gem_core.registry import WrapperRef
 from gem_core.rl.types import Episode, Turn
 from gem_core.vector.base import episode_seed
-from gem_core.wrappers.chat import ChatTokenizer, Conversation, Message
 
-__all__ = ["Episode", "EpisodeRunner", "MessagePolicy", "TokenPolicy", "Turn", "run_episodes"]
+__all__ = ["BatchPolicy", "Episode", "EpisodeRunner", "MessagePolicy", "TokenPolicy", "Turn", "run_episodes"]
 
-#: ``await policy(messages) -> action text``.
-MessagePolicy = Callable[[list[Message]], Awaitable[str]]
-#: ``await token_policy(prompt_ids) -> completion_ids`` or ``(completion_ids, logprobs)``.
-TokenPolicy = Callable[[list[int]], Awaitable[Union[list[int], tuple[list[int], list[float]]]]]
+#: ``await policy(messages) -> action text`` (or a ``Generation``).
+MessagePolicy = Callable[[list[Message]], Awaitable[Union[str, Generation]]]
+#: ``await token_policy(prompt_ids) -> completion_ids``, ``(completion_ids, logprobs)`` or a ``Generation``.
+TokenPolicy = Callable[[list[int]], Awaitable[Union[list[int], tuple[list[int], list[float]], Generation]]]
+#: ``await generate(requests) -> one Generation (or text) per request``.
+BatchPolicy = Callable[[list[TurnRequest]], Awaitable[Sequence[Union[Generation, str]]]]
 EnvSource = Union[str, Callable[[], Union[Env, AsyncEnv]], Sequence[Union[Env, AsyncEnv]]]
 
 
@@ -49,10 +57,14 @@ class EpisodeRunner:
     Args:
         env: An env id (built with ``gem_core.make(id, wrappers=..., **env_kwargs)``), a
             callable returning an env, or a list of env instances to use as the pool.
-        policy: ``async (messages) -> str``. Give this or ``token_policy``.
-        token_policy: ``async (prompt_ids) -> completion_ids | (completion_ids, logprobs)``;
-            needs ``tokenizer``.
-        tokenizer: A tokenizer with a chat template (``apply_chat_template``, ``encode``, ``decode``).
+        policy: ``async (messages) -> str``. Give exactly one of ``policy``,
+            ``token_policy`` and ``generate``.
+        token_policy: ``async (prompt_ids) -> completion_ids | (completion_ids, logprobs) |
+            Generation``; needs ``tokenizer``.
+        generate: ``async (requests) -> generations``: batched, one call for every
+            running episode waiting for a turn (token mode with ``tokenizer``).
+        tokenizer: A tokenizer with a chat template (``apply_chat_template``, ``encode``,
+            ``decode``); probed once here (:class:`~gem_core.chat.ChatRenderer`).
         max_in_flight: At most this many episodes (and env instances) at once.
         seed: Root seed. Episode ``j`` (0-based, in start order) resets with seed
             ``episode_seed(seed, 0, j // group_size)``; ``None`` draws a root from OS entropy
@@ -61,6 +73,14 @@ class EpisodeRunner:
             they get the same ``start_state_id``.
         system_prompt: Optional system message opening every conversation.
         max_turns: Cut an episode after this many turns (its last turn gets ``truncated=True``).
+        max_turn_tokens: Most tokens one turn may generate (passed to the policy as
+            ``TurnRequest.max_tokens``; longer token replies are cut).
+        max_episode_tokens: Token budget after the first prompt (token mode).
+        on_cut: What a generation cut at its token limit becomes: ``"invalid"`` (GEM's
+            rule, the env gets :data:`~gem_core.episode.INVALID_ACTION`), ``"pass"``, ``"truncate"``.
+        chat_template_kwargs: Extra ``apply_chat_template`` arguments.
+        engine: A prebuilt :class:`~gem_core.episode.EpisodeEngine` (then leave out
+            ``tokenizer`` and the limits).
         env_kwargs: Constructor kwargs when ``env`` is an id.
         wrappers: Wrappers when ``env`` is an id.
         sync_envs: Run sync envs' calls in threads (``"thread"``) or inline on the loop (``"inline"``).
@@ -72,6 +92,7 @@ class EpisodeRunner:
 
     Raises:
         ConfigError: not exactly one policy, ``token_policy`` without a tokenizer, or a bad number.
+        TemplatePrefixError: the tokenizer's template cannot be bridged (start-up probe).
     """
 
     def __init__(
@@ -80,31 +101,57 @@ class EpisodeRunner:
         *,
         policy: MessagePolicy | None = None,
         token_policy: TokenPolicy | None = None,
+        generate: BatchPolicy | None = None,
         tokenizer: ChatTokenizer | None = None,
         max_in_flight: int = 8,
         seed: int | None = None,
         group_size: int = 1,
         system_prompt: str | None = None,
         max_turns: int | None = None,
+        max_turn_tokens: int | None = None,
+        max_episode_tokens: int | None = None,
+        on_cut: CutPolicy = "invalid",
+        chat_template_kwargs: dict[str, Any] | None = None,
+        engine: EpisodeEngine | None = None,
         env_kwargs: dict[str, Any] | None = None,
         wrappers: Sequence[WrapperRef] | None = None,
         sync_envs: Literal["thread", "inline"] = "thread",
         reset_options: dict[str, Any] | None = None,
         keep_pool_full: bool = True,
     ) -> None:
-        if (policy is None) == (token_policy is None):
-            raise ConfigError("give exactly one of policy (messages -> text) or token_policy (ids -> ids)")
-        if token_policy is not None and tokenizer is None:
-            raise ConfigError("token_policy needs a tokenizer with a chat template, to render observations")
-        for name, value in (("max_in_flight", max_in_flight), ("group_size", group_size), ("max_turns", max_turns)):
-            if value is not None and value < 1:
+        if sum(p is not None for p in (policy, token_policy, generate)) != 1:
+            raise ConfigError(
+                "give exactly one of policy (messages -> text), token_policy (ids -> ids) or generate (batched)"
+            )
+        for name, value in (("max_in_flight", max_in_flight), ("group_size", group_size)):
+            if value < 1:
                 raise ConfigError(f"{name} must be >= 1, got {value}")
+        if engine is None:
+            if policy is not None and tokenizer is not None:
+                tokenizer = None  # a message policy renders its own prompts
+            engine = EpisodeEngine(
+                tokenizer,
+                EpisodeLimits(
+                    max_turns=max_turns,
+                    max_turn_tokens=max_turn_tokens,
+                    max_episode_tokens=max_episode_tokens,
+                    on_cut=on_cut,
+                    system_prompt=system_prompt,
+                ),
+                chat_template_kwargs=chat_template_kwargs,
+            )
+        if token_policy is not None and not engine.token_mode:
+            raise ConfigError("token_policy needs a tokenizer with a chat template, to render observations")
+        if policy is not None and engine.token_mode:
+            raise ConfigError("a message policy needs an engine without a tokenizer (message mode)")
+        self.engine = engine
         self.policy = policy
         self.token_policy = token_policy
-        self.tokenizer = tokenizer
+        self.batch_policy = generate
+        self.tokenizer = engine.tokenizer
         self.group_size = group_size
-        self.system_prompt = system_prompt
-        self.max_turns = max_turns
+        self.system_prompt = engine.limits.system_prompt
+        self.max_turns = engine.limits.max_turns
         self.reset_options = reset_options
         self.keep_pool_full = keep_pool_full
         self.sync_envs = sync_envs
@@ -132,7 +179,9 @@ class EpisodeRunner:
         self._errors: list[BaseException] = []
         self._wake: asyncio.Event | None = None
         self._gate: asyncio.Event | None = None
-        self._footer_ids: list[int] | None = None
+        self._paused = 0
+        self._queue: list[tuple[TurnRequest, asyncio.Future[Generation | str]]] = []
+        self._flushing = False
         self.closed = False
 
     @property
@@ -186,6 +235,8 @@ class EpisodeRunner:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        for _, future in self._queue:
+            future.cancel()
         await asyncio.gather(*(env.close() for env in self._owned), return_exceptions=True)
         self._idle.clear()
 
@@ -202,18 +253,6 @@ class EpisodeRunner:
         task = asyncio.get_running_loop().create_task(self._run_episode(index, self._batch))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    def _closing(self, generated: list[int]) -> list[int]:
-        """The template's assistant footer, minus the part the model generated itself (its stop token)."""
-        assert self.tokenizer is not None
-        if self._footer_ids is None:
-            footer = Conversation.answer_footer(self.tokenizer)
-            self._footer_ids = list(self.tokenizer.encode(footer, add_special_tokens=False))
-        footer_ids = self._footer_ids
-        for k in range(min(len(footer_ids), len(generated)), 0, -1):
-            if generated[-k:] == footer_ids[:k]:
-                return footer_ids[k:]
-        return list(footer_ids)
 
     def _acquire_env(self) -> AsyncEnv:
         if self._idle:
@@ -234,8 +273,7 @@ class EpisodeRunner:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            if hasattr(exc, "add_note"):
-                exc.add_note(f"in episode {index} of EpisodeRunner({self.env_id or 'env'})")
+            add_note(exc, f"in episode {index} of EpisodeRunner({self.env_id or 'env'})")
             self._errors.append(exc)
         finally:
             if healthy:
@@ -249,86 +287,89 @@ class EpisodeRunner:
             task = asyncio.current_task()
             if task is not None:
                 self._tasks.discard(task)
+            self._maybe_flush()
             self._wake.set()
 
-    async def _play(self, env: AsyncEnv, index: int, batch: int) -> Episode:
+    async def _pause_between_batches(self) -> None:
         assert self._gate is not None
-        seed = episode_seed(self.root_seed, 0, index // self.group_size)
-        tok = self.tokenizer
-        started = time.perf_counter()
-        obs, _ = await env.reset(seed=seed, options=self.reset_options)
-        reset_s = time.perf_counter() - started
-        conv = Conversation(self.system_prompt)
-        conv.add_observation(obs)
-        prompt_ids: list[int] | None = None
+        if self._gate.is_set():
+            return
+        self._paused += 1
+        self._maybe_flush()  # the others may all be waiting for this one
+        try:
+            await self._gate.wait()
+        finally:
+            self._paused -= 1
+
+    async def _generate(self, request: TurnRequest) -> Generation | str:
+        if self.policy is not None:
+            return await self.policy(request.messages)
         if self.token_policy is not None:
-            assert tok is not None
-            prompt_ids = list(tok.encode(conv.render(tok), add_special_tokens=False))
-        turns: list[Turn] = []
-        policy_s: list[float] = []
-        env_s: list[float] = []
-        while True:
-            await self._gate.wait()  # paused between batches
-            t0 = time.perf_counter()
-            messages = conv.view()
-            action_ids: list[int] | None = None
-            logprobs: list[float] | None = None
-            if self.token_policy is not None:
-                assert tok is not None and prompt_ids is not None
-                out = await self.token_policy(list(prompt_ids))
-                action_ids, logprobs = (list(out[0]), list(out[1])) if isinstance(out, tuple) else (list(out), None)
-                action = tok.decode(action_ids, skip_special_tokens=True)
-            else:
-                assert self.policy is not None
-                action = await self.policy(messages)
-            t1 = time.perf_counter()
-            conv.add_action(action)
-            next_obs, reward, terminated, truncated, info = await env.step(action)
-            t2 = time.perf_counter()
-            policy_s.append(t1 - t0)
-            env_s.append(t2 - t1)
-            if self.max_turns is not None and len(turns) + 1 >= self.max_turns and not terminated:
-                truncated = True
-            turns.append(
-                Turn(
-                    observation=obs,
-                    action=action,
-                    reward=float(reward),
-                    terminated=bool(terminated),
-                    truncated=bool(truncated),
-                    next_observation=next_obs,
-                    info=info,
-                    prompt_messages=messages if self.policy is not None else None,
-                    prompt_token_ids=prompt_ids,
-                    action_token_ids=action_ids,
-                    action_logprobs=logprobs,
-                )
-            )
-            if terminated or truncated:
-                break
-            message = conv.add_observation(next_obs, role="tool" if info.get("tool_calls") else "user")
-            if prompt_ids is not None and action_ids is not None:
-                assert tok is not None
-                delta = tok.encode(Conversation.render_delta(tok, [message]), add_special_tokens=False)
-                prompt_ids = prompt_ids + action_ids + self._closing(action_ids) + list(delta)
-            obs = next_obs
-        env_name = self.env_id or (env.spec.id if env.spec is not None else type(env).__name__)
-        return Episode(
-            turns=turns,
-            start_state_id=f"{env_name}/seed={seed}",
-            episode_id=f"{self.root_seed}-{index}",
-            env_id=self.env_id or (env.spec.id if env.spec is not None else None),
+            assert request.prompt_ids is not None
+            out = await self.token_policy(request.prompt_ids)
+            if isinstance(out, Generation):
+                return out
+            if isinstance(out, tuple):
+                return Generation(token_ids=list(out[0]), logprobs=list(out[1]))
+            return Generation(token_ids=list(out))
+        # batched: queue the request; the batch goes out once every running episode waits for a turn
+        future: asyncio.Future[Generation | str] = asyncio.get_running_loop().create_future()
+        self._queue.append((request, future))
+        self._maybe_flush()
+        return await future
+
+    def _maybe_flush(self) -> None:
+        if not self._queue or self._flushing:
+            return
+        if len(self._queue) < len(self._tasks) - self._paused:
+            return  # some episodes are still at the env: their requests join this batch
+        batch, self._queue = self._queue, []
+        self._flushing = True
+        asyncio.get_running_loop().create_task(self._flush(batch))
+
+    async def _flush(self, batch: list[tuple[TurnRequest, asyncio.Future[Generation | str]]]) -> None:
+        assert self.batch_policy is not None
+        try:
+            outputs = list(await self.batch_policy([request for request, _ in batch]))
+            if len(outputs) != len(batch):
+                raise ConfigError(f"generate returned {len(outputs)} generations for {len(batch)} requests")
+        except BaseException as exc:
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            for (_, future), output in zip(batch, outputs, strict=True):
+                if not future.done():
+                    future.set_result(output)
+        finally:
+            self._flushing = False
+            self._maybe_flush()
+
+    async def _play(self, env: AsyncEnv, index: int, batch: int) -> Episode:
+        seed = episode_seed(self.root_seed, 0, index // self.group_size)
+        started = time.perf_counter()
+        env_id = self.env_id or (env.spec.id if env.spec is not None else None)
+        session = await self.engine.play(
+            env,
+            self._generate,
+            env_id=env_id,
             seed=seed,
-            metadata={
-                "index": index,
-                "reset_s": reset_s,
-                "policy_s": policy_s,
-                "env_s": env_s,
+            options=self.reset_options,
+            episode_id=f"{self.root_seed}-{index}",
+            index=index,
+            before_generate=self._pause_between_batches,
+        )
+        episode = session.episode()
+        episode.metadata.update(
+            {
                 "wall_s": time.perf_counter() - started,
                 "started_in_batch": batch,
                 "finished_in_batch": self._batch,
-            },
+            }
         )
+        return episode
 
 
 def _id_factory(

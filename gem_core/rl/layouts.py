@@ -12,12 +12,12 @@ and re-encoded); each env reply is appended as the chat template's *delta* for t
 messages; ``loss_mask`` is 1 only on generated tokens; each turn's advantage is on
 that turn's tokens and its reward on the turn's last token. Tokens grow linearly.
 
-The sequence layout needs a template that extends its own rendering of the earlier
-turns. Templates that rewrite history (e.g. Qwen3's, which drops earlier
-``<think>`` blocks) break that; :func:`episode_to_sequence` then raises
-:class:`~gem_core.errors.TemplatePrefixError` naming the turn. Fallback: use the
-per-transition layout for that tokenizer (probe once at start-up with
-:func:`check_template_prefix`), or a template variant that keeps history verbatim.
+Episodes played by the episode engine (:mod:`gem_core.episode`) record each turn's
+exact context, so the sequence is read off them. Episodes that record only messages are
+bridged turn by turn through :class:`~gem_core.chat.ChatRenderer`, the same path the
+engine uses, so templates that rewrite history (Qwen3 drops earlier ``<think>``
+blocks) work in both: the history is never re-rendered. Probe a template once at
+start-up with :func:`check_template_prefix`.
 
 Tokenizers are duck-typed: anything with Hugging Face's
 ``apply_chat_template(messages, tokenize=False, add_generation_prompt=...)`` and
@@ -29,13 +29,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from gem_core.chat import ChatRenderer, ChatTokenizer, Message, render_ids
 from gem_core.errors import RLInputError, TemplatePrefixError, TrajectoryError
-from gem_core.rl.types import Episode, Message, Turn
+from gem_core.rl.types import Episode, Turn
 
 __all__ = [
     "ChatTokenizer",
@@ -48,14 +49,6 @@ __all__ = [
     "episodes_to_transitions",
     "render_ids",
 ]
-
-
-class ChatTokenizer(Protocol):
-    """The part of a Hugging Face tokenizer the layouts use."""
-
-    def apply_chat_template(self, conversation: Any, *args: Any, **kwargs: Any) -> Any: ...
-
-    def encode(self, text: str, *args: Any, **kwargs: Any) -> list[int]: ...
 
 
 @dataclass(slots=True)
@@ -133,22 +126,6 @@ class EpisodeSequence:
     def response_length(self) -> int:
         """Tokens after the first prompt (generated plus env replies)."""
         return self.num_tokens - self.prompt_length
-
-
-def render_ids(
-    tokenizer: ChatTokenizer,
-    messages: Sequence[Mapping[str, Any]],
-    *,
-    add_generation_prompt: bool,
-    chat_template_kwargs: Mapping[str, Any] | None = None,
-) -> list[int]:
-    """Render ``messages`` with the tokenizer's chat template and encode the text without extra specials."""
-    text = tokenizer.apply_chat_template(
-        list(messages), tokenize=False, add_generation_prompt=add_generation_prompt, **(chat_template_kwargs or {})
-    )
-    if not isinstance(text, str):
-        raise RLInputError(f"apply_chat_template(tokenize=False) returned {type(text).__name__}, expected str")
-    return list(tokenizer.encode(text, add_special_tokens=False))
 
 
 def _advantages_for(episode: Episode, advantages: npt.ArrayLike) -> npt.NDArray[np.float64]:
@@ -245,10 +222,6 @@ def _starts_with(ids: Sequence[int], prefix: Sequence[int]) -> bool:
     return len(ids) >= len(prefix) and list(ids[: len(prefix)]) == list(prefix)
 
 
-def _ends_with(ids: Sequence[int], suffix: Sequence[int]) -> bool:
-    return len(ids) >= len(suffix) and list(ids[len(ids) - len(suffix) :]) == list(suffix)
-
-
 def _first_difference(a: Sequence[int], b: Sequence[int]) -> int:
     for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
@@ -256,87 +229,28 @@ def _first_difference(a: Sequence[int], b: Sequence[int]) -> int:
     return min(len(a), len(b))
 
 
-def _common_suffix_length(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[len(a) - 1 - n] == b[len(b) - 1 - n]:
-        n += 1
-    return n
+def _bridge_from_messages(
+    renderer: ChatRenderer, history: list[Message], next_history: list[Message], generated: Sequence[int], turn: int
+) -> list[int]:
+    """The ids between turn ``turn - 1``'s generated tokens and turn ``turn``'s: footer, env messages, prompt.
 
-
-def _footer_overlap(generated: Sequence[int], footer: Sequence[int]) -> int:
-    """Length of the longest head of ``footer`` that ``generated`` already ends with (e.g. its stop token)."""
-    for k in range(min(len(footer), len(generated)), 0, -1):
-        if list(generated[-k:]) == list(footer[:k]):
-            return k
-    return 0
-
-
-class _MessageRenderer:
-    """Computes, turn by turn, the tokens the template puts between one generation and the next."""
-
-    def __init__(self, tokenizer: ChatTokenizer, kwargs: Mapping[str, Any] | None) -> None:
-        self.tokenizer = tokenizer
-        self.kwargs = kwargs
-        self.footer: list[int] | None = None
-
-    @staticmethod
-    def _check_extends(ids: list[int], prefix: list[int], name: str, turn: int) -> None:
-        if not _starts_with(ids, prefix):
-            raise TemplatePrefixError(
-                f"turn {turn}: the chat template's rendering of {name} does not start with its rendering of the "
-                f"turn before (first difference at token {_first_difference(ids, prefix)}). The template rewrites "
-                "earlier turns (e.g. drops <think> blocks), so the token-in/token-out layout cannot be built. "
-                "Fall back to episode_to_transitions, or use a template that keeps history verbatim.",
-                turn=turn,
-            )
-
-    def render(self, messages: Sequence[Message], generation_prompt: bool) -> list[int]:
-        return render_ids(
-            self.tokenizer, messages, add_generation_prompt=generation_prompt, chat_template_kwargs=self.kwargs
+    ``history`` is the earlier turn's prompt; ``next_history`` must extend it by that
+    turn's assistant message plus the env's new messages.
+    """
+    n = len(history)
+    if next_history[:n] != history:
+        raise TemplatePrefixError(
+            f"turn {turn}: prompt_messages do not extend turn {turn - 1}'s (message "
+            f"{_first_difference_messages(history, next_history)} differs); the history was rewritten, so no "
+            "single sequence can hold both turns. Use episode_to_transitions for this episode.",
+            turn=turn,
         )
-
-    def bridge(
-        self,
-        history: list[Message],
-        next_history: list[Message],
-        prompt_ids: list[int],
-        generated: Sequence[int],
-        turn: int,
-    ) -> tuple[list[int], list[int]]:
-        """Return ``(ids after the generated tokens, next turn's full prompt ids)``.
-
-        ``history`` is turn ``turn - 1``'s prompt, rendered as ``prompt_ids``;
-        ``next_history`` is turn ``turn``'s prompt and must extend ``history`` by the
-        assistant message plus the env's new messages.
-        """
-        n = len(history)
-        if next_history[:n] != history:
-            raise TemplatePrefixError(
-                f"turn {turn}: prompt_messages do not extend turn {turn - 1}'s (message "
-                f"{_first_difference_messages(history, next_history)} differs); the history was rewritten, so no "
-                "single sequence can hold both turns. Use episode_to_transitions for this episode.",
-                turn=turn,
-            )
-        if len(next_history) <= n or next_history[n].get("role") != "assistant":
-            raise TrajectoryError(
-                f"turn {turn}: prompt_messages[{n}] must be the previous turn's assistant message, "
-                f"got {next_history[n] if len(next_history) > n else 'nothing'}"
-            )
-        with_answer = self.render(next_history[: n + 1], generation_prompt=False)
-        full = self.render(next_history, generation_prompt=True)
-        self._check_extends(with_answer, prompt_ids, "the answered history", turn)
-        self._check_extends(full, with_answer, "the next prompt", turn)
-        answer_part = with_answer[len(prompt_ids) :]
-        if self.footer is None or not _ends_with(answer_part, self.footer):
-            # What the template writes after an answer's content (e.g. "<|im_end|>\n"): the common tail of an
-            # empty answer and the real one. It depends on the template only, so one render per episode finds it.
-            empty_answer = self.render([*history, {"role": "assistant", "content": ""}], generation_prompt=False)
-            self._check_extends(empty_answer, prompt_ids, "an empty answer", turn)
-            empty_part = empty_answer[len(prompt_ids) :]
-            self.footer = empty_part[len(empty_part) - _common_suffix_length(answer_part, empty_part) :]
-        # The model usually generated the head of the footer (its stop token) itself.
-        closing = self.footer[_footer_overlap(generated, self.footer) :]
-        return closing + full[len(with_answer) :], full
+    if len(next_history) <= n or next_history[n].get("role") != "assistant":
+        raise TrajectoryError(
+            f"turn {turn}: prompt_messages[{n}] must be the previous turn's assistant message, "
+            f"got {next_history[n] if len(next_history) > n else 'nothing'}"
+        )
+    return renderer.bridge_ids(next_history[n + 1 :], generated)
 
 
 def _first_difference_messages(a: Sequence[Message], b: Sequence[Message]) -> int:
@@ -392,7 +306,7 @@ def episode_to_sequence(
         if not turn.action_token_ids:
             raise TrajectoryError(f"turn {index} generated no tokens, so its reward has no token to sit on")
     token_mode = all(t.prompt_token_ids is not None for t in turns)
-    renderer: _MessageRenderer | None = None
+    renderer: ChatRenderer | None = None
     if token_mode:
         prompt = list(turns[0].prompt_token_ids or [])
     else:
@@ -400,8 +314,8 @@ def episode_to_sequence(
             raise TrajectoryError("every turn needs prompt_token_ids, or every turn needs prompt_messages")
         if tokenizer is None:
             raise RLInputError("these turns record prompt_messages only; pass a tokenizer to render them")
-        renderer = _MessageRenderer(tokenizer, chat_template_kwargs)
-        prompt = renderer.render(turns[0].prompt_messages or [], generation_prompt=True)
+        renderer = ChatRenderer(tokenizer, chat_template_kwargs)
+        prompt = renderer.prompt_ids(turns[0].prompt_messages or [])
 
     ids: list[int] = list(prompt)
     spans: list[tuple[int, int]] = []
@@ -423,10 +337,15 @@ def episode_to_sequence(
                 )
             ids.extend(next_prompt[len(ids) :])
         else:
-            delta, prompt = renderer.bridge(
-                list(turn.prompt_messages or []), list(following.prompt_messages or []), prompt, generated, index + 1
+            ids.extend(
+                _bridge_from_messages(
+                    renderer,
+                    list(turn.prompt_messages or []),
+                    list(following.prompt_messages or []),
+                    generated,
+                    index + 1,
+                )
             )
-            ids.extend(delta)
 
     n = len(ids)
     loss_mask = np.zeros(n, dtype=np.int8)
@@ -481,7 +400,7 @@ _PROBE_CONVERSATION: list[Message] = [
     {"role": "assistant", "content": "<think>\nStart in the middle.\n</think>\n\nMy guess is 8."},
     {"role": "user", "content": "Lower than 8."},
     {"role": "assistant", "content": "<think>\nHalve again.\n</think>\n\nMy guess is 4."},
-    {"role": "user", "content": "Higher than 4."},
+    {"role": "tool", "content": "Higher than 4."},
 ]
 
 
@@ -490,27 +409,30 @@ def check_template_prefix(
     messages: Sequence[Message] | None = None,
     *,
     chat_template_kwargs: Mapping[str, Any] | None = None,
-) -> None:
-    """Check once, e.g. at trainer start-up, that a template supports the token-in/token-out layout.
+) -> ChatRenderer:
+    """Check once, at trainer start-up, that a template supports token-in/token-out episodes.
 
-    Renders growing prefixes of a multi-turn conversation (by default one with
-    ``<think>`` blocks, which some templates drop) and checks each rendering extends the
-    previous one the way :func:`episode_to_sequence` needs.
+    Builds the :class:`~gem_core.chat.ChatRenderer` (which probes the template) and
+    bridges every turn of a multi-turn conversation (by default one with ``<think>``
+    blocks, which some templates drop from history, and a tool message). Templates that
+    rewrite history pass: the bridges never re-render it (see
+    :attr:`~gem_core.chat.ChatRenderer.rewrites_history`).
+
+    Returns:
+        The renderer, to share with the episode engine.
 
     Raises:
-        TemplatePrefixError: The template rewrites earlier turns; use
-            :func:`episode_to_transitions` with this tokenizer.
+        TemplatePrefixError: The template cannot be bridged; the message names the
+            template and the fallback (re-render every turn, per-transition samples).
     """
     conversation = list(messages if messages is not None else _PROBE_CONVERSATION)
-    renderer = _MessageRenderer(tokenizer, chat_template_kwargs)
+    renderer = ChatRenderer(tokenizer, chat_template_kwargs)
     cuts = [i for i, m in enumerate(conversation) if m.get("role") == "assistant"]
     if not cuts:
         raise RLInputError("the probe conversation needs at least one assistant message")
-    history = conversation[: cuts[0]]
-    prompt = renderer.render(history, generation_prompt=True)
+    ids = renderer.prompt_ids(conversation[: cuts[0]])
     for turn, cut in enumerate(cuts, start=1):
         following = cuts[turn] if turn < len(cuts) else len(conversation)
-        next_history = conversation[:following]
-        answer = renderer.tokenizer.encode(str(conversation[cut].get("content", "")), add_special_tokens=False)
-        _, prompt = renderer.bridge(history, next_history, prompt, answer, turn)
-        history = next_history
+        answer = list(tokenizer.encode(str(conversation[cut].get("content", "")), add_special_tokens=False))
+        ids += answer + renderer.bridge_ids(conversation[cut + 1 : following], answer)
+    return renderer

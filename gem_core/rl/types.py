@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from gem_core.chat import Message
 from gem_core.errors import TrajectoryError
 
 __all__ = [
@@ -32,14 +33,21 @@ __all__ = [
     "Turn",
     "iter_jsonl",
     "read_jsonl",
+    "start_state_id",
     "write_jsonl",
 ]
 
 #: Schema tag written into every JSONL line, so future layouts can be told apart.
 SCHEMA = "gem.episode/1"
 
-#: A chat message as the Hugging Face chat templates take it: ``{"role": ..., "content": ...}``.
-Message = dict[str, Any]
+
+def start_state_id(env_id: str | None, seed: int | None) -> str:
+    """The group id of episodes that start from the same state: ``"{env_id}/seed={seed}"``.
+
+    Every runner and adapter names start states this way, so GRPO/RLOO groups and
+    conformance checks agree across trainers.
+    """
+    return f"{env_id or 'env'}/seed={seed}"
 
 
 @dataclass(slots=True)
@@ -61,6 +69,9 @@ class Turn:
         action_token_ids: The token ids the policy generated (including its stop token,
             if the inference server returns it), if known.
         action_logprobs: Log-probabilities of ``action_token_ids`` under the sampling policy.
+        stop_reason: Why generation stopped: ``"stop"`` (the model ended its turn) or
+            ``"length"`` (cut at the token limit: the episode engine then sends
+            :data:`~gem_core.episode.INVALID_ACTION` by default); ``None`` if unknown.
     """
 
     observation: str
@@ -74,6 +85,7 @@ class Turn:
     prompt_token_ids: list[int] | None = None
     action_token_ids: list[int] | None = None
     action_logprobs: list[float] | None = None
+    stop_reason: str | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -113,7 +125,7 @@ class Turn:
             "next_observation": self.next_observation,
             "info": self.info,
         }
-        for name in ("prompt_messages", "prompt_token_ids", "action_token_ids", "action_logprobs"):
+        for name in ("prompt_messages", "prompt_token_ids", "action_token_ids", "action_logprobs", "stop_reason"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value

@@ -1,16 +1,18 @@
 """Chat history: an episode as chat messages, rendered to text only when asked.
 
-:class:`Conversation` is the plain data structure (also used by the episode runner);
-:class:`ChatHistory` / :class:`AsyncChatHistory` are the wrappers that keep one per
-episode and put it in ``info["messages"]``.
+:class:`Conversation` is the plain data structure; :class:`ChatHistory` /
+:class:`AsyncChatHistory` are the wrappers that keep one per episode and put it in
+``info["messages"]``. Templates are rendered by :mod:`gem_core.chat` (``ChatTokenizer``
+and ``Message`` are re-exported from there).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
+from gem_core.chat import ChatRenderer, ChatTokenizer, Message, render_text
 from gem_core.core import ResetReturn, StepReturn
-from gem_core.errors import ConfigError, TemplatePrefixError
+from gem_core.errors import ConfigError
 from gem_core.wrappers.base import AsyncWrapper, Wrapper, WrapperHooks
 
 __all__ = [
@@ -23,8 +25,6 @@ __all__ = [
     "Message",
 ]
 
-#: One chat message: ``{"role": "system" | "user" | "assistant" | "tool", "content": str}``.
-Message = dict[str, Any]
 ChatMode = Literal["observation", "observation_action", "chat", "chat_first_turn"]
 
 #: Modes, with GEM's names as aliases.
@@ -38,32 +38,6 @@ CHAT_MODES: dict[str, ChatMode] = {
     "concat_chat": "chat",
     "concat_chat_on_reset": "chat_first_turn",
 }
-
-# A fixed conversation rendered before the new messages, so a delta is the rendered text of
-# the new messages exactly as they appear mid-conversation (see Conversation.render_delta).
-_ANCHOR: list[Message] = [
-    {"role": "system", "content": "s"},
-    {"role": "user", "content": "u"},
-    {"role": "assistant", "content": "a"},
-]
-
-
-class ChatTokenizer(Protocol):
-    """What the chat wrapper and the runner need from a tokenizer (a Hugging Face one fits)."""
-
-    def apply_chat_template(self, conversation: list[Message], **kwargs: Any) -> Any: ...
-
-    def encode(self, text: str, **kwargs: Any) -> list[int]: ...
-
-    def decode(self, token_ids: list[int], **kwargs: Any) -> str: ...
-
-
-def render_chat(tokenizer: ChatTokenizer, messages: list[Message], *, add_generation_prompt: bool) -> str:
-    """Render messages through the tokenizer's chat template to text."""
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
-    if not isinstance(text, str):
-        raise TypeError(f"apply_chat_template(tokenize=False) returned {type(text).__name__}, expected str")
-    return text
 
 
 class Conversation:
@@ -114,48 +88,7 @@ class Conversation:
 
     def render(self, tokenizer: ChatTokenizer, *, add_generation_prompt: bool = True) -> str:
         """The whole (limited) history through the chat template."""
-        return render_chat(tokenizer, self.view(), add_generation_prompt=add_generation_prompt)
-
-    @staticmethod
-    def answer_footer(tokenizer: ChatTokenizer) -> str:
-        """What the template writes after an assistant message's content (e.g. ``<|im_end|>`` and a newline).
-
-        Raises:
-            TemplatePrefixError: the template does not render an assistant message after its own
-                generation prompt (so no footer can be cut out).
-        """
-        prompt = render_chat(tokenizer, _ANCHOR[:2], add_generation_prompt=True)
-        answered = render_chat(tokenizer, _ANCHOR, add_generation_prompt=False)
-        content = _ANCHOR[2]["content"]
-        if not answered.startswith(prompt + content):
-            raise TemplatePrefixError(
-                "the chat template does not render an assistant message right after its generation prompt, "
-                "so turn deltas cannot be computed; re-render the whole history instead"
-            )
-        return answered[len(prompt) + len(content) :]
-
-    @staticmethod
-    def render_delta(tokenizer: ChatTokenizer, new_messages: list[Message]) -> str:
-        """Render only ``new_messages`` as they appear after a finished assistant turn.
-
-        The result starts right after the assistant message's footer (see
-        :meth:`answer_footer`) and ends with the generation prompt of the next assistant
-        turn. So ``prompt + completion + footer + delta`` is the rendered conversation, at
-        the cost of one render of a few messages instead of the whole history: a
-        multi-turn episode is O(T) to render instead of O(T^2).
-
-        Raises:
-            TemplatePrefixError: the template is not prefix-stable (rendering more messages changed the
-                text of earlier ones), so deltas cannot be cut from it.
-        """
-        base = render_chat(tokenizer, _ANCHOR, add_generation_prompt=False)
-        full = render_chat(tokenizer, _ANCHOR + new_messages, add_generation_prompt=True)
-        if not full.startswith(base):
-            raise TemplatePrefixError(
-                "the chat template is not prefix-stable: rendering more messages changed the earlier text, "
-                "so turn deltas cannot be computed; re-render the whole history instead"
-            )
-        return full[len(base) :]
+        return render_text(tokenizer, self.view(), add_generation_prompt=add_generation_prompt)
 
 
 class _ChatHistoryHooks(WrapperHooks):
@@ -181,7 +114,7 @@ class _ChatHistoryHooks(WrapperHooks):
         self.tokenizer = tokenizer
         self.incremental = incremental
         self.conversation = Conversation(system_prompt, max_history)
-        self._footer: str | None = None
+        self._renderer: ChatRenderer | None = None
 
     def _render(self, latest: str) -> str:
         conv, tok = self.conversation, self.tokenizer
@@ -195,7 +128,7 @@ class _ChatHistoryHooks(WrapperHooks):
         if tok is None:
             return conv.text(include_actions=True)
         first = conv.view()[: conv.first_observation_index + 1]
-        head = render_chat(tok, first, add_generation_prompt=True)
+        head = render_text(tok, first, add_generation_prompt=True)
         return head + "\n".join(m["content"] for m in conv.view()[len(first) :])
 
     def _on_reset(self, obs: str, info: dict[str, Any]) -> ResetReturn:
@@ -214,9 +147,9 @@ class _ChatHistoryHooks(WrapperHooks):
         message = self.conversation.add_observation(obs, role=role)
         info = {**info, "messages": self.conversation.view()}
         if self.tokenizer is not None and self.mode == "chat":
-            if self._footer is None:
-                self._footer = Conversation.answer_footer(self.tokenizer)
-            delta = self._footer + Conversation.render_delta(self.tokenizer, [message])
+            if self._renderer is None:  # probes the template once, on the first step
+                self._renderer = ChatRenderer(self.tokenizer)
+            delta = self._renderer.bridge_text([message])
             info["prompt_delta"] = delta
             if self.incremental:
                 return delta, reward, terminated, truncated, info

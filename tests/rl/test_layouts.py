@@ -141,17 +141,40 @@ def test_recorded_prompt_token_ids_are_used_without_a_tokenizer() -> None:
     assert info.value.turn == 2
 
 
-def test_template_that_drops_earlier_reasoning_fails_loudly_and_transitions_still_work() -> None:
+def test_template_that_drops_earlier_reasoning_keeps_what_the_model_saw() -> None:
     tok = tokenizer("chatml_drop_think")
     episode = synthetic_chat_episode(tok, ACTIONS, REPLIES, REWARDS)
-    with pytest.raises(TemplatePrefixError, match=r"turn 2: .*episode_to_transitions") as info:
-        episode_to_sequence(episode, tok)
-    assert info.value.turn == 2  # turn 1's answer is the first with a <think> block to drop
-    with pytest.raises(TemplatePrefixError):
-        check_template_prefix(tok)
-    check_template_prefix(tokenizer())  # the verbatim template passes
-    samples = episode_to_transitions(episode, [0.0, 0.0, 1.0], tok)  # the documented fallback
-    assert [s.turn_index for s in samples] == [0, 1, 2]
+    seq = episode_to_sequence(episode, tok)  # bridged turn by turn: the history is never re-rendered
+    for turn, (start, end) in zip(episode.turns, seq.turn_spans, strict=True):
+        assert seq.input_ids[start:end].tolist() == turn.action_token_ids  # <think> kept where it was generated
+    # Same tokens as with the verbatim template: the two templates differ only in how they re-render history.
+    verbatim = episode_to_sequence(synthetic_chat_episode(tokenizer(), ACTIONS, REPLIES, REWARDS), tokenizer())
+    assert seq.input_ids.tolist() == verbatim.input_ids.tolist()
+    assert check_template_prefix(tok).rewrites_history
+    assert not check_template_prefix(tokenizer()).rewrites_history
+
+
+class _CountingTemplate:
+    """A template whose header counts the messages: earlier text depends on what follows."""
+
+    name_or_path = "tiny/counting"
+
+    def __init__(self) -> None:
+        self.inner = tokenizer()
+
+    def apply_chat_template(self, messages: Any, **kwargs: Any) -> str:
+        return f"[{len(messages)} messages]" + self.inner.apply_chat_template(messages, **kwargs)
+
+    def encode(self, text: str, **kwargs: Any) -> list[int]:
+        return list(self.inner.encode(text, **kwargs))
+
+    def decode(self, ids: Any, **kwargs: Any) -> str:
+        return str(self.inner.decode(ids, **kwargs))
+
+
+def test_a_template_that_cannot_be_bridged_names_itself_and_the_fallback() -> None:
+    with pytest.raises(TemplatePrefixError, match=r"_CountingTemplate\('tiny/counting'\).*context='rerender'"):
+        check_template_prefix(_CountingTemplate())
 
 
 def test_history_rewritten_by_the_runner_is_a_prefix_error() -> None:

@@ -5,9 +5,9 @@ from typing import Any
 import pytest
 
 from gem_core.core import StepReturn
-from gem_core.errors import ConfigError, TemplatePrefixError
+from gem_core.errors import ConfigError
 from gem_core.testing import GenericTestEnv
-from gem_core.wrappers import CHAT_MODES, ChatHistory, Conversation
+from gem_core.wrappers import CHAT_MODES, ChatHistory
 
 
 def scripted(env: GenericTestEnv, action: str) -> StepReturn:
@@ -144,20 +144,3 @@ def test_chat_first_turn_templates_only_the_opening(chat_tokenizer: Any) -> None
     env = make_env(mode="chat_first_turn", tokenizer=chat_tokenizer)
     obs, _ = play(env, ["a1"])[-1]
     assert obs == "<|im_start|>user\ntask<|im_end|>\n<|im_start|>assistant\na1\nobs1"
-
-
-def test_render_delta_rejects_templates_that_rewrite_history(chat_tokenizer: Any) -> None:
-    class Rewriting:
-        """Renders only the last two messages: not prefix-stable."""
-
-        def apply_chat_template(self, conversation: list[dict[str, Any]], **kwargs: Any) -> str:
-            return chat_tokenizer.apply_chat_template(conversation[-2:], **kwargs)  # type: ignore[no-any-return]
-
-        def encode(self, text: str, **kwargs: Any) -> list[int]:
-            return []
-
-        def decode(self, token_ids: list[int], **kwargs: Any) -> str:
-            return ""
-
-    with pytest.raises(TemplatePrefixError, match="not prefix-stable"):
-        Conversation.render_delta(Rewriting(), [{"role": "user", "content": "x"}])

@@ -1,0 +1,650 @@
+"""The episode engine: one episode from ``reset`` to its end, the same way for every runner and trainer.
+
+Everything between a trainer's "generate" and its sample format lives here, once:
+
+* the message history and the **token context** (token in, token out: sampled ids are
+  appended as they are, never decoded and re-encoded; each env reply is appended as a
+  small per-turn bridge rendered by :class:`~gem_core.chat.ChatRenderer`, so a turn
+  costs the same at turn 1 and turn 64, and templates that rewrite history work);
+* the **budgets**: ``max_turns``, the per-turn generation cap ``max_turn_tokens`` and
+  the episode budget ``max_episode_tokens`` (everything after the first prompt:
+  generated tokens, footers and env replies);
+* **cut generations**: a reply that stopped at its token limit (``finish_reason ==
+  "length"``) is not a valid action. By default (``on_cut="invalid"``, GEM's rule) the
+  env gets :data:`INVALID_ACTION` instead, which every env treats as a malformed action
+  with its own penalty; ``"pass"`` sends the cut text anyway; ``"truncate"`` ends the
+  episode there (reward 0, truncated) without stepping the env;
+* **truncation flags** (the env's, ``max_turns``, the episode budget) and the
+  ``start_state_id`` (:func:`~gem_core.rl.types.start_state_id`);
+* the records: :class:`~gem_core.rl.types.Turn` and :class:`~gem_core.rl.types.Episode`.
+
+An episode is an :class:`EpisodeSession`, a small state machine::
+
+    session.begin(observation)          # after env.reset
+    while not session.done:
+        request = session.request()     # prompt ids / messages and the token limit of this turn
+        action = session.accept(generation)   # the policy's answer -> the text for env.step (or None)
+        if action is not None:
+            session.observe(*env.step(action))
+
+Drivers run it: :meth:`EpisodeEngine.play` (async, one episode, a per-request
+``generate``: verl, OpenRLHF), :meth:`EpisodeEngine.play_batch` (sync, many episodes,
+one batched ``generate`` call per turn: TRL) and :class:`gem_core.runner.EpisodeRunner`
+(async, many in flight, batched).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union, get_args
+
+from gem_core.chat import ChatRenderer, ChatTokenizer, Message, render_ids
+from gem_core.core import AsyncEnv, Env, to_async
+from gem_core.errors import ConfigError, TrajectoryError
+from gem_core.rl.types import Episode, Turn, start_state_id
+
+__all__ = [
+    "INVALID_ACTION",
+    "AsyncGenerate",
+    "BatchGenerate",
+    "CutPolicy",
+    "EpisodeEngine",
+    "EpisodeJob",
+    "EpisodeLimits",
+    "EpisodeSession",
+    "Generation",
+    "TurnRequest",
+    "cut_at_stop",
+]
+
+#: Sent to ``env.step`` in place of a cut generation (GEM's sentinel); envs treat it as a malformed action.
+INVALID_ACTION = "<\uff5cINVALID_ACTION\uff5c>"  # fullwidth bars, as GEM writes it
+
+#: What to do with a generation cut at its token limit.
+CutPolicy = Literal["invalid", "pass", "truncate"]
+#: How the context grows: ``"delta"`` appends per-turn bridges (token in, token out);
+#: ``"rerender"`` re-renders the whole history every turn (fallback for templates that
+#: cannot be bridged; contexts then do not extend each other, so per-transition samples only).
+ContextMode = Literal["delta", "rerender"]
+
+
+@dataclass(slots=True)
+class Generation:
+    """What a policy or inference server returned for one :class:`TurnRequest`.
+
+    Attributes:
+        token_ids: The generated ids, including the stop token if the server returns it.
+            Required when the engine has a tokenizer (token mode).
+        text: The generated text; decoded from ``token_ids`` (special tokens skipped)
+            when ``None``. Required without a tokenizer (message mode).
+        logprobs: Sampling log-probabilities, one per ``token_ids`` entry.
+        finish_reason: ``"stop"`` (the model ended its turn), ``"length"`` (cut at the
+            token limit) or ``"abort"`` (the server gave up: the episode ends here,
+            without a turn). vLLM and OpenAI call it ``finish_reason``, verl ``stop_reason``.
+        extra: Server-specific fields the adapter needs back (verl's ``extra_fields``),
+            kept per turn in :attr:`EpisodeSession.generations`, never in the records.
+    """
+
+    token_ids: list[int] | None = None
+    text: str | None = None
+    logprobs: list[float] | None = None
+    finish_reason: str = "stop"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def cut_at_stop(
+    ids: Sequence[int],
+    stop_ids: Sequence[int] | set[int],
+    max_tokens: int | None,
+    logprobs: Sequence[float] | None = None,
+) -> Generation:
+    """A :class:`Generation` from raw sampled ids that may run past the first stop token (``model.generate``).
+
+    Keeps the ids up to and including the first stop token (``finish_reason="stop"``);
+    with no stop token, the reply was cut (``"length"``) if it used ``max_tokens``,
+    else it ended because the sequence did (``"stop"``).
+    """
+    stops = set(stop_ids)
+    for i, token in enumerate(ids):
+        if token in stops:
+            return Generation(
+                token_ids=list(ids[: i + 1]),
+                logprobs=None if logprobs is None else list(logprobs[: i + 1]),
+                finish_reason="stop",
+            )
+    reason = "length" if max_tokens is not None and len(ids) >= max_tokens else "stop"
+    return Generation(token_ids=list(ids), logprobs=None if logprobs is None else list(logprobs), finish_reason=reason)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRequest:
+    """One turn's call to the policy.
+
+    Attributes:
+        episode_index: Which episode of the driver's batch asks (position in its job list).
+        turn: 0-based turn number in the episode.
+        prompt_ids: The whole token context (token mode), to generate from; ``None`` in message mode.
+        messages: The chat history (system, user, assistant, tool messages). Shared with
+            the session: read it, do not change it.
+        max_tokens: Most tokens this turn may generate (the per-turn cap and what is left
+            of the episode budget); ``None`` for no limit.
+    """
+
+    episode_index: int
+    turn: int
+    prompt_ids: list[int] | None
+    messages: list[Message]
+    max_tokens: int | None
+
+
+#: ``await generate(request) -> Generation``: one request at a time (verl's server, OpenRLHF's engine).
+AsyncGenerate = Callable[[TurnRequest], Awaitable[Union[Generation, str]]]
+#: ``generate(requests) -> generations``: one call for every episode waiting for a turn (TRL).
+BatchGenerate = Callable[[list[TurnRequest]], Sequence[Union[Generation, str]]]
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeLimits:
+    """The budgets and rules of an episode.
+
+    Attributes:
+        max_turns: Cut an episode after this many turns (its last turn gets ``truncated``).
+        max_turn_tokens: Most tokens one turn may generate.
+        max_episode_tokens: Most tokens after the first prompt (generated, footers, env
+            replies), e.g. verl's ``response_length`` or TRL's ``max_completion_length``.
+            When an env reply would leave no room for another generated token, the
+            episode ends after the current turn, ``truncated``. Token mode only.
+        on_cut: What a generation cut at its token limit becomes (see the module doc).
+        system_prompt: A system message opening every conversation.
+    """
+
+    max_turns: int | None = None
+    max_turn_tokens: int | None = None
+    max_episode_tokens: int | None = None
+    on_cut: CutPolicy = "invalid"
+    system_prompt: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_turns", "max_turn_tokens", "max_episode_tokens"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ConfigError(f"{name} must be an int >= 1 or None, got {value!r}")
+        if self.on_cut not in get_args(CutPolicy):
+            raise ConfigError(f"on_cut must be one of {get_args(CutPolicy)}, got {self.on_cut!r}")
+
+
+@dataclass(slots=True)
+class EpisodeJob:
+    """One episode for a batch driver: the env to play and how to reset it.
+
+    Attributes:
+        env: The env (sync for :meth:`EpisodeEngine.play_batch`).
+        env_id: Its registered id (names the start state); defaults to ``env.spec.id``.
+        seed: ``reset`` seed.
+        options: ``reset`` options.
+        episode_id: A unique id; defaults to ``"{start_state_id}#{index}"``.
+        system_prompt: Overrides the engine's system prompt for this episode.
+    """
+
+    env: Env | AsyncEnv
+    env_id: str | None = None
+    seed: int | None = None
+    options: dict[str, Any] | None = None
+    episode_id: str | None = None
+    system_prompt: str | None = None
+
+
+class EpisodeSession:
+    """One episode being played: history, token context, budgets, records. Built by :meth:`EpisodeEngine.session`.
+
+    Attributes:
+        turns: The finished turns.
+        messages: The chat history (the assistant messages hold the decoded replies).
+        context: The token context in token mode: first prompt, then per turn the
+            generated ids and the bridge to the next prompt.
+        prompt_length: Length of the first prompt in ``context``.
+        generations: The policy's :class:`Generation` per turn (for ``extra`` fields).
+        done: The episode ended.
+        end_reason: Why it ended: ``"env"`` (terminated or truncated by the env),
+            ``"max_turns"``, ``"budget"``, ``"cut"`` (``on_cut="truncate"``), ``"abort"``.
+    """
+
+    def __init__(
+        self,
+        engine: EpisodeEngine,
+        *,
+        env_id: str | None,
+        seed: int | None,
+        episode_id: str | None = None,
+        index: int = 0,
+        system_prompt: str | None = None,
+    ) -> None:
+        self.engine = engine
+        self.env_id = env_id
+        self.seed = seed
+        self.index = index
+        self.start_state_id = start_state_id(env_id, seed)
+        self.episode_id = episode_id or f"{self.start_state_id}#{index}"
+        self.system_prompt = system_prompt if system_prompt is not None else engine.limits.system_prompt
+        self.turns: list[Turn] = []
+        self.messages: list[Message] = []
+        self.context: list[int] | None = None
+        self.prompt_length = 0
+        self.generations: list[Generation] = []
+        self.done = False
+        self.end_reason: str | None = None
+        self.metadata: dict[str, Any] = {}
+        self._observation: str | None = None
+        self._used = 0  # tokens after the first prompt
+        self._pending: dict[str, Any] | None = None
+        self._policy_s: list[float] = []
+        self._env_s: list[float] = []
+        self._requested_at = 0.0
+
+    # ------------------------------------------------------------------ the state machine
+
+    def begin(self, observation: str) -> None:
+        """Start from ``reset``'s observation: the first user message and, in token mode, the first prompt."""
+        if self._observation is not None:
+            raise RuntimeError(f"episode {self.episode_id} has already begun")
+        self._observation = str(observation)
+        if self.system_prompt:
+            self.messages.append({"role": "system", "content": self.system_prompt})
+        self.messages.append({"role": "user", "content": self._observation})
+        if self.engine.token_mode:
+            self.context = self.engine.first_prompt_ids(self.messages)
+            self.prompt_length = len(self.context)
+
+    def request(self) -> TurnRequest:
+        """This turn's request to the policy."""
+        if self.done or self._observation is None or self._pending is not None:
+            raise RuntimeError(f"episode {self.episode_id} is not waiting for a generation")
+        self._requested_at = time.perf_counter()
+        return TurnRequest(
+            episode_index=self.index,
+            turn=len(self.turns),
+            prompt_ids=None if self.context is None else list(self.context),
+            messages=self.messages,
+            max_tokens=self._max_tokens(),
+        )
+
+    def accept(self, generation: Generation | str) -> str | None:
+        """Take the policy's answer; return the action for ``env.step``, or ``None`` if the episode ended instead.
+
+        Raises:
+            TrajectoryError: The generation lacks what this mode needs (ids in token mode,
+                text in message mode) or its logprobs do not match its ids.
+        """
+        if self.done or self._pending is not None:
+            raise RuntimeError(f"episode {self.episode_id} is not waiting for a generation")
+        policy_s = time.perf_counter() - self._requested_at
+        gen = Generation(text=generation) if isinstance(generation, str) else generation
+        max_tokens = self._max_tokens()
+        ids: list[int] | None = None
+        logprobs = None if gen.logprobs is None else list(gen.logprobs)
+        if self.engine.token_mode:
+            if gen.token_ids is None:
+                raise TrajectoryError(
+                    f"episode {self.episode_id}: generate returned no token_ids, but this engine has a tokenizer "
+                    "(token in, token out); return the sampled ids"
+                )
+            ids = list(gen.token_ids)
+            if logprobs is not None and len(logprobs) != len(ids):
+                raise TrajectoryError(
+                    f"episode {self.episode_id}: {len(logprobs)} logprobs for {len(ids)} generated tokens"
+                )
+            if max_tokens is not None and len(ids) > max_tokens:  # a server that ignored the limit
+                ids, logprobs = ids[:max_tokens], None if logprobs is None else logprobs[:max_tokens]
+                gen.finish_reason = "length"
+        elif gen.text is None:
+            raise TrajectoryError(f"episode {self.episode_id}: generate returned no text; return the reply text")
+        if gen.finish_reason == "abort" or (ids is not None and not ids):
+            # Nothing usable was generated: no token could carry this turn's reward.
+            self._policy_s.append(policy_s)
+            self._finish("abort")
+            return None
+        text = gen.text if gen.text is not None else self.engine.decode(ids or [])
+        cut = gen.finish_reason == "length"
+        action = INVALID_ACTION if cut and self.engine.limits.on_cut == "invalid" else text
+        self.generations.append(gen)
+        self._policy_s.append(policy_s)
+        self._pending = {
+            "action": action,
+            "text": text,
+            "ids": ids,
+            "logprobs": logprobs,
+            "finish_reason": gen.finish_reason,
+            "prompt_ids": None if self.context is None else list(self.context),
+            "prompt_messages": None if self.engine.token_mode else list(self.messages),
+            "env_started": time.perf_counter(),
+        }
+        self.messages.append({"role": "assistant", "content": text})
+        if self.context is not None and ids is not None:
+            self.context.extend(ids)
+            self._used += len(ids)
+        if cut and self.engine.limits.on_cut == "truncate":
+            self._record(0.0, False, True, "", {"cut": True})
+            self._finish("cut")
+            return None
+        return action
+
+    def observe(
+        self, observation: str, reward: float, terminated: bool, truncated: bool, info: Mapping[str, Any]
+    ) -> None:
+        """Take ``env.step``'s result for the accepted action and prepare the next turn (or end)."""
+        if self._pending is None:
+            raise RuntimeError(f"episode {self.episode_id} has no action waiting for the env's answer")
+        self._env_s.append(time.perf_counter() - self._pending["env_started"])
+        observation = str(observation)
+        terminated, truncated = bool(terminated), bool(truncated)
+        self._record(float(reward), terminated, truncated, observation, dict(info))
+        if terminated or truncated:
+            self._finish("env")
+            return
+        limits = self.engine.limits
+        if limits.max_turns is not None and len(self.turns) >= limits.max_turns:
+            self.turns[-1].truncated = True
+            self._finish("max_turns")
+            return
+        message: Message = {"role": "tool" if info.get("tool_calls") else "user", "content": observation}
+        self.messages.append(message)
+        if self.context is not None:
+            generated = self.turns[-1].action_token_ids or []
+            if self.engine.context_mode == "rerender":
+                bridge = self.engine.first_prompt_ids(self.messages)
+                self.context = bridge
+            else:
+                bridge = self.engine.bridge_ids([message], generated)
+                room = None if limits.max_episode_tokens is None else limits.max_episode_tokens - self._used
+                if room is not None and len(bridge) >= room:  # no room left for a generated token
+                    self.messages.pop()
+                    self.turns[-1].truncated = True
+                    self._finish("budget")
+                    return
+                self.context.extend(bridge)
+                self._used += len(bridge)
+        self._observation = observation
+
+    def fail(self, exc: BaseException) -> None:
+        """Mark the episode as ended by an error (the driver re-raises it)."""
+        self.metadata["error"] = f"{type(exc).__name__}: {exc}"
+        self._finish("error")
+
+    @property
+    def cut_turns(self) -> int:
+        """Turns whose generation was cut at the token limit."""
+        return sum(t.stop_reason == "length" for t in self.turns)
+
+    def episode(self) -> Episode:
+        """The finished episode as a :class:`~gem_core.rl.types.Episode` record."""
+        if not self.done:
+            raise RuntimeError(f"episode {self.episode_id} has not ended")
+        return Episode(
+            turns=self.turns,
+            start_state_id=self.start_state_id,
+            episode_id=self.episode_id,
+            env_id=self.env_id,
+            seed=self.seed,
+            metadata={
+                **self.metadata,
+                "index": self.index,
+                "end_reason": self.end_reason,
+                "cut_turns": self.cut_turns,
+                "policy_s": self._policy_s,
+                "env_s": self._env_s,
+            },
+        )
+
+    # ------------------------------------------------------------------ internals
+
+    def _max_tokens(self) -> int | None:
+        limits = self.engine.limits
+        cap = limits.max_turn_tokens
+        if limits.max_episode_tokens is not None and self.context is not None:
+            left = limits.max_episode_tokens - self._used
+            cap = left if cap is None else min(cap, left)
+        return cap
+
+    def _record(self, reward: float, terminated: bool, truncated: bool, next_obs: str, info: dict[str, Any]) -> None:
+        pending, self._pending = self._pending, None
+        assert pending is not None and self._observation is not None
+        self.turns.append(
+            Turn(
+                observation=self._observation,
+                action=pending["action"],
+                reward=reward,
+                terminated=terminated,
+                truncated=truncated,
+                next_observation=next_obs,
+                info=info,
+                prompt_messages=pending["prompt_messages"],
+                prompt_token_ids=pending["prompt_ids"],
+                action_token_ids=pending["ids"],
+                action_logprobs=pending["logprobs"],
+                stop_reason=pending["finish_reason"],
+            )
+        )
+
+    def _finish(self, reason: str) -> None:
+        self.done = True
+        self.end_reason = reason
+
+
+class EpisodeEngine:
+    """Plays episodes: builds sessions that share one tokenizer, template probe and set of limits.
+
+    Args:
+        tokenizer: A tokenizer with a chat template: token mode (contexts are token ids,
+            ``generate`` returns ids). ``None``: message mode (``generate`` gets messages
+            and returns text), for API-style policies.
+        limits: Budgets and rules (:class:`EpisodeLimits`); keyword arguments of it may
+            be given directly instead (``max_turns=8``).
+        chat_template_kwargs: Extra ``apply_chat_template`` arguments.
+        context: ``"delta"`` (default) or ``"rerender"`` (see :data:`ContextMode`).
+        renderer: A prebuilt :class:`~gem_core.chat.ChatRenderer` to share.
+
+    Raises:
+        TemplatePrefixError: At construction (the start-up probe), when the template
+            cannot be bridged; the message names the template and the fallback.
+        ConfigError: Bad limits.
+    """
+
+    def __init__(
+        self,
+        tokenizer: ChatTokenizer | None = None,
+        limits: EpisodeLimits | None = None,
+        *,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+        context: ContextMode = "delta",
+        renderer: ChatRenderer | None = None,
+        **limit_kwargs: Any,
+    ) -> None:
+        if limits is not None and limit_kwargs:
+            raise ConfigError("give limits=EpisodeLimits(...) or its fields as keywords, not both")
+        try:
+            self.limits = limits if limits is not None else EpisodeLimits(**limit_kwargs)
+        except TypeError as exc:
+            raise ConfigError(f"unknown episode setting: {exc}") from None
+        if context not in get_args(ContextMode):
+            raise ConfigError(f"context must be one of {get_args(ContextMode)}, got {context!r}")
+        self.tokenizer = tokenizer
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.context_mode: ContextMode = context
+        self.renderer: ChatRenderer | None = None
+        if tokenizer is not None and context == "delta":
+            self.renderer = renderer or ChatRenderer(tokenizer, self.chat_template_kwargs)
+
+    @property
+    def token_mode(self) -> bool:
+        """Whether contexts are token ids (a tokenizer was given)."""
+        return self.tokenizer is not None
+
+    def first_prompt_ids(self, messages: Sequence[Message]) -> list[int]:
+        """The token ids of ``messages`` and the generation prompt."""
+        assert self.tokenizer is not None
+        if self.renderer is not None:
+            return self.renderer.prompt_ids(messages)
+        return render_ids(
+            self.tokenizer, messages, add_generation_prompt=True, chat_template_kwargs=self.chat_template_kwargs
+        )
+
+    def bridge_ids(self, new_messages: Sequence[Message], generated: Sequence[int]) -> list[int]:
+        """The ids that follow ``generated`` so the context ends with ``new_messages`` and a generation prompt."""
+        assert self.renderer is not None
+        return self.renderer.bridge_ids(new_messages, generated)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The action text of generated ids (special tokens skipped)."""
+        assert self.tokenizer is not None
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
+
+    def session(
+        self,
+        *,
+        env_id: str | None = None,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        index: int = 0,
+        system_prompt: str | None = None,
+    ) -> EpisodeSession:
+        """A new :class:`EpisodeSession` (call its :meth:`~EpisodeSession.begin` after ``reset``)."""
+        return EpisodeSession(
+            self, env_id=env_id, seed=seed, episode_id=episode_id, index=index, system_prompt=system_prompt
+        )
+
+    # ------------------------------------------------------------------ drivers
+
+    async def play(
+        self,
+        env: Env | AsyncEnv,
+        generate: AsyncGenerate,
+        *,
+        env_id: str | None = None,
+        seed: int | None = None,
+        options: dict[str, Any] | None = None,
+        episode_id: str | None = None,
+        index: int = 0,
+        system_prompt: str | None = None,
+        before_generate: Callable[[], Awaitable[None]] | None = None,
+    ) -> EpisodeSession:
+        """Play one episode with an async per-request ``generate``; return the finished session.
+
+        A sync env is stepped in a worker thread, so the event loop (and the other
+        episodes on it) never waits for it.
+
+        Args:
+            env: The env.
+            generate: ``await generate(request) -> Generation`` (or the reply text in message mode).
+            env_id: Names the start state; defaults to ``env.spec.id``.
+            seed: ``reset`` seed.
+            options: ``reset`` options.
+            episode_id: A unique id of this rollout.
+            index: Position in the caller's batch (``TurnRequest.episode_index``).
+            system_prompt: Overrides the engine's system prompt.
+            before_generate: Awaited before each generate call (e.g. a pause between batches).
+
+        Raises:
+            Exception: Whatever the env or ``generate`` raised (the session is marked failed
+                and the exception carries a note naming the episode).
+        """
+        aenv = env if isinstance(env, AsyncEnv) else to_async(env, in_thread=True)
+        session = self.session(
+            env_id=env_id or _spec_id(env), seed=seed, episode_id=episode_id, index=index, system_prompt=system_prompt
+        )
+        try:
+            observation, _ = await aenv.reset(seed=seed, options=options)
+            session.begin(observation)
+            while not session.done:
+                if before_generate is not None:
+                    await before_generate()
+                request = session.request()
+                generation = await generate(request)
+                action = session.accept(generation)
+                if action is not None:
+                    session.observe(*await aenv.step(action))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            session.fail(exc)
+            add_note(exc, f"in episode {session.episode_id} ({session.start_state_id}, turn {len(session.turns)})")
+            raise
+        return session
+
+    def play_batch(self, jobs: Sequence[EpisodeJob], generate: BatchGenerate) -> list[EpisodeSession]:
+        """Play many episodes in lockstep with one batched ``generate`` call per turn; return sessions in job order.
+
+        Each turn, every episode still running sends its request in one list (so a
+        trainer's ``model.generate`` or vLLM batch gets them all); episodes that end
+        drop out. Envs are stepped one after the other in this thread (async envs are
+        run to completion through :func:`~gem_core.core.to_sync`).
+
+        Raises:
+            Exception: The first error of an env or of ``generate``, with a note naming the episode.
+        """
+        from gem_core.core import to_sync
+
+        sessions: list[EpisodeSession] = []
+        envs: list[Env] = []
+        for index, job in enumerate(jobs):
+            env = to_sync(job.env) if isinstance(job.env, AsyncEnv) else job.env
+            session = self.session(
+                env_id=job.env_id or _spec_id(job.env),
+                seed=job.seed,
+                episode_id=job.episode_id,
+                index=index,
+                system_prompt=job.system_prompt,
+            )
+            _guarded(session, _reset_call(session, env, job))
+            sessions.append(session)
+            envs.append(env)
+        while True:
+            active = [s for s in sessions if not s.done]
+            if not active:
+                return sessions
+            requests = [s.request() for s in active]
+            generations = list(generate(requests))
+            if len(generations) != len(requests):
+                raise TrajectoryError(f"generate returned {len(generations)} generations for {len(requests)} requests")
+            for session, generation in zip(active, generations, strict=True):
+                env = envs[session.index]
+
+                _guarded(session, _step_call(session, env, generation))
+
+
+def _reset_call(session: EpisodeSession, env: Env, job: EpisodeJob) -> Callable[[], None]:
+    def reset() -> None:
+        session.begin(env.reset(seed=job.seed, options=job.options)[0])
+
+    return reset
+
+
+def _step_call(session: EpisodeSession, env: Env, generation: Generation | str) -> Callable[[], None]:
+    def step() -> None:
+        action = session.accept(generation)
+        if action is not None:
+            session.observe(*env.step(action))
+
+    return step
+
+
+def add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)`` where Python has it (3.11+)."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+
+
+def _guarded(session: EpisodeSession, call: Callable[[], None]) -> None:
+    try:
+        call()
+    except Exception as exc:
+        session.fail(exc)
+        add_note(exc, f"in episode {session.episode_id} ({session.start_state_id}, turn {len(session.turns)})")
+        raise
+
+
+def _spec_id(env: Any) -> str | None:
+    spec = getattr(env, "spec", None)
+    return getattr(spec, "id", None)
