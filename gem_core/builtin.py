@@ -27,7 +27,14 @@ def register_envs() -> list[EnvSpec]:
 
 @hookimpl
 def register_tools() -> list[ToolSpec]:
-    return []
+    return [
+        ToolSpec(
+            name="echo",
+            entry_point="gem_core.testing:EchoTool",
+            description="Reference tool: returns its text (for tests and the adapters' conformance suite).",
+            tags=("reference",),
+        )
+    ]
 
 
 @hookimpl

@@ -89,6 +89,9 @@ class EpisodeRunner:
             (throughput: short episodes never leave slots idle; the surplus carries over to
             the next ``collect``). ``False`` starts only as many as the call needs, so a
             one-shot run does no extra work, but waits for its slowest episode.
+        start_seeds: Explicit reset seeds instead of ones derived from ``seed``: episode
+            ``j`` resets with ``start_seeds[j // group_size]`` (an evaluation set, a
+            conformance check); asking for more episodes than that is a ``ConfigError``.
 
     Raises:
         ConfigError: not exactly one policy, ``token_policy`` without a tokenizer, or a bad number.
@@ -118,6 +121,7 @@ class EpisodeRunner:
         sync_envs: Literal["thread", "inline"] = "thread",
         reset_options: dict[str, Any] | None = None,
         keep_pool_full: bool = True,
+        start_seeds: Sequence[int] | None = None,
     ) -> None:
         if sum(p is not None for p in (policy, token_policy, generate)) != 1:
             raise ConfigError(
@@ -155,6 +159,7 @@ class EpisodeRunner:
         self.reset_options = reset_options
         self.keep_pool_full = keep_pool_full
         self.sync_envs = sync_envs
+        self.start_seeds = None if start_seeds is None else [int(s) for s in start_seeds]
         self.root_seed = seed if seed is not None else int(np.random.SeedSequence().entropy)  # type: ignore[arg-type]
         self.env_id = env if isinstance(env, str) else None
         self._idle: list[AsyncEnv] = []
@@ -348,7 +353,16 @@ class EpisodeRunner:
             self._maybe_flush()
 
     async def _play(self, env: AsyncEnv, index: int, batch: int) -> Episode:
-        seed = episode_seed(self.root_seed, 0, index // self.group_size)
+        group = index // self.group_size
+        if self.start_seeds is None:
+            seed = episode_seed(self.root_seed, 0, group)
+        elif group < len(self.start_seeds):
+            seed = self.start_seeds[group]
+        else:
+            raise ConfigError(
+                f"episode {index} needs start seed {group}, but start_seeds has {len(self.start_seeds)}; "
+                "collect fewer episodes or give more seeds"
+            )
         started = time.perf_counter()
         env_id = self.env_id or (env.spec.id if env.spec is not None else None)
         session = await self.engine.play(

@@ -16,15 +16,16 @@ import math
 import random
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gem_core.core import AsyncEnv, Env, ResetReturn, StepReturn, to_sync
 from gem_core.errors import EnvCheckError
+from gem_core.tools.base import Tool, ToolResult
 
-__all__ = ["FUZZ_ACTIONS", "GenericTestEnv", "NumberGuessConfig", "NumberGuessEnv", "check_env"]
+__all__ = ["FUZZ_ACTIONS", "EchoTool", "GenericTestEnv", "NumberGuessConfig", "NumberGuessEnv", "check_env"]
 
 
 class NumberGuessConfig(BaseModel):
@@ -96,6 +97,22 @@ class NumberGuessEnv(Env):
 
     def sample_random_action(self) -> str:
         return str(self.py_random.randint(self.low, self.high))
+
+
+class EchoTool(Tool):
+    """Reference tool ``echo``: returns its text. Deterministic and instant, for tests and conformance."""
+
+    name: ClassVar[str] = "echo"
+    description: ClassVar[str] = "Repeats its text."
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"text": {"type": "string"}},
+        "required": ["text"],
+    }
+    tag_argument: ClassVar[str | None] = "text"
+
+    async def execute(self, arguments: dict[str, Any]) -> ToolResult:
+        return ToolResult(output=f"echo: {arguments.get('text', '')}")
 
 
 class GenericTestEnv(Env):
