@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-import gem_core
+from gem_core.api import make
 from gem_core.episode import EpisodeEngine, EpisodeJob, EpisodeLimits, Generation, TurnRequest
 from gem_core.rl.advantages import rebn
 from gem_core.rl.layouts import episode_to_sequence
@@ -128,7 +128,7 @@ class ConformanceCase:
 
     def make_env(self) -> Any:
         """A fresh env for one episode."""
-        return gem_core.make(self.env_id, wrappers=list(self.wrappers) or None, **dict(self.env_kwargs))
+        return make(self.env_id, wrappers=list(self.wrappers) or None, **dict(self.env_kwargs))
 
 
 @functools.cache

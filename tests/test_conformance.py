@@ -83,10 +83,7 @@ def play_records(case: ConformanceCase) -> list[ConformanceRecord]:
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 @pytest.mark.parametrize("driver", ["runner-per-request", "runner-batched", "play"])
 def test_every_core_driver_conforms(case: ConformanceCase, driver: str) -> None:
-    if driver == "play":
-        records = play_records(case)
-    else:
-        records = runner_records(case, batched=driver == "runner-batched")
+    records = play_records(case) if driver == "play" else runner_records(case, batched=driver == "runner-batched")
     assert_conformant(case, records)
 
 
