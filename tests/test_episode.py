@@ -1,9 +1,10 @@
-"""gem_core.episode: one episode's rules (context, budgets, cut generations, truncation), driven by hand and by drivers."""
+"""gem_core.episode: an episode's rules (context, budgets, cut generations, truncation) through its drivers."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 from typing import Any
 
 import pytest
@@ -166,7 +167,7 @@ def test_each_prompt_is_the_previous_prompt_plus_generated_ids_plus_a_bridge(tem
         ),
         add_special_tokens=False,
     )
-    for turn, (before, after) in enumerate(zip(prompts, prompts[1:], strict=False)):
+    for turn, (before, after) in enumerate(itertools.pairwise(prompts)):
         generated = replies[turn].token_ids or []
         assert after[: len(before) + len(generated)] == [*before, *generated]  # sampled ids kept verbatim
         bridge = tok.decode(after[len(before) + len(generated) :], skip_special_tokens=False)
