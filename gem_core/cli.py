@@ -218,6 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             p.add_argument("--all", action="store_true", help="check every registered id")
             p.add_argument("--namespace", "-n", help="with --all: only this namespace")
+
+    from gem_core.eval.cli import add_parsers as add_eval_parsers
+
+    add_eval_parsers(sub)
     return parser
 
 
@@ -239,6 +243,10 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, std
             return cmd_plugins(args, out)
         if args.command == "play":
             return cmd_play(args, out, inp)
+        if args.command in ("eval", "view"):
+            from gem_core.eval import cli as eval_cli
+
+            return eval_cli.cmd_eval(args, out) if args.command == "eval" else eval_cli.cmd_view(args, out)
         return cmd_check(args, out)
     except PluginLoadError as exc:
         sys.stderr.write(f"gem: plugin error: {exc}\nSet GEM_CORE_SKIP_BROKEN_PLUGINS=1 to skip broken plugins.\n")

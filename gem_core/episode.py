@@ -374,6 +374,16 @@ class EpisodeSession:
         self._finish("error")
 
     @property
+    def policy_seconds(self) -> list[float]:
+        """Seconds the policy took, per turn."""
+        return list(self._policy_s)
+
+    @property
+    def env_seconds(self) -> list[float]:
+        """Seconds ``env.step`` took, per turn."""
+        return list(self._env_s)
+
+    @property
     def cut_turns(self) -> int:
         """Turns whose generation was cut at the token limit."""
         return sum(t.stop_reason == "length" for t in self.turns)
@@ -529,6 +539,7 @@ class EpisodeEngine:
         index: int = 0,
         system_prompt: str | None = None,
         before_generate: Callable[[], Awaitable[None]] | None = None,
+        session: EpisodeSession | None = None,
     ) -> EpisodeSession:
         """Play one episode with an async per-request ``generate``; return the finished session.
 
@@ -545,15 +556,22 @@ class EpisodeEngine:
             index: Position in the caller's batch (``TurnRequest.episode_index``).
             system_prompt: Overrides the engine's system prompt.
             before_generate: Awaited before each generate call (e.g. a pause between batches).
+            session: A session from :meth:`session` to play into (the caller keeps the
+                turns played so far if the episode fails); built here when ``None``.
 
         Raises:
             Exception: Whatever the env or ``generate`` raised (the session is marked failed
                 and the exception carries a note naming the episode).
         """
         aenv = env if isinstance(env, AsyncEnv) else to_async(env, in_thread=True)
-        session = self.session(
-            env_id=env_id or _spec_id(env), seed=seed, episode_id=episode_id, index=index, system_prompt=system_prompt
-        )
+        if session is None:
+            session = self.session(
+                env_id=env_id or _spec_id(env),
+                seed=seed,
+                episode_id=episode_id,
+                index=index,
+                system_prompt=system_prompt,
+            )
         try:
             observation, _ = await aenv.reset(seed=seed, options=options)
             session.begin(observation)

@@ -1,0 +1,419 @@
+"""Model backends for ``gem eval``: an OpenAI-compatible endpoint, a local Hugging Face model, vLLM.
+
+Every backend answers the episode engine's :class:`~gem_core.episode.TurnRequest` with a
+:class:`~gem_core.episode.Generation`. A backend with a ``tokenizer`` runs the engine in
+token mode (it gets the token context), one without in message mode (it gets the chat
+messages). Only transient failures are retried (connection errors, timeouts, HTTP 408,
+409, 425, 429 and 5xx, honouring ``Retry-After``), with exponential backoff and jitter;
+anything else fails that episode at once with :class:`EvalBackendError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from gem_core.episode import Generation, TurnRequest, cut_at_stop
+from gem_core.errors import ConfigError, GemCoreError
+
+__all__ = [
+    "Backend",
+    "EvalBackendError",
+    "HFBackend",
+    "OpenAIBackend",
+    "Sampling",
+    "VLLMBackend",
+    "make_backend",
+]
+
+#: HTTP statuses worth retrying: the server is busy, restarting or briefly unreachable.
+TRANSIENT_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+
+
+class EvalBackendError(GemCoreError, RuntimeError):
+    """The model backend failed for good (a non-transient HTTP error, or retries used up)."""
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Sampling settings sent with every request.
+
+    Attributes:
+        temperature: 0 is greedy.
+        top_p: Nucleus sampling mass.
+        max_tokens: Default per-turn token cap when the episode gives none.
+        seed: Base sampling seed (servers that support it make sampling reproducible);
+            each request gets ``seed + hash of (env, episode seed, turn)``.
+        extra: Other fields passed through to the server (e.g. ``{"top_k": 20}``).
+    """
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_tokens: int = 256
+    seed: int | None = 0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready settings (for traces)."""
+        return {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_tokens": self.max_tokens,
+            "seed": self.seed,
+            **dict(self.extra),
+        }
+
+
+class Backend:
+    """Base class: ``await generate(request, key)`` per request; ``tokenizer`` decides the engine's mode."""
+
+    name = "backend"
+    tokenizer: Any = None
+
+    def __init__(self, model: str, sampling: Sampling) -> None:
+        self.model = model
+        self.sampling = sampling
+
+    def describe(self) -> dict[str, Any]:
+        """What the trace records about the model."""
+        return {"backend": self.name, "model": self.model, "sampling": self.sampling.as_dict()}
+
+    async def generate(self, request: TurnRequest, key: str) -> Generation:
+        """Answer one turn; ``key`` identifies the episode (env id and seed) for per-request seeds."""
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """Release connections or models."""
+
+    def _request_seed(self, key: str, turn: int) -> int | None:
+        if self.sampling.seed is None:
+            return None
+        # a stable per-(episode, turn) seed: Python's hash() of str is salted per process
+        digest = 0
+        for ch in f"{key}#{turn}":
+            digest = (digest * 131 + ord(ch)) % 2**31
+        return (self.sampling.seed + digest) % 2**31
+
+
+class OpenAIBackend(Backend):
+    """An OpenAI-compatible server (vLLM, SGLang, ``transformers serve``, OpenAI itself).
+
+    Args:
+        model: The model name the server knows.
+        base_url: e.g. ``http://localhost:8000/v1``.
+        api_key: Bearer token; default from ``$OPENAI_API_KEY`` (``"EMPTY"`` if unset).
+        sampling: Sampling settings.
+        api: ``"chat"`` (``/chat/completions``, message mode) or ``"completions"``
+            (``/completions`` with a prompt rendered by ``tokenizer``'s chat template:
+            token mode; the reply text is encoded with the same tokenizer).
+        tokenizer: Needed for ``api="completions"``.
+        max_retries: Retries of a transient failure per request.
+        timeout_s: Per-request timeout.
+        backoff_s: First backoff; doubles each retry (with jitter), capped at 30 s.
+    """
+
+    name = "openai"
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        sampling: Sampling | None = None,
+        api: Literal["chat", "completions"] = "chat",
+        tokenizer: Any = None,
+        max_retries: int = 5,
+        timeout_s: float = 120.0,
+        backoff_s: float = 0.5,
+    ) -> None:
+        super().__init__(model, sampling or Sampling())
+        import httpx
+
+        if api not in ("chat", "completions"):
+            raise ConfigError(f"api must be 'chat' or 'completions', got {api!r}")
+        if api == "completions" and tokenizer is None:
+            raise ConfigError("api='completions' renders prompts locally: give --tokenizer (a local path)")
+        self.api = api
+        self.tokenizer = tokenizer if api == "completions" else None
+        self.base_url = base_url.rstrip("/")
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "EMPTY")
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url, timeout=timeout_s, headers={"Authorization": f"Bearer {key}"}
+        )
+        self.retries = 0  # transient failures retried so far (reported in the summary)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "base_url": self.base_url, "api": self.api}
+
+    async def generate(self, request: TurnRequest, key: str) -> Generation:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "temperature": self.sampling.temperature,
+            "top_p": self.sampling.top_p,
+            "max_tokens": request.max_tokens or self.sampling.max_tokens,
+            **dict(self.sampling.extra),
+        }
+        seed = self._request_seed(key, request.turn)
+        if seed is not None:
+            body["seed"] = seed
+        if self.api == "chat":
+            body["messages"] = [{"role": m["role"], "content": m["content"]} for m in request.messages]
+            data = await self._post("/chat/completions", body)
+            choice = data["choices"][0]
+            text = (choice.get("message") or {}).get("content") or ""
+        else:
+            body["prompt"] = self.tokenizer.decode(request.prompt_ids or [], skip_special_tokens=False)
+            data = await self._post("/completions", body)
+            choice = data["choices"][0]
+            text = choice.get("text") or ""
+        usage = data.get("usage") or {}
+        generation = Generation(
+            text=text,
+            finish_reason="length" if choice.get("finish_reason") == "length" else "stop",
+            extra={
+                "prompt_tokens": int(usage.get("prompt_tokens") or 0),
+                "completion_tokens": int(usage.get("completion_tokens") or 0),
+            },
+        )
+        if self.tokenizer is not None:
+            ids = list(self.tokenizer.encode(text, add_special_tokens=False))
+            eos = getattr(self.tokenizer, "eos_token_id", None)
+            if generation.finish_reason == "stop" and eos is not None:
+                ids.append(int(eos))  # the server stripped the stop token from the text
+            generation.token_ids = ids or ([int(eos)] if eos is not None else [])
+        return generation
+
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        import httpx
+
+        delay = self.backoff_s
+        for attempt in range(self.max_retries + 1):
+            try:
+                response = await self._client.post(path, json=body)
+            except (httpx.TransportError, httpx.TimeoutException) as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+                retry_after = None
+            else:
+                if response.status_code < 400:
+                    data: dict[str, Any] = response.json()
+                    if not data.get("choices"):
+                        raise EvalBackendError(f"{self.base_url}{path} answered without choices: {data}")
+                    return data
+                problem = f"HTTP {response.status_code}: {response.text[:300]}"
+                if response.status_code not in TRANSIENT_STATUSES:
+                    raise EvalBackendError(f"{self.base_url}{path} refused the request ({problem}); not retried")
+                retry_after = _retry_after(response.headers.get("retry-after"))
+            if attempt == self.max_retries:
+                raise EvalBackendError(f"{self.base_url}{path}: {problem}; gave up after {attempt + 1} attempts")
+            self.retries += 1
+            wait = retry_after if retry_after is not None else delay * (0.5 + random.random())
+            await asyncio.sleep(min(wait, 30.0))
+            delay = min(delay * 2, 30.0)
+        raise AssertionError("unreachable")
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+class _MicroBatcher:
+    """Collects requests that arrive together and runs them as one batch in a worker thread."""
+
+    def __init__(self, run_batch: Any, max_batch: int, window_s: float = 0.005) -> None:
+        self.run_batch = run_batch
+        self.max_batch = max_batch
+        self.window_s = window_s
+        self._pending: list[tuple[TurnRequest, str, asyncio.Future[Generation]]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def submit(self, request: TurnRequest, key: str) -> Generation:
+        future: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
+        self._pending.append((request, key, future))
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        while self._pending:
+            await asyncio.sleep(self.window_s)  # let the episodes that step at the same time join
+            batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
+            try:
+                outputs = await asyncio.to_thread(self.run_batch, [(r, k) for r, k, _ in batch])
+            except Exception as exc:
+                for _, _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for (_, _, future), output in zip(batch, outputs, strict=True):
+                if not future.done():
+                    future.set_result(output)
+
+
+class HFBackend(Backend):
+    """A local Hugging Face model through ``transformers`` (token in, token out; CPU or GPU).
+
+    Requests that arrive together are left-padded into one ``model.generate`` call.
+
+    Args:
+        model: A local model directory (or a hub id when the hub is reachable).
+        sampling: Sampling settings (``temperature=0`` is greedy).
+        device: ``"cpu"``, ``"cuda"``, ...; default: CUDA when available.
+        max_batch: Most requests per ``generate`` call.
+    """
+
+    name = "hf"
+
+    def __init__(
+        self, model: str, *, sampling: Sampling | None = None, device: str | None = None, max_batch: int = 32
+    ) -> None:
+        super().__init__(model, sampling or Sampling())
+        try:
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+        except ImportError as exc:
+            raise ConfigError(
+                f"the hf backend needs torch and transformers ({exc}); pip install torch transformers"
+            ) from None
+        self._torch = torch
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.tokenizer = AutoTokenizer.from_pretrained(model)
+        loader: Any = AutoModelForCausalLM  # transformers' stubs type the loader too narrowly
+        self.lm = loader.from_pretrained(model).to(self.device).eval()
+        eos = self.lm.generation_config.eos_token_id
+        eos_ids = eos if isinstance(eos, list) else [eos]
+        self.stop_ids = {int(i) for i in [*eos_ids, self.tokenizer.eos_token_id] if i is not None}
+        pad = self.tokenizer.pad_token_id
+        self.pad_id = int(pad if pad is not None else next(iter(self.stop_ids)))
+        self._batcher = _MicroBatcher(self._run_batch, max_batch)
+
+    async def generate(self, request: TurnRequest, key: str) -> Generation:
+        return await self._batcher.submit(request, key)
+
+    def _run_batch(self, batch: Sequence[tuple[TurnRequest, str]]) -> list[Generation]:
+        torch = self._torch
+        limits = [r.max_tokens or self.sampling.max_tokens for r, _ in batch]
+        contexts = [r.prompt_ids or [] for r, _ in batch]
+        width = max(len(c) for c in contexts)
+        input_ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, context in enumerate(contexts):
+            input_ids[row, width - len(context) :] = torch.tensor(context)
+            attention[row, width - len(context) :] = 1
+        if self.sampling.seed is not None:
+            torch.manual_seed(self._request_seed(batch[0][1], batch[0][0].turn) or 0)
+        greedy = self.sampling.temperature <= 0
+        with torch.no_grad():
+            out = self.lm.generate(
+                input_ids=input_ids.to(self.device),
+                attention_mask=attention.to(self.device),
+                max_new_tokens=max(limits),
+                do_sample=not greedy,
+                temperature=None if greedy else self.sampling.temperature,
+                top_p=None if greedy else self.sampling.top_p,
+                top_k=None,
+                pad_token_id=self.pad_id,
+            )
+        new = out[:, width:].tolist()
+        return [cut_at_stop(ids[:limit], self.stop_ids, limit) for ids, limit in zip(new, limits, strict=True)]
+
+
+class VLLMBackend(Backend):
+    """A vLLM engine in this process (when vLLM is installed; needs a GPU).
+
+    Token in, token out: prompts go in as token ids, sampled ids and finish reasons come back.
+    """
+
+    name = "vllm"
+
+    def __init__(self, model: str, *, sampling: Sampling | None = None, max_batch: int = 256, **engine_kwargs: Any):
+        super().__init__(model, sampling or Sampling())
+        try:
+            from vllm import LLM
+        except ImportError:
+            raise ConfigError("the vllm backend needs vLLM installed (pip install vllm; GPU required)") from None
+        self.llm = LLM(model=model, **engine_kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
+        self._batcher = _MicroBatcher(self._run_batch, max_batch)
+
+    async def generate(self, request: TurnRequest, key: str) -> Generation:
+        return await self._batcher.submit(request, key)
+
+    def _run_batch(self, batch: Sequence[tuple[TurnRequest, str]]) -> list[Generation]:
+        from vllm import SamplingParams, TokensPrompt
+
+        params = [
+            SamplingParams(
+                temperature=self.sampling.temperature,
+                top_p=self.sampling.top_p,
+                max_tokens=r.max_tokens or self.sampling.max_tokens,
+                seed=self._request_seed(key, r.turn),
+                logprobs=0,
+            )
+            for r, key in batch
+        ]
+        prompts = [TokensPrompt(prompt_token_ids=r.prompt_ids or []) for r, _ in batch]
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        results = []
+        for output in outputs:
+            completion = output.outputs[0]
+            ids = list(completion.token_ids)
+            logprobs = None
+            if completion.logprobs:
+                logprobs = [float(step[token].logprob) for step, token in zip(completion.logprobs, ids, strict=True)]
+            results.append(
+                Generation(
+                    token_ids=ids,
+                    logprobs=logprobs,
+                    finish_reason="length" if completion.finish_reason == "length" else "stop",
+                )
+            )
+        return results
+
+
+def make_backend(
+    kind: str,
+    model: str,
+    *,
+    sampling: Sampling,
+    base_url: str | None = None,
+    api: Literal["chat", "completions"] = "chat",
+    tokenizer_path: str | None = None,
+    max_retries: int = 5,
+    timeout_s: float = 120.0,
+) -> Backend:
+    """Build the backend ``gem eval`` names: ``openai`` (with ``base_url``), ``hf`` or ``vllm``."""
+    if kind == "openai":
+        if not base_url:
+            raise ConfigError("the openai backend needs --base-url (e.g. http://localhost:8000/v1)")
+        tokenizer = None
+        if tokenizer_path:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+        return OpenAIBackend(
+            model,
+            base_url,
+            sampling=sampling,
+            api=api,
+            tokenizer=tokenizer,
+            max_retries=max_retries,
+            timeout_s=timeout_s,
+        )
+    if kind == "hf":
+        return HFBackend(model, sampling=sampling)
+    if kind == "vllm":
+        return VLLMBackend(model, sampling=sampling)
+    raise ConfigError(f"unknown backend {kind!r}; choose openai, hf or vllm")

@@ -1,0 +1,240 @@
+"""The ``gem eval`` and ``gem view`` subcommands (wired into :mod:`gem_core.cli`)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from typing import Any, TextIO
+
+from gem_core.errors import ConfigError
+
+__all__ = ["add_parsers", "cmd_eval", "cmd_view"]
+
+_EVAL_EXAMPLES = """examples:
+  gem eval Qwen/Qwen3-0.6B game:GuessTheNumber-v0-easy --base-url http://localhost:8000/v1 -n 50
+  gem eval ./my-model core:NumberGuess-v0 --backend hf -n 20 --trace out.jsonl --plot out.png
+  gem eval --config eval.json --resume
+"""
+
+
+def add_parsers(sub: Any) -> None:
+    """Add ``eval`` and ``view`` to the ``gem`` command's subparsers."""
+    p = sub.add_parser(
+        "eval",
+        help="evaluate a model on envs (OpenAI-compatible server, local HF model or vLLM)",
+        epilog=_EVAL_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("model", nargs="?", help="model name (server) or path (hf, vllm)")
+    p.add_argument("env_ids", nargs="*", metavar="ENV_ID")
+    p.add_argument("--config", help="a JSON file with any of these options (command-line values win)")
+    p.add_argument("--backend", choices=["openai", "hf", "vllm"], default=None, help="default: openai")
+    p.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
+    p.add_argument("--api", choices=["chat", "completions"], default=None, help="openai API to call (default chat)")
+    p.add_argument("--tokenizer", help="local tokenizer path (needed for --api completions)")
+    p.add_argument("--api-key-env", default=None, help="variable holding the API key (default OPENAI_API_KEY)")
+    p.add_argument("-n", "--num-episodes", type=int, default=None, help="episodes per env (default 10)")
+    p.add_argument("--seed-start", type=int, default=None, help="episode i resets with seed-start + i (default 0)")
+    p.add_argument("--max-turns", type=int, default=None)
+    p.add_argument("--max-turn-tokens", type=int, default=None, help="per-turn generation cap")
+    p.add_argument("--max-episode-tokens", type=int, default=None, help="token budget after the first prompt")
+    p.add_argument("--system-prompt", default=None)
+    p.add_argument("--temperature", type=float, default=None, help="default 0 (greedy)")
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--sampling-seed", type=int, default=None)
+    p.add_argument("--concurrency", type=int, default=None, help="episodes in flight (default 8)")
+    p.add_argument("--retries", type=int, default=None, help="retries of transient HTTP errors (default 5)")
+    p.add_argument("--timeout", type=float, default=None, help="seconds per request (default 120)")
+    p.add_argument(
+        "--wrapper", action="append", default=None, metavar="NAME[:JSON]", help='e.g. tools:\'{"tools": ["python"]}\''
+    )
+    p.add_argument("--kw", action="append", default=None, metavar="KEY=VALUE", help="env constructor override")
+    p.add_argument("--trace", help="JSONL file: one record per finished episode, flushed as it ends")
+    p.add_argument("--resume", action="store_true", help="skip (env, seed) pairs already in --trace")
+    p.add_argument("--plot", help="write a PNG (success per env, return distribution)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    p = sub.add_parser("view", help="print episodes of a gem eval trace readably")
+    p.add_argument("trace")
+    p.add_argument("--env", help="only this env id")
+    p.add_argument("--seed", type=int, help="only this seed")
+    p.add_argument("--index", type=int, help="only the record at this position (0-based)")
+    p.add_argument("--errors", action="store_true", help="only episodes that failed")
+
+
+_DEFAULTS: dict[str, Any] = {
+    "backend": "openai",
+    "api": "chat",
+    "num_episodes": 10,
+    "seed_start": 0,
+    "temperature": 0.0,
+    "top_p": 1.0,
+    "sampling_seed": 0,
+    "concurrency": 8,
+    "retries": 5,
+    "timeout": 120.0,
+    "wrapper": [],
+    "kw": [],
+    "env_ids": [],
+}
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    """Defaults, then the config file, then what the command line set."""
+    options = dict(_DEFAULTS)
+    if args.config:
+        try:
+            with open(args.config, encoding="utf-8") as handle:
+                loaded = json.load(handle)
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"cannot read --config {args.config}: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"--config {args.config} must hold a JSON object of options")
+        unknown = set(loaded) - set(vars(args)) - {"env_ids"}
+        if unknown:
+            raise ConfigError(f"unknown option(s) in {args.config}: {sorted(unknown)}")
+        options.update({k.replace("-", "_"): v for k, v in loaded.items()})
+    for key, value in vars(args).items():
+        given = value is not None and value != [] and value is not False
+        if given or key not in options:
+            options[key] = value
+    if not options.get("model"):
+        raise ConfigError("give the model (name for a server, path for hf/vllm) or put it in --config")
+    if not options.get("env_ids"):
+        raise ConfigError("give at least one env id (or env_ids in --config)")
+    return options
+
+
+def _wrappers(specs: list[Any]) -> list[Any]:
+    out: list[Any] = []
+    for spec in specs:
+        if not isinstance(spec, str):
+            out.append(tuple(spec) if isinstance(spec, list) else spec)
+            continue
+        name, sep, raw = spec.partition(":")
+        if not sep:
+            out.append(name)
+            continue
+        try:
+            kwargs = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"--wrapper {spec!r}: the part after ':' must be a JSON object ({exc})") from None
+        out.append((name, kwargs))
+    return out
+
+
+def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
+    """Run an evaluation; 0 when every episode ran (failed episodes are in the summary, not the exit code)."""
+    from gem_core.cli import _parse_kwargs
+    from gem_core.episode import EpisodeLimits
+    from gem_core.eval.backends import Sampling, make_backend
+    from gem_core.eval.report import plot, print_summary, summary_json
+    from gem_core.eval.run import EvalSettings, summarize
+
+    o = _options(args)
+    if o.get("api_key_env"):
+        os.environ.setdefault("OPENAI_API_KEY", os.environ.get(o["api_key_env"], ""))
+    settings = EvalSettings(
+        env_ids=list(o["env_ids"]),
+        num_episodes=int(o["num_episodes"]),
+        seed_start=int(o["seed_start"]),
+        limits=EpisodeLimits(
+            max_turns=o.get("max_turns"),
+            max_turn_tokens=o.get("max_turn_tokens"),
+            max_episode_tokens=o.get("max_episode_tokens"),
+            system_prompt=o.get("system_prompt"),
+        ),
+        concurrency=int(o["concurrency"]),
+        env_kwargs=_parse_kwargs(o["kw"]) if isinstance(o["kw"], list) else dict(o["kw"]),
+        wrappers=_wrappers(list(o["wrapper"])),
+        trace_path=o.get("trace"),
+        resume=bool(o.get("resume")),
+    )
+    sampling = Sampling(
+        temperature=float(o["temperature"]),
+        top_p=float(o["top_p"]),
+        max_tokens=int(o.get("max_turn_tokens") or 256),
+        seed=o.get("sampling_seed"),
+    )
+    backend = make_backend(
+        o["backend"],
+        o["model"],
+        sampling=sampling,
+        base_url=o.get("base_url"),
+        api=o["api"],
+        tokenizer_path=o.get("tokenizer"),
+        max_retries=int(o["retries"]),
+        timeout_s=float(o["timeout"]),
+    )
+    records = asyncio.run(_run(backend, settings, show_progress=not o.get("no_progress") and not o.get("json")))
+    summaries = summarize(records)
+    meta = {**backend.describe(), "trace": settings.trace_path, "retries": getattr(backend, "retries", 0)}
+    if o.get("json"):
+        out.write(summary_json(summaries, meta) + "\n")
+    else:
+        print_summary(summaries, out, title=f"gem eval: {o['model']} ({o['backend']})")
+    if o.get("plot"):
+        plot(summaries, records, o["plot"], title=f"{o['model']} ({o['backend']})")
+        if not o.get("json"):
+            out.write(f"plot: {o['plot']}\n")
+    return 0
+
+
+async def _run(backend: Any, settings: Any, *, show_progress: bool) -> list[dict[str, Any]]:
+    from gem_core.eval.run import evaluate
+
+    try:
+        if not show_progress:
+            return await evaluate(backend, settings)
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("success {task.fields[success]:.2f}"),
+            TimeRemainingColumn(),
+            console=None,
+            transient=False,
+        ) as bar:
+            tasks = {
+                env_id: bar.add_task(env_id, total=settings.num_episodes, success=0.0) for env_id in settings.env_ids
+            }
+            wins: dict[str, list[bool]] = {env_id: [] for env_id in settings.env_ids}
+
+            def progress(env_id: str, record: dict[str, Any]) -> None:
+                if env_id in tasks:
+                    wins[env_id].append(bool(record["success"]))
+                    bar.update(tasks[env_id], advance=1, success=sum(wins[env_id]) / len(wins[env_id]))
+
+            return await evaluate(backend, settings, progress)
+    finally:
+        await backend.aclose()
+
+
+def cmd_view(args: argparse.Namespace, out: TextIO) -> int:
+    """Print the selected episodes of a trace."""
+    from gem_core.eval.report import print_episode
+    from gem_core.eval.traces import read_trace
+
+    if not os.path.exists(args.trace):
+        raise ConfigError(f"no trace file {args.trace!r}")
+    records = read_trace(args.trace)
+    selected = [
+        (i, r)
+        for i, r in enumerate(records)
+        if (args.env is None or r["env_id"] == args.env)
+        and (args.seed is None or r["seed"] == args.seed)
+        and (args.index is None or i == args.index)
+        and (not args.errors or r.get("error"))
+    ]
+    if not selected:
+        sys.stderr.write(f"gem view: no episode in {args.trace} matches\n")
+        return 1
+    for _, record in selected:
+        print_episode(record, out)
+    return 0

@@ -1,0 +1,93 @@
+"""What ``gem eval`` and ``gem view`` print and draw: the summary table, JSON, a PNG, readable episodes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from gem_core.eval.run import EnvSummary
+
+__all__ = ["plot", "print_episode", "print_summary", "summary_json"]
+
+
+def summary_json(summaries: Sequence[EnvSummary], meta: dict[str, Any]) -> str:
+    """The summary as one JSON document (``gem eval --json``)."""
+    return json.dumps({**meta, "envs": [s.as_dict() for s in summaries]}, indent=2)
+
+
+def print_summary(summaries: Sequence[EnvSummary], out: TextIO, title: str = "gem eval") -> None:
+    """A table: episodes, errors, success with its 95% CI, reward with its CI, turns, tokens."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for name in ("env", "episodes", "errors", "success (95% CI)", "reward (± 95% CI)", "turns", "tokens"):
+        table.add_column(name, justify="left" if name == "env" else "right")
+    for s in summaries:
+        low, high = s.success_ci
+        table.add_row(
+            s.env_id,
+            str(s.episodes),
+            str(s.errors),
+            f"{s.success:.3f} [{low:.2f}, {high:.2f}]",
+            f"{s.reward:.3f} ± {s.reward_ci:.3f}",
+            f"{s.turns:.2f}",
+            f"{s.completion_tokens:.1f}",
+        )
+    Console(file=out, width=120, force_terminal=False, color_system=None).print(table)
+
+
+def plot(summaries: Sequence[EnvSummary], records: Sequence[dict[str, Any]], path: str, title: str) -> None:
+    """A PNG: success per env with 95% CIs (left), the distribution of episode returns per env (right)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed
+    import matplotlib.pyplot as plt
+
+    names = [s.env_id for s in summaries]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(max(8, 2.2 * len(names) + 4), 4.2))
+    success = [s.success for s in summaries]
+    errors = [[s.success - s.success_ci[0] for s in summaries], [s.success_ci[1] - s.success for s in summaries]]
+    left.bar(range(len(names)), success, yerr=errors, capsize=4, color="#4c72b0")
+    left.set_xticks(range(len(names)), names, rotation=20, ha="right", fontsize=8)
+    left.set_ylim(0, 1)
+    left.set_ylabel("success rate (95% CI)")
+    left.set_title("success per env")
+    returns = [[float(r["episode_return"]) for r in records if r["env_id"] == name] for name in names]
+    right.boxplot(returns, showmeans=True)
+    right.set_xticks(range(1, len(names) + 1), names, rotation=20, ha="right", fontsize=8)
+    right.set_ylabel("episode return")
+    right.set_title("return distribution")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def print_episode(record: dict[str, Any], out: TextIO, *, width: int = 100) -> None:
+    """One trace record, readably: header, then the conversation with each turn's reward."""
+    from rich.console import Console
+    from rich.panel import Panel
+    from rich.text import Text
+
+    console = Console(file=out, width=width, force_terminal=False, color_system=None)
+    status = "error" if record.get("error") else ("success" if record.get("success") else "no success")
+    console.rule(
+        f"{record['env_id']} seed={record['seed']}  model={record.get('model')}  "
+        f"return={record['episode_return']:.3f}  turns={record['num_turns']}  {status}"
+    )
+    turns = iter(record.get("turns", []))
+    for message in record.get("messages", []):
+        role = message.get("role", "?")
+        body = Text(str(message.get("content", "")))
+        subtitle = None
+        if role == "assistant":
+            turn = next(turns, None)
+            if turn is not None:
+                cut = " (cut at the token limit)" if turn.get("stop_reason") == "length" else ""
+                subtitle = f"reward {turn['reward']:+.3f}{cut}"
+        console.print(Panel(body, title=role, title_align="left", subtitle=subtitle, subtitle_align="right"))
+    if record.get("error"):
+        console.print(f"error: {record['error']}")
+    console.print(f"end: {record.get('end_reason')}  wall {record.get('wall_s', 0.0):.2f}s")
