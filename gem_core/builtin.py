@@ -22,6 +22,13 @@ def register_envs() -> list[EnvSpec]:
             description="Reference env, 1 to 100 in 8 turns.",
             tags=("multi-turn", "offline", "reference"),
         ),
+        EnvSpec(
+            id="core:NumberGuess-v0-echo",
+            entry_point="gem_core.testing:NumberGuessEnv",
+            wrappers=(("tools", {"tools": ["echo"]}),),
+            description="Reference tool env: NumberGuess with the echo tool (for tests, gem eval and conformance).",
+            tags=("multi-turn", "offline", "reference", "tools"),
+        ),
     ]
 
 

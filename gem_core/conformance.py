@@ -21,8 +21,8 @@ An adapter test looks like this::
 Cases: bisection on ``core:NumberGuess-v0``; a generation cut at the per-turn token limit
 (sent to the env as :data:`~gem_core.episode.INVALID_ACTION`, penalised by the env); a
 template that rewrites history (ChatML that drops earlier ``<think>`` blocks); a 16-turn
-episode cut by ``max_turns``; a tool env (the ``tools`` wrapper with the reference
-``echo`` tool). Needs the ``test`` extra (transformers, to build the tokenizers).
+episode cut by ``max_turns``; a tool env (``core:NumberGuess-v0-echo``: the ``tools``
+wrapper with the reference ``echo`` tool). Needs the ``test`` extra (transformers, to build the tokenizers).
 """
 
 from __future__ import annotations
@@ -178,12 +178,11 @@ CASES: tuple[ConformanceCase, ...] = (
     ),
     ConformanceCase(
         name="tool-env",
-        env_id="core:NumberGuess-v0",
+        env_id="core:NumberGuess-v0-echo",
         seeds=(11, 12),
         template="chatml",
         limits=EpisodeLimits(max_turn_tokens=24, max_episode_tokens=512),
         gamma=0.9,
-        wrappers=(("tools", {"tools": ["echo"]}),),
         reply=_reply_tool,
     ),
 )

@@ -41,7 +41,8 @@ def test_list_filters(args: tuple[str, ...], present: str, absent: str | None) -
 def test_list_json() -> None:
     _, out = run("list", "--json")
     rows = json.loads(out)
-    assert {"id": "core:NumberGuess-v0-hard", "distribution": "gem-core"}.items() <= rows[1].items()
+    by_id = {row["id"]: row for row in rows}
+    assert by_id["core:NumberGuess-v0-hard"]["distribution"] == "gem-core"
 
 
 def test_info() -> None:
