@@ -1,0 +1,166 @@
+"""The OpenAI-compatible client against a real HTTP server on loopback: transient errors retried, failures isolated."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+pytest.importorskip("httpx", reason="the eval extra installs httpx")
+
+import gem_core
+from gem_core.core import Env, ResetReturn, StepReturn
+from gem_core.episode import EpisodeLimits
+from gem_core.eval.backends import EvalBackendError, OpenAIBackend, Sampling
+from gem_core.eval.run import EvalSettings, evaluate
+
+
+class ScriptedServer:
+    """A real HTTP server on loopback answering /v1/chat/completions from a script of (status, body) pairs."""
+
+    def __init__(self, script: list[tuple[int, dict[str, Any] | None, dict[str, str]]]) -> None:
+        self.script = list(script)
+        self.requests: list[dict[str, Any]] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", 0))
+                owner.requests.append(json.loads(self.rfile.read(length)))
+                status, body, headers = owner.script.pop(0) if owner.script else (200, None, {})
+                payload = json.dumps(body or _completion("My guess is 8")).encode()
+                self.send_response(status)
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _completion(text: str, finish: str = "stop") -> dict[str, Any]:
+    return {
+        "choices": [{"index": 0, "finish_reason": finish, "message": {"role": "assistant", "content": text}}],
+        "usage": {"prompt_tokens": 11, "completion_tokens": 4},
+    }
+
+
+@pytest.fixture
+def server(request: pytest.FixtureRequest) -> Iterator[ScriptedServer]:
+    s = ScriptedServer(getattr(request, "param", []))
+    yield s
+    s.close()
+
+
+def run(backend: OpenAIBackend, **kwargs: Any) -> list[dict[str, Any]]:
+    async def go() -> list[dict[str, Any]]:
+        try:
+            return await evaluate(backend, EvalSettings(**kwargs))
+        finally:
+            await backend.aclose()
+
+    return asyncio.run(go())
+
+
+def backend_for(server: ScriptedServer, **kwargs: Any) -> OpenAIBackend:
+    return OpenAIBackend("m", server.url, api_key="k", backoff_s=0.01, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "server",
+    [[(503, {"error": "busy"}, {}), (429, {"error": "slow down"}, {"retry-after": "0"}), (200, None, {})]],
+    indirect=True,
+)
+def test_transient_errors_are_retried(server: ScriptedServer) -> None:
+    backend = backend_for(server)
+    records = run(backend, env_ids=["core:NumberGuess-v0"], num_episodes=1, limits=EpisodeLimits(max_turns=1))
+    assert records[0]["error"] is None and records[0]["num_turns"] == 1
+    assert backend.retries == 2
+    body = server.requests[-1]
+    assert body["model"] == "m" and body["messages"][0]["role"] == "user" and isinstance(body["seed"], int)
+
+
+@pytest.mark.parametrize("server", [[(400, {"error": "bad request"}, {})]], indirect=True)
+def test_other_errors_fail_the_episode_at_once_and_the_run_goes_on(server: ScriptedServer) -> None:
+    backend = backend_for(server)
+    records = run(
+        backend, env_ids=["core:NumberGuess-v0"], num_episodes=2, concurrency=1, limits=EpisodeLimits(max_turns=1)
+    )
+    errors = [r["error"] for r in records]
+    assert sum(e is not None for e in errors) == 1 and backend.retries == 0
+    failed = next(r for r in records if r["error"])
+    assert "HTTP 400" in failed["error"] and "not retried" in failed["error"] and failed["success"] is False
+
+
+@pytest.mark.parametrize("server", [[(503, {"error": "down"}, {})] * 10], indirect=True)
+def test_retries_give_up(server: ScriptedServer) -> None:
+    backend = backend_for(server, max_retries=2)
+    with pytest.raises(EvalBackendError, match="gave up after 3 attempts"):
+        asyncio.run(backend._post("/chat/completions", {"model": "m"}))
+    asyncio.run(backend.aclose())
+
+
+@pytest.mark.parametrize("server", [[(200, _completion("My guess is 123456", "length"), {})]], indirect=True)
+def test_a_cut_reply_reaches_the_env_as_an_invalid_action(server: ScriptedServer) -> None:
+    records = run(
+        backend_for(server), env_ids=["core:NumberGuess-v0"], num_episodes=1, limits=EpisodeLimits(max_turns=2)
+    )
+    first = records[0]["turns"][0]
+    assert first["stop_reason"] == "length" and first["reward"] == -0.1  # the env's format penalty
+    assert records[0]["messages"][1]["content"] == "My guess is 123456"  # what the model said stays in the trace
+
+
+class ExplodingEnv(Env):
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
+        super().reset(seed=seed)
+        return "go", {}
+
+    def step(self, action: str) -> StepReturn:
+        if self.np_random.random() < 2:  # always: the env is broken
+            raise RuntimeError("env exploded")
+        return "", 0.0, True, False, {}
+
+
+def test_a_failing_env_marks_its_episodes_only(server: ScriptedServer) -> None:
+    with contextlib.suppress(gem_core.errors.RegistrationError):  # registered by an earlier run in this process
+        gem_core.register("evaltest:Exploding-v0", entry_point=ExplodingEnv)
+    records = run(
+        backend_for(server),
+        env_ids=["evaltest:Exploding-v0", "core:NumberGuess-v0"],
+        num_episodes=2,
+        limits=EpisodeLimits(max_turns=1),
+    )
+    assert [r["error"] is not None for r in records] == [True, True, False, False]
+    assert "env exploded" in records[0]["error"] and records[0]["end_reason"] == "error"
+
+
+def test_unknown_env_ids_fail_before_any_episode(server: ScriptedServer) -> None:
+    with pytest.raises(gem_core.errors.EnvNotFound):
+        run(backend_for(server), env_ids=["core:NoSuch-v0"], num_episodes=1)
+    assert server.requests == []
+
+
+def test_sampling_is_sent_and_seeds_are_stable(server: ScriptedServer) -> None:
+    backend = backend_for(server, sampling=Sampling(temperature=0.7, top_p=0.9, seed=5, extra={"top_k": 20}))
+    run(backend, env_ids=["core:NumberGuess-v0"], num_episodes=1, limits=EpisodeLimits(max_turns=1, max_turn_tokens=9))
+    body = server.requests[0]
+    assert (body["temperature"], body["top_p"], body["top_k"], body["max_tokens"]) == (0.7, 0.9, 20, 9)
+    assert body["seed"] == backend._request_seed("core:NumberGuess-v0/seed=0", 0)
