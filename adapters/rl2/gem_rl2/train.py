@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gem_core.episode import EpisodeLimits
 from gem_core.errors import ConfigError
 from gem_core.rl.returns import check_gamma
 from gem_rl2.advantages import ESTIMATOR, compute_advantages_with_rebn
@@ -50,7 +51,7 @@ def prepare(config: Any) -> Settings:
     Raises:
         ConfigError: An unknown ``adv.estimator``, a bad ``gamma`` or ``max_turns``, or no model path.
     """
-    from omegaconf import open_dict
+    from omegaconf import OmegaConf, open_dict
 
     estimator = config.adv.estimator
     if estimator not in _ESTIMATORS:
@@ -63,18 +64,30 @@ def prepare(config: Any) -> Settings:
     model_path = config.rollout.server_args.model_path
     if not model_path:
         raise ConfigError("no model: set actor.model_name=... (RL2's rollout.server_args.model_path follows it)")
-    gem = config.get("gem") or {}
+    for name in ("train_sampling_params", "test_sampling_params"):
+        if config.rollout[name].get("stop"):
+            raise ConfigError(
+                f"rollout.{name}.stop={list(config.rollout[name].stop)}: leave it null with gem envs. A stop string "
+                "is no token of the chat template, so the env module would take the reply as cut at max_new_tokens; "
+                "the model's eos / end-of-turn token ends a reply"
+            )
+    gem = config.get("gem")
+    gem = OmegaConf.to_container(gem, resolve=True) if OmegaConf.is_config(gem) else ({} if gem is None else gem)
+    if not isinstance(gem, dict):
+        raise ConfigError(f"gem must be a mapping (+gem.on_cut=..., +gem.chat_template_kwargs=...), got {gem!r}")
     with open_dict(config):
         if not config.rollout.env_path:
             config.rollout.env_path = ENV_PATH
         for params in (config.rollout.train_sampling_params, config.rollout.test_sampling_params):
             params.skip_special_tokens = False
-    return Settings(
+    settings = Settings(
         tokenizer=str(model_path),
         max_turns=int(max_turns),
         on_cut=gem.get("on_cut", "invalid"),
-        chat_template_kwargs=dict(gem.get("chat_template_kwargs", {}) or {}),
+        chat_template_kwargs=dict(gem.get("chat_template_kwargs") or {}),
     )
+    EpisodeLimits(max_turns=settings.max_turns, on_cut=settings.on_cut)  # a bad on_cut fails here, not mid-rollout
+    return settings
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -30,8 +30,12 @@ def test_prepare_completes_rl2s_config_for_gem() -> None:
 
 
 def test_prepare_keeps_a_given_env_path_and_reads_gem_options() -> None:
-    config = rl2_config([*BASE, "rollout.env_path=/my/env.py", "+gem.on_cut=pass"])
-    assert train.prepare(config).on_cut == "pass"
+    config = rl2_config(
+        [*BASE, "rollout.env_path=/my/env.py", "+gem.on_cut=pass", "+gem.chat_template_kwargs={enable_thinking:false}"]
+    )
+    settings = train.prepare(config)
+    assert (settings.on_cut, dict(settings.chat_template_kwargs)) == ("pass", {"enable_thinking": False})
+    assert Settings.from_json(settings.to_json()) == settings
     assert config.rollout.env_path == "/my/env.py"
 
 
@@ -42,6 +46,9 @@ def test_prepare_keeps_a_given_env_path_and_reads_gem_options() -> None:
         pytest.param("adv.gamma=1.5", RLInputError, "gamma", id="gamma-above-one"),
         pytest.param("rollout.max_turns=0", ConfigError, "max_turns", id="no-turns"),
         pytest.param("actor.model_name=null", ConfigError, "actor.model_name", id="no-model"),
+        pytest.param("rollout.train_sampling_params.stop=[END]", ConfigError, "stop", id="stop-strings"),
+        pytest.param("+gem.on_cut=drop", ConfigError, "on_cut", id="unknown-cut-policy"),
+        pytest.param("+gem=3", ConfigError, "mapping", id="gem-not-a-mapping"),
     ],
 )
 def test_prepare_names_bad_settings(override: str, error: type[Exception], match: str) -> None:
