@@ -37,7 +37,7 @@ import logging
 import os
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,15 +174,17 @@ class RL2Episodes:
     Args:
         tokenizer: The policy's tokenizer (its chat template renders the text).
         settings: Turn limit and cut policy (``settings.tokenizer`` is not loaded here).
+        extra_stop_texts: More texts that end a stopped reply: the model's other eos
+            tokens (``generation_config.eos_token_id``, which SGLang stops on as well).
     """
 
-    def __init__(self, tokenizer: Any, settings: Settings) -> None:
+    def __init__(self, tokenizer: Any, settings: Settings, extra_stop_texts: Sequence[str] = ()) -> None:
         self.settings = settings
         self.tokenizer = tokenizer
         # Message mode: RL2 owns the tokens; the engine owns the rules.
         self.engine = EpisodeEngine(None, EpisodeLimits(max_turns=settings.max_turns, on_cut=settings.on_cut))
         self.renderer = ChatRenderer(tokenizer, settings.chat_template_kwargs)
-        self.stop_texts = _stop_texts(tokenizer, self.renderer)
+        self.stop_texts = _stop_texts(tokenizer, self.renderer, extra_stop_texts)
         self._live: dict[str, _Live] = {}
         self.finished: OrderedDict[str, Episode] = OrderedDict()
 
@@ -275,9 +277,9 @@ def _response(next_state: str, reward: float, done: bool, extra_info: Mapping[st
     return {"next_state": next_state, "reward": reward, "score": reward, "done": done, "extra_info": dict(extra_info)}
 
 
-def _stop_texts(tokenizer: Any, renderer: ChatRenderer) -> list[str]:
+def _stop_texts(tokenizer: Any, renderer: ChatRenderer, extra: Sequence[str]) -> list[str]:
     """Texts that end a generation that stopped: the eos token(s) and the template's end-of-turn token."""
-    texts: list[str] = []
+    texts: list[str] = [t for t in dict.fromkeys(extra) if t]
     eos = getattr(tokenizer, "eos_token", None)
     if isinstance(eos, str) and eos:
         texts.append(eos)
@@ -285,9 +287,22 @@ def _stop_texts(tokenizer: Any, renderer: ChatRenderer) -> list[str]:
     footer_ids = tokenizer.encode(renderer.bridge_text([{"role": "user", "content": "x"}]), add_special_tokens=False)
     if footer_ids:
         first = tokenizer.convert_ids_to_tokens(footer_ids[0]) if hasattr(tokenizer, "convert_ids_to_tokens") else None
-        if isinstance(first, str) and first in special and first not in texts:
+        if isinstance(first, str) and first in special:
             texts.append(first)
-    return sorted(texts, key=len, reverse=True)  # the longest match wins
+    return sorted(set(texts), key=lambda t: (-len(t), t))  # the longest match wins
+
+
+def _generation_eos_texts(path: str, tokenizer: Any) -> list[str]:
+    """The model's eos tokens from ``generation_config.json`` (SGLang stops on each), as text; none if absent."""
+    from transformers import GenerationConfig
+
+    try:
+        config = GenerationConfig.from_pretrained(path)
+    except OSError:  # a tokenizer-only directory has no generation config
+        return []
+    ids = config.eos_token_id
+    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+    return [str(tokenizer.convert_ids_to_tokens(int(i))) for i in ids]
 
 
 _DEFAULT: tuple[str, RL2Episodes] | None = None
@@ -312,5 +327,5 @@ def default_episodes() -> RL2Episodes:
 
         settings = Settings.from_json(text)
         tokenizer = AutoTokenizer.from_pretrained(settings.tokenizer, trust_remote_code=True)
-        _DEFAULT = (text, RL2Episodes(tokenizer, settings))
+        _DEFAULT = (text, RL2Episodes(tokenizer, settings, _generation_eos_texts(settings.tokenizer, tokenizer)))
     return _DEFAULT[1]

@@ -62,6 +62,29 @@ def test_a_stopped_action_extends_the_text_by_the_bridge_without_repeating_the_s
     assert out["reward"] == session.turns[0].reward == out["score"]
 
 
+def test_another_eos_of_the_model_also_ends_a_reply(tokenizer: Any) -> None:
+    episodes = RL2Episodes(tokenizer, Settings(tokenizer="unused", max_turns=8), extra_stop_texts=["<|endoftext|>"])
+
+    async def play() -> tuple[str, dict[str, Any]]:
+        state, info = await episodes.reset(ROW)
+        return state, await episodes.step(state, "My guess is 8<|endoftext|>", info)
+
+    state, out = run(play())
+    session = episodes._live[out["extra_info"][EPISODE_KEY]].session
+    assert (session.turns[0].action, session.turns[0].stop_reason) == ("My guess is 8", "stop")
+    # not the template's footer: the whole footer follows it, as the engine's token bridge would
+    assert out["next_state"].startswith(state + "My guess is 8<|endoftext|><|im_end|>\n")
+
+
+def test_the_generation_configs_eos_tokens_are_read(tmp_path: Any, tokenizer: Any) -> None:
+    from transformers import GenerationConfig
+
+    assert episodes_module._generation_eos_texts(str(tmp_path), tokenizer) == []
+    GenerationConfig(eos_token_id=[tokenizer.convert_tokens_to_ids("<|endoftext|>"), 2]).save_pretrained(tmp_path)
+    texts = episodes_module._generation_eos_texts(str(tmp_path), tokenizer)
+    assert texts == ["<|endoftext|>", tokenizer.convert_ids_to_tokens(2)]
+
+
 @pytest.mark.parametrize(("on_cut", "env_sees"), [("invalid", INVALID_ACTION), ("pass", "My guess is 12")])
 def test_an_action_without_the_stop_was_cut(tokenizer: Any, on_cut: str, env_sees: str) -> None:
     episodes = table(tokenizer, on_cut=on_cut)
