@@ -49,7 +49,9 @@ def prepare(config: Any) -> Settings:
     """Check and complete RL2's composed config in place; return the env module's settings.
 
     Raises:
-        ConfigError: An unknown ``adv.estimator``, a bad ``gamma`` or ``max_turns``, or no model path.
+        ConfigError: An unknown ``adv.estimator`` or ``gem.on_cut``, ``max_turns < 1``, no model
+            path, or ``stop`` strings in the sampling params.
+        gem_core.errors.RLInputError: ``adv.gamma`` outside ``[0, 1]`` with ``rebn``.
     """
     from omegaconf import OmegaConf, open_dict
 
