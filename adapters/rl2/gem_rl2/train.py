@@ -1,0 +1,116 @@
+"""``gem-rl2-train``: RL2's PPO trainer (rl-square 0.0.2) with gem envs and ``adv.estimator=rebn``.
+
+Run it where ``python -m RL2.trainer.ppo`` would run, with the same Hydra overrides::
+
+    torchrun --nproc_per_node=4 -m gem_rl2.train train_data.path=data/train.parquet ... adv.estimator=rebn
+
+Before RL2's ``main`` it
+
+* replaces ``RL2.trainer.ppo.compute_advantages`` (imported by name into that module,
+  so that is the binding the trainer calls) with one that also handles ``rebn``
+  (:mod:`gem_rl2.advantages`);
+* sets ``rollout.env_path`` to :mod:`gem_rl2.env` when it is not given;
+* asks SGLang to keep special tokens in the generated text
+  (``skip_special_tokens=false``) so the env module can tell a stopped generation
+  from a cut one (see :mod:`gem_rl2.episodes`);
+* exports :data:`gem_rl2.episodes.SETTINGS_ENV` for the env module: the tokenizer
+  (``rollout.server_args.model_path``), ``rollout.max_turns`` and ``gem.on_cut``
+  (``+gem.on_cut=pass`` to override).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from gem_core.episode import EpisodeLimits
+from gem_core.errors import ConfigError
+from gem_core.rl.returns import check_gamma
+from gem_rl2.advantages import ESTIMATOR, compute_advantages_with_rebn
+from gem_rl2.episodes import SETTINGS_ENV, Settings
+
+__all__ = ["ENV_PATH", "install_rebn", "main", "prepare"]
+
+#: The env module's file, for ``rollout.env_path``.
+ENV_PATH = str(Path(__file__).with_name("env.py"))
+_ESTIMATORS = ("gae", "reinforce", ESTIMATOR)
+
+
+def install_rebn(ppo: Any) -> None:
+    """Make ``ppo`` (the module ``RL2.trainer.ppo``) call a ``compute_advantages`` that knows ``rebn``; idempotent."""
+    if not getattr(ppo.compute_advantages, "handles_rebn", False):
+        ppo.compute_advantages = compute_advantages_with_rebn(ppo.compute_advantages)
+
+
+def prepare(config: Any) -> Settings:
+    """Check and complete RL2's composed config in place; return the env module's settings.
+
+    Raises:
+        ConfigError: An unknown ``adv.estimator`` or ``gem.on_cut``, ``max_turns < 1``, no model
+            path, or ``stop`` strings in the sampling params.
+        gem_core.errors.RLInputError: ``adv.gamma`` outside ``[0, 1]`` with ``rebn``.
+    """
+    from omegaconf import OmegaConf, open_dict
+
+    estimator = config.adv.estimator
+    if estimator not in _ESTIMATORS:
+        raise ConfigError(f"adv.estimator={estimator!r}: RL2 with gem knows {', '.join(_ESTIMATORS)}")
+    if estimator == ESTIMATOR:
+        check_gamma(config.adv.gamma)
+    max_turns = config.rollout.max_turns
+    if not isinstance(max_turns, int) or isinstance(max_turns, bool) or max_turns < 1:
+        raise ConfigError(f"rollout.max_turns must be an int >= 1, got {max_turns!r}")
+    model_path = config.rollout.server_args.model_path
+    if not model_path:
+        raise ConfigError("no model: set actor.model_name=... (RL2's rollout.server_args.model_path follows it)")
+    for name in ("train_sampling_params", "test_sampling_params"):
+        if config.rollout[name].get("stop"):
+            raise ConfigError(
+                f"rollout.{name}.stop={list(config.rollout[name].stop)}: leave it null with gem envs. A stop string "
+                "is no token of the chat template, so the env module would take the reply as cut at max_new_tokens; "
+                "the model's eos / end-of-turn token ends a reply"
+            )
+    gem = config.get("gem")
+    gem = OmegaConf.to_container(gem, resolve=True) if OmegaConf.is_config(gem) else ({} if gem is None else gem)
+    if not isinstance(gem, dict):
+        raise ConfigError(f"gem must be a mapping (+gem.on_cut=..., +gem.chat_template_kwargs=...), got {gem!r}")
+    with open_dict(config):
+        if not config.rollout.env_path:
+            config.rollout.env_path = ENV_PATH
+        for params in (config.rollout.train_sampling_params, config.rollout.test_sampling_params):
+            params.skip_special_tokens = False
+    settings = Settings(
+        tokenizer=str(model_path),
+        max_turns=int(max_turns),
+        on_cut=gem.get("on_cut", "invalid"),
+        chat_template_kwargs=dict(gem.get("chat_template_kwargs") or {}),
+    )
+    EpisodeLimits(max_turns=settings.max_turns, on_cut=settings.on_cut)  # a bad on_cut fails here, not mid-rollout
+    return settings
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Parse RL2's Hydra overrides (``sys.argv`` by default), prepare, and run RL2's PPO ``main``."""
+    import hydra
+    import RL2.trainer.ppo as ppo
+
+    install_rebn(ppo)
+    config_dir = str(Path(ppo.__file__).with_name("config"))
+
+    @hydra.main(config_path=config_dir, config_name="ppo", version_base=None)
+    def run(config: Any) -> None:
+        settings = prepare(config)
+        os.environ[SETTINGS_ENV] = settings.to_json()
+        # RL2's main minus its own Hydra wrapper: the config is composed already.
+        ppo.main.__wrapped__(config)
+
+    if argv is not None:
+        sys.argv = [sys.argv[0], *argv]
+    run()
+
+
+if __name__ == "__main__":
+    main()
