@@ -16,54 +16,12 @@ from typing import Any
 import pytest
 import torch
 from gem_trl import GemGRPOConfig, GemGRPOTrainer, build_tiny_model, episode_key, make_prompt_dataset
+from gem_trl.testing import ScriptedVLLMGeneration, scripted_model_generate
 
-from gem_core.conformance import CASES, ConformanceCase, ConformanceRecord, assert_conformant, scripted_generation
+from gem_core.conformance import CASES, ConformanceCase, ConformanceRecord, assert_conformant
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-
-def scripted_model_generate(case: ConformanceCase, tokenizer: Any) -> Any:
-    """``model.generate`` answering ``scripted_generation``: prompt columns, then the new ids right-padded."""
-
-    def generate(input_ids: torch.Tensor, attention_mask: torch.Tensor, generation_config: Any, **_: Any) -> Any:
-        rows = []
-        for ids, mask in zip(input_ids.tolist(), attention_mask.tolist(), strict=True):
-            prompt = [t for t, m in zip(ids, mask, strict=True) if m]
-            gen = scripted_generation(case, tokenizer, prompt, generation_config.max_new_tokens)
-            rows.append(gen.token_ids or [])
-        longest = max(len(r) for r in rows)
-        pad = generation_config.pad_token_id
-        new = torch.tensor([r + [pad] * (longest - len(r)) for r in rows], dtype=torch.long)
-        return torch.cat([input_ids, new.to(input_ids.device)], dim=1)
-
-    return generate
-
-
-class ScriptedVLLMGeneration:
-    """TRL's ``VLLMGeneration`` as the trainer sees it: ``generate`` -> (prompt_ids, completion_ids, logprobs, logprob_token_ids).
-
-    With ``logprobs=0`` (TRL's default) vLLM returns one log-prob per token, the sampled
-    token's, and its id; the stop token is part of ``completion_ids``.
-    """
-
-    def __init__(self, case: ConformanceCase, tokenizer: Any) -> None:
-        self.case = case
-        self.tokenizer = tokenizer
-        self.max_completion_length = 16
-        self.mode = "colocate"
-        self.syncs = 0
-
-    def sync_weights(self) -> None:
-        self.syncs += 1
-
-    def generate(self, prompts: list[list[int]], images: Any, num_generations: int, profiler: Any = None) -> tuple:
-        assert images is None and num_generations == 1
-        gens = [scripted_generation(self.case, self.tokenizer, p, self.max_completion_length) for p in prompts]
-        completion_ids = [g.token_ids or [] for g in gens]
-        logprobs = [[[lp] for lp in g.logprobs or []] for g in gens]
-        logprob_token_ids = [[[t] for t in ids] for ids in completion_ids]
-        return [list(p) for p in prompts], completion_ids, logprobs, logprob_token_ids
 
 
 def trainer_for(case: ConformanceCase, output_dir: str) -> GemGRPOTrainer:
