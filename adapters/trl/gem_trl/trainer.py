@@ -25,6 +25,7 @@ from gem_core.registry import WrapperRef
 from gem_core.rl.returns import check_gamma
 from gem_core.rl.types import Episode
 from gem_trl.advantages import completion_spans, rebn_token_advantages
+from gem_trl.contract import check_trl_api
 from gem_trl.rollout import GemRollout, episode_return_reward
 
 __all__ = ["ADVANTAGE_ESTIMATORS", "GemGRPOConfig", "GemGRPOTrainer"]
@@ -106,6 +107,7 @@ class GemGRPOTrainer(GRPOTrainer):
     ) -> None:
         if not isinstance(args, GemGRPOConfig):
             raise ConfigError(f"args must be a GemGRPOConfig, got {type(args).__name__}")
+        check_trl_api()  # the TRL internals used below are still there
         if rollout_func is None:
             rollout_func = GemRollout(
                 wrappers=wrappers,
@@ -124,6 +126,7 @@ class GemGRPOTrainer(GRPOTrainer):
             rollout_func=rollout_func,
             **kwargs,
         )
+        check_trl_api(self)
         if isinstance(rollout_func, GemRollout):
             rollout_func.setup(self)  # the template probe: fail now, not in the middle of train()
 
