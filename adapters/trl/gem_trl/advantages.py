@@ -91,6 +91,8 @@ def rebn_token_advantages(
     for row, (ep, adv) in enumerate(zip(episodes, per_turn, strict=True)):
         for (start, end), value in zip(completion_spans(ep), adv, strict=True):
             if end > width:
-                raise RLInputError(f"episode {ep.episode_id!r} has {end} completion tokens but the batch is {width} wide")
+                raise RLInputError(
+                    f"episode {ep.episode_id!r} has {end} completion tokens but the batch is {width} wide"
+                )
             out[row, start:end] = float(value)
     return out, per_turn

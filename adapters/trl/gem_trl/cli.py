@@ -48,10 +48,14 @@ class GemEnvArguments:
         default_factory=list, metadata={"help": "Registered wrapper names added to every env, in order."}
     )
     wrapper_kwargs: dict | str | None = field(
-        default=None, metadata={"help": "Keyword arguments per wrapper name, e.g. {tools: {tools: [echo]}} (JSON on the command line)."}
+        default=None,
+        metadata={
+            "help": "Keyword arguments per wrapper name, e.g. {tools: {tools: [echo]}} (JSON on the command line)."
+        },
     )
     env_kwargs: dict | str | None = field(
-        default=None, metadata={"help": "Constructor overrides for every env, e.g. {max_turns: 8} (JSON on the command line)."}
+        default=None,
+        metadata={"help": "Constructor overrides for every env, e.g. {max_turns: 8} (JSON on the command line)."},
     )
     system_prompt: str | None = field(default=None, metadata={"help": "System message before each first observation."})
 

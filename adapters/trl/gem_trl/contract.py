@@ -62,7 +62,13 @@ VLLM_GENERATION_METHODS: dict[str, tuple[str, ...]] = {
 }
 
 #: ``trl.models.utils.unwrap_model_for_generation``: parameters passed by the ``model.generate`` backend.
-UNWRAP_PARAMETERS = ("model", "accelerator", "gather_deepspeed3_params", "generation_kwargs", "gradient_checkpointing_kwargs")
+UNWRAP_PARAMETERS = (
+    "model",
+    "accelerator",
+    "gather_deepspeed3_params",
+    "generation_kwargs",
+    "gradient_checkpointing_kwargs",
+)
 
 
 class TrlApiError(ConfigError):

@@ -526,7 +526,9 @@ def vllm_generate(trainer: Any) -> BatchGenerate:
         for i, (ids, request) in enumerate(zip(completion_ids, requests, strict=True)):
             own = request.max_tokens or limit
             # vLLM's logprob is None where it is NaN; TRL maps that back to NaN, and so does this.
-            lps = None if logprobs is None else [float("nan") if top[0] is None else float(top[0]) for top in logprobs[i]]
+            lps = (
+                None if logprobs is None else [float("nan") if top[0] is None else float(top[0]) for top in logprobs[i]]
+            )
             out.append(cut_at_stop(list(ids)[:own], stop_ids, own, None if lps is None else lps[:own]))
         return out
 

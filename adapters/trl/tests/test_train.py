@@ -194,7 +194,9 @@ def test_mask_truncated_completions_and_rebn_statistics_agree(tmp_path: Any, mas
         mask_truncated_completions=mask_truncated,
     )
     dataset = make_prompt_dataset(ENV_ID, n)
-    trainer = GemGRPOTrainer(model=build_tiny_model(tokenizer), args=args, train_dataset=dataset, processing_class=tokenizer)
+    trainer = GemGRPOTrainer(
+        model=build_tiny_model(tokenizer), args=args, train_dataset=dataset, processing_class=tokenizer
+    )
     trainer.model.train()
     trainer.model.generate = scripted_model_generate(MASK_CASE, tokenizer)  # type: ignore[method-assign]
     inputs = [{"prompt": episode_key(ENV_ID, seed)} for seed in MASK_CASE.seeds]
