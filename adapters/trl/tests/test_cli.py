@@ -160,3 +160,12 @@ def test_command_trains_and_saves(tmp_path: Path, tiny_model_dir: Path, launcher
     losses = [float(x) for x in re.findall(r"'loss': '?(-?[\d.e+-]+)", output)]
     assert len(losses) == 2, output[-3000:]
     assert (tmp_path / "out" / "config.json").exists()
+
+
+def test_the_yaml_in_the_docs_parses(tmp_path: Path) -> None:
+    (block,) = re.findall(r"```yaml\n(.*?)```", DOCS.read_text(), flags=re.S)
+    # bf16 off from the command line: TRL refuses bf16 on a machine without a GPU
+    env_args, _, training_args, model_args = parse_args([_write(tmp_path, yaml.safe_load(block)), "--bf16", "false"])
+    assert env_args.env_ids == ["game:GuessTheNumber-v0-easy"] and env_args.env_kwargs == {"max_turns": 8}
+    assert training_args.use_vllm and training_args.max_turn_tokens == 256 and training_args.on_cut == "invalid"
+    assert model_args.model_name_or_path == "Qwen/Qwen3-0.6B"
