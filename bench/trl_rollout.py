@@ -6,12 +6,17 @@ reads the per-step timings the rollout and trainer log:
 
 * ``generate``: the model's ``generate`` calls (one per turn, batched over episodes);
 * ``env``: ``reset`` and ``step`` of the envs;
-* ``adapter``: everything else gem does in the rollout (chat template, token layout,
-  TRL output) plus the ReBN advantages;
+* ``adapter``: everything else gem does in the rollout (the episode engine's first prompts,
+  per-turn template bridges and records, the conversion to TRL's dict) plus the ReBN advantages;
 * ``trl``: the rest of the step (log-probs, loss, backward, optimizer).
 
 The first step is dropped as warm-up; medians over the rest. GEM (``gem-llm``) has no TRL
-integration, so there is nothing to run side by side.
+integration, so there is nothing to run side by side. The adapter before the episode engine
+(commit 2c221ed, which re-rendered the history several times per turn) runs with the same
+command from an export of that commit::
+
+    git archive 2c221ed adapters/trl bench/trl_rollout.py | tar -x -C /tmp/old
+    PYTHONPATH=/tmp/old/adapters/trl python /tmp/old/bench/trl_rollout.py
 
     python bench/trl_rollout.py [--env game:GuessTheNumber-v0-easy] [--steps 6] [--batch 16]
 """
