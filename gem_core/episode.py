@@ -126,7 +126,8 @@ class TurnRequest:
     Attributes:
         episode_index: Which episode of the driver's batch asks (position in its job list).
         turn: 0-based turn number in the episode.
-        prompt_ids: The whole token context (token mode), to generate from; ``None`` in message mode.
+        prompt_ids: The whole token context (token mode), to generate from; ``None`` in message
+            mode. The turn's record keeps this same list: read it, do not change it.
         messages: The chat history (system, user, assistant, tool messages). Shared with
             the session: read it, do not change it.
         max_tokens: Most tokens this turn may generate (the per-turn cap and what is left
@@ -243,6 +244,10 @@ class EpisodeSession:
         self._policy_s: list[float] = []
         self._env_s: list[float] = []
         self._requested_at = 0.0
+        self._prompt_copy: list[int] | None = None
+        self._episode: Episode | None = None
+        #: Seconds ``env.reset`` took (set by the drivers).
+        self.reset_s = 0.0
 
     # ------------------------------------------------------------------ the state machine
 
@@ -263,10 +268,12 @@ class EpisodeSession:
         if self.done or self._observation is None or self._pending is not None:
             raise RuntimeError(f"episode {self.episode_id} is not waiting for a generation")
         self._requested_at = time.perf_counter()
+        # One copy per turn, shared by the request and the turn's record (the context keeps growing).
+        self._prompt_copy = None if self.context is None else list(self.context)
         return TurnRequest(
             episode_index=self.index,
             turn=len(self.turns),
-            prompt_ids=None if self.context is None else list(self.context),
+            prompt_ids=self._prompt_copy,
             messages=self.messages,
             max_tokens=self._max_tokens(),
         )
@@ -311,13 +318,15 @@ class EpisodeSession:
         action = INVALID_ACTION if cut and self.engine.limits.on_cut == "invalid" else text
         self.generations.append(gen)
         self._policy_s.append(policy_s)
+        prompt_ids = self._prompt_copy if self._prompt_copy is not None else _copy(self.context)
+        self._prompt_copy = None
         self._pending = {
             "action": action,
             "text": text,
             "ids": ids,
             "logprobs": logprobs,
             "finish_reason": gen.finish_reason,
-            "prompt_ids": None if self.context is None else list(self.context),
+            "prompt_ids": prompt_ids,
             "prompt_messages": None if self.engine.token_mode else list(self.messages),
             "env_started": time.perf_counter(),
         }
@@ -392,7 +401,9 @@ class EpisodeSession:
         """The finished episode as a :class:`~gem_core.rl.types.Episode` record."""
         if not self.done:
             raise RuntimeError(f"episode {self.episode_id} has not ended")
-        return Episode(
+        if self._episode is not None:
+            return self._episode
+        self._episode = Episode(
             turns=self.turns,
             start_state_id=self.start_state_id,
             episode_id=self.episode_id,
@@ -403,10 +414,12 @@ class EpisodeSession:
                 "index": self.index,
                 "end_reason": self.end_reason,
                 "cut_turns": self.cut_turns,
+                "reset_s": self.reset_s,
                 "policy_s": self._policy_s,
                 "env_s": self._env_s,
             },
         )
+        return self._episode
 
     # ------------------------------------------------------------------ internals
 
@@ -573,7 +586,9 @@ class EpisodeEngine:
                 system_prompt=system_prompt,
             )
         try:
+            started = time.perf_counter()
             observation, _ = await aenv.reset(seed=seed, options=options)
+            session.reset_s = time.perf_counter() - started
             session.begin(observation)
             while not session.done:
                 if before_generate is not None:
@@ -634,7 +649,10 @@ class EpisodeEngine:
 
 def _reset_call(session: EpisodeSession, env: Env, job: EpisodeJob) -> Callable[[], None]:
     def reset() -> None:
-        session.begin(env.reset(seed=job.seed, options=job.options)[0])
+        started = time.perf_counter()
+        observation = env.reset(seed=job.seed, options=job.options)[0]
+        session.reset_s = time.perf_counter() - started
+        session.begin(observation)
 
     return reset
 
@@ -661,6 +679,10 @@ def _guarded(session: EpisodeSession, call: Callable[[], None]) -> None:
         session.fail(exc)
         add_note(exc, f"in episode {session.episode_id} ({session.start_state_id}, turn {len(session.turns)})")
         raise
+
+
+def _copy(ids: list[int] | None) -> list[int] | None:
+    return None if ids is None else list(ids)
 
 
 def _spec_id(env: Any) -> str | None:
