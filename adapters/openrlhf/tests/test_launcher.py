@@ -87,3 +87,64 @@ def test_prompt_rows_are_checked_before_ray(tmp_path) -> None:
 def test_main_reports_a_misconfiguration_without_a_traceback(capsys) -> None:
     assert main([*BASE, "--algo.advantage.estimator", "rebn"]) == 2
     assert "gem-openrlhf-train: " in capsys.readouterr().err
+
+
+class _Parsed(Exception):
+    """Raised where OpenRLHF's train() starts, carrying the args its CLI built."""
+
+
+def documented_command() -> list[str]:
+    """The flags of the ``gem-openrlhf-train`` command in docs/openrlhf.md."""
+    import os
+    import shlex
+
+    docs = os.path.join(os.path.dirname(__file__), "..", "..", "..", "docs", "openrlhf.md")
+    with open(docs, encoding="utf-8") as handle:
+        text = handle.read()
+    start = text.index("gem-openrlhf-train \\\n")
+    block = text[start : text.index("```", start)]
+    words = shlex.split(block.replace("\\\n", " "))
+    assert words[0] == "gem-openrlhf-train"
+    return words[1:]
+
+
+@pytest.mark.slow
+def test_the_documented_command_passes_openrlhfs_own_parser_and_checks(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, rebn_patched
+) -> None:
+    import os
+    import sys
+
+    import ray
+    from harness import AGENT_FUNC_PATH  # noqa: F401  # stand-in GPU modules, before OpenRLHF's CLI imports
+
+    train = write_jsonl(make_rows("core:NumberGuess-v0", range(4)), tmp_path / "train.jsonl")
+    argv = documented_command()
+    for flag in ("--data.prompt_dataset", "--eval.dataset"):
+        argv[argv.index(flag) + 1] = train
+    for key in (
+        ESTIMATOR_ENV,
+        CONFIG_ENV,
+        "TOKENIZERS_PARALLELISM",
+        "NCCL_DEBUG",
+        "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS",
+    ):
+        monkeypatch.delenv(key, raising=False)  # main exports them; restored afterwards
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    calls = []
+
+    def is_initialized() -> bool:
+        calls.append(1)
+        if len(calls) == 1:
+            return True  # the launcher: Ray is up, do not start one
+        raise _Parsed(sys._getframe(1).f_locals["args"])  # the first line of OpenRLHF's train(args)
+
+    monkeypatch.setattr(ray, "is_initialized", is_initialized)
+    with pytest.raises(_Parsed) as parsed:
+        main(argv)
+    args = parsed.value.args[0]
+    assert args.algo.advantage.estimator == "reinforce" and args.algo.advantage.gamma == 0.9
+    assert args.train.agent_func_path == agent_func.__file__
+    assert args.reward.remote_url == ["agent"]  # OpenRLHF's own consequence of an agent file
+    assert args.critic.model_name_or_path is None
+    assert os.environ[ESTIMATOR_ENV] == "rebn" and json.loads(os.environ[CONFIG_ENV]) == {"max_turns": 16}
