@@ -158,6 +158,8 @@ class EpisodeLimits:
             replies), e.g. verl's ``response_length`` or TRL's ``max_completion_length``.
             When an env reply would leave no room for another generated token, the
             episode ends after the current turn, ``truncated``. Token mode only.
+        max_context_tokens: Most tokens in the whole context, first prompt included
+            (OpenRLHF's ``max_len``); enforced like ``max_episode_tokens``. Token mode only.
         on_cut: What a generation cut at its token limit becomes (see the module doc).
         system_prompt: A system message opening every conversation.
     """
@@ -165,11 +167,12 @@ class EpisodeLimits:
     max_turns: int | None = None
     max_turn_tokens: int | None = None
     max_episode_tokens: int | None = None
+    max_context_tokens: int | None = None
     on_cut: CutPolicy = "invalid"
     system_prompt: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_turns", "max_turn_tokens", "max_episode_tokens"):
+        for name in ("max_turns", "max_turn_tokens", "max_episode_tokens", "max_context_tokens"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ConfigError(f"{name} must be an int >= 1 or None, got {value!r}")
@@ -262,6 +265,13 @@ class EpisodeSession:
         if self.engine.token_mode:
             self.context = self.engine.first_prompt_ids(self.messages)
             self.prompt_length = len(self.context)
+            cap = self.engine.limits.max_context_tokens
+            if cap is not None and self.prompt_length >= cap:
+                raise TrajectoryError(
+                    f"episode {self.episode_id}: the first prompt has {self.prompt_length} tokens, so "
+                    f"max_context_tokens={cap} leaves no room to generate; raise the context limit "
+                    "(e.g. OpenRLHF's --data.max_len) or shorten the system prompt"
+                )
 
     def request(self) -> TurnRequest:
         """This turn's request to the policy."""
@@ -367,7 +377,7 @@ class EpisodeSession:
                 self.context = bridge
             else:
                 bridge = self.engine.bridge_ids([message], generated)
-                room = None if limits.max_episode_tokens is None else limits.max_episode_tokens - self._used
+                room = self._room()
                 if room is not None and len(bridge) >= room:  # no room left for a generated token
                     self.messages.pop()
                     self.turns[-1].truncated = True
@@ -423,12 +433,23 @@ class EpisodeSession:
 
     # ------------------------------------------------------------------ internals
 
-    def _max_tokens(self) -> int | None:
+    def _room(self) -> int | None:
+        """Tokens the context may still grow by under the episode and context budgets (``None``: no budget)."""
         limits = self.engine.limits
-        cap = limits.max_turn_tokens
-        if limits.max_episode_tokens is not None and self.context is not None:
-            left = limits.max_episode_tokens - self._used
-            cap = left if cap is None else min(cap, left)
+        if self.context is None:
+            return None
+        rooms = []
+        if limits.max_episode_tokens is not None:
+            rooms.append(limits.max_episode_tokens - self._used)
+        if limits.max_context_tokens is not None:
+            rooms.append(limits.max_context_tokens - len(self.context))
+        return min(rooms) if rooms else None
+
+    def _max_tokens(self) -> int | None:
+        cap = self.engine.limits.max_turn_tokens
+        room = self._room()
+        if room is not None:
+            cap = room if cap is None else min(cap, room)
         return cap
 
     def _record(self, reward: float, terminated: bool, truncated: bool, next_obs: str, info: dict[str, Any]) -> None:

@@ -21,37 +21,12 @@ from typing import Any
 
 import gem_core
 from gem_core.errors import ConfigError
+from gem_core.seeds import parse_seeds
 
 __all__ = ["main", "make_rows", "parse_seeds", "write_parquet"]
 
 #: Agent loop name the rows select (kept literal here so building data does not import verl).
 AGENT_NAME = "gem_env_agent"
-
-
-def parse_seeds(text: str) -> list[int]:
-    """Parse ``"0-99"``, ``"1,5,9"`` or a mix like ``"0-9,100"`` into a list of seeds.
-
-    Raises:
-        ConfigError: Not integers or ranges, or an empty/backwards range.
-    """
-    seeds: list[int] = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        low, sep, high = part.partition("-") if not part.startswith("-") else (part, "", "")
-        try:
-            if sep:
-                first, last = int(low), int(high)
-                if last < first:
-                    raise ConfigError(f"seed range {part!r} runs backwards; write it as {last}-{first}")
-                seeds.extend(range(first, last + 1))
-            else:
-                seeds.append(int(part))
-        except ValueError:
-            raise ConfigError(f"bad seed {part!r} in {text!r}; use integers and ranges like 0-99,200") from None
-    if not seeds:
-        raise ConfigError(f"no seeds in {text!r}")
-    return seeds
 
 
 def _json_or_empty(value: Mapping[str, Any] | None, name: str) -> str:
