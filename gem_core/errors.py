@@ -20,6 +20,7 @@ __all__ = [
     "GradingError",
     "InvalidIdError",
     "MCPConnectionError",
+    "NamespaceError",
     "PluginLoadError",
     "PluginValidationError",
     "PluginWarning",
@@ -62,6 +63,10 @@ class DuplicateIdError(RegistrationError):
     """Two owners registered the same id; the message names both."""
 
 
+class NamespaceError(RegistrationError):
+    """An env id was declared in a namespace that another distribution owns; names the owner."""
+
+
 class EnvNotFound(GemCoreError, LookupError):
     """No env is registered under the requested id; the message suggests close ids."""
 
@@ -83,7 +88,28 @@ class ConfigError(GemCoreError, ValueError):
 
 
 class PluginLoadError(GemCoreError):
-    """A plugin failed to import or its hook raised; names entry point, distribution, version."""
+    """A plugin failed to import, its hook raised, or it targets another plugin API.
+
+    The message names the entry point, distribution and version, and ends with :attr:`hint`.
+
+    Attributes:
+        plugin: The plugin's (entry point's) name, when known.
+        distribution: The distribution that installed it, when known.
+        version: That distribution's version, when known.
+        hint: How to go on: the dependency to install, or how to block the plugin.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        plugin: str | None = None,
+        distribution: str | None = None,
+        version: str | None = None,
+        hint: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.plugin, self.distribution, self.version, self.hint = plugin, distribution, version, hint
 
 
 class PluginValidationError(GemCoreError):
