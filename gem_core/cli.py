@@ -404,6 +404,28 @@ def _check_one(registry: Registry, env_id: str, kwargs: dict[str, Any], seed: in
     return EXIT_OK
 
 
+def _new_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("kind", choices=("env", "tool"), help="what the package provides")
+    p.add_argument("name", help="env namespace or tool name: lower-case letters, digits, '_'")
+    p.add_argument("--dir", help="where to create the package (default: ./gem-NAME)")
+
+
+@command("new", "create a plugin package for an env or a tool, ready to test and publish", _new_args)
+def cmd_new(args: argparse.Namespace, streams: Streams) -> int:
+    from pathlib import Path
+
+    from gem_core.scaffold import scaffold
+
+    written = scaffold(args.kind, args.name, Path(args.dir) if args.dir else None)
+    root = written[0].parent
+    streams.out.write(f"created {root}\n")
+    for path in written:
+        streams.out.write(f"  {path.relative_to(root)}\n")
+    check = f"gem check --all --namespace {args.name}" if args.kind == "env" else "gem plugins"
+    streams.out.write(f"\nnext:\n  cd {root}\n  pip install -e .[test]\n  {check}\n  pytest\n")
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------------------- entry point
 
 

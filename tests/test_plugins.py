@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata as md
+import sys
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -379,3 +380,42 @@ def test_invalid_manifest_is_attributed(fakes: Fakes, manifest: object) -> None:
     fakes.module("fake_manifest", plugin_manifest=lambda: manifest)
     with pytest.raises(PluginLoadError, match="'manifest'.*plugin_manifest"):
         build_registry(PluginSettings(), entry_points=[fakes.ep("manifest", "fake_manifest")])
+
+
+DIR_PLUGIN = """
+from gem_core import EnvSpec, hookimpl
+from gem_core.testing import NumberGuessEnv
+
+
+class DirEnv(NumberGuessEnv):
+    pass
+
+
+@hookimpl
+def register_envs():
+    return [EnvSpec(id="dirplug:Guess-v0", entry_point="dirplug:DirEnv")]
+"""
+
+
+def test_plugins_dir_loads_each_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "dirplug.py").write_text(DIR_PLUGIN)
+    (tmp_path / "broken_one.py").write_text("raise RuntimeError('half written')\n")
+    (tmp_path / "_private.py").write_text("raise RuntimeError('never imported')\n")
+    monkeypatch.setenv("GEM_CORE_PLUGINS_DIR", str(tmp_path))
+    monkeypatch.delitem(sys.modules, "dirplug", raising=False)
+    found = plugins.discover(PluginSettings(autoload=False, plugin_dirs=(str(tmp_path),)))
+    assert found.registry.make("dirplug:Guess-v0").reset(seed=0)[0].startswith("I picked")
+    info = found.info("dirplug")
+    assert info is not None and info.registered == {"envs": ["dirplug:Guess-v0"]}
+    assert found.registry.spec("dirplug:Guess-v0").distribution == "plugin dirplug"
+    broken = found.info("broken_one")
+    assert broken is not None and broken.status == "broken" and "from the plugins folder" in (broken.error or "")
+    assert found.info("_private") is None
+    assert PluginSettings.from_env().plugin_dirs == (str(tmp_path),)
+
+
+def test_plugins_dir_that_is_not_a_folder(tmp_path: Path) -> None:
+    found = plugins.discover(PluginSettings(autoload=False, plugin_dirs=(str(tmp_path / "nope"),)))
+    assert [p.plugin for p in found.problems] == [None]
+    with pytest.raises(PluginLoadError, match="is not a folder"):
+        found.raise_if_broken()
