@@ -1,6 +1,6 @@
 """The ``gem`` command line: list, inspect, play and check envs; report plugins; scaffold packages.
 
-Exit codes (docs/core.md lists the same):
+Exit codes (docs/cli.md lists the same):
 
 * 0: success.
 * 1: an env failed: ``gem check`` found a violation, or the env raised while being

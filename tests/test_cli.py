@@ -271,9 +271,9 @@ def test_interrupt_exit_code(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_docs_list_the_exit_codes_the_cli_uses() -> None:
-    """docs/core.md's exit-code table and the CLI's constants are the same set."""
-    text = (ROOT / "docs" / "core.md").read_text()
-    table = text[text.index("### Exit codes") :]
+    """docs/cli.md exit-code table and the CLI's constants are the same set."""
+    text = (ROOT / "docs" / "cli.md").read_text()
+    table = text[text.index("## Exit codes") :]
     documented = {int(m) for m in re.findall(r"^\| (\d+) \|", table, flags=re.M)}
     assert documented == {EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_PLUGIN_ERROR, EXIT_INTERRUPTED}
     cases = {c[3] for c in EXIT_CASES} | {EXIT_INTERRUPTED}
@@ -307,3 +307,9 @@ def test_skip_broken_plugins_makes_list_succeed(fakes: Fakes, monkeypatch: pytes
     with pytest.warns(Warning, match="gem-broken 9.9"):
         code, out = run("list")
     assert code == EXIT_OK and "fake:Maze-v0" in out
+
+
+def test_every_command_is_documented() -> None:
+    text = (ROOT / "docs" / "cli.md").read_text()
+    for name in COMMANDS:
+        assert f"`gem {name}" in text, f"gem {name} is missing from docs/cli.md"
