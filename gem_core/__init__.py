@@ -22,6 +22,8 @@ _EXPORTS: dict[str, str] = {
     "EnvAlias": "gem_core.registry",
     "ToolSpec": "gem_core.registry",
     "WrapperSpec": "gem_core.registry",
+    "PluginManifest": "gem_core.registry",
+    "PLUGIN_API_VERSION": "gem_core.plugins",
     "Registry": "gem_core.registry",
     "hookimpl": "gem_core.hookspecs",
     "hookspec": "gem_core.hookspecs",
@@ -57,8 +59,8 @@ if TYPE_CHECKING:
     from gem_core.api import list_envs, make, make_tool, register, spec
     from gem_core.core import RESERVED_INFO_KEYS, AsyncEnv, Env, to_async, to_sync
     from gem_core.hookspecs import hookimpl, hookspec
-    from gem_core.plugins import get_registry
-    from gem_core.registry import EnvAlias, EnvSpec, Registry, ToolSpec, WrapperSpec
+    from gem_core.plugins import PLUGIN_API_VERSION, get_registry
+    from gem_core.registry import EnvAlias, EnvSpec, PluginManifest, Registry, ToolSpec, WrapperSpec
     from gem_core.rl.advantages import estimate_advantages, rebn, rebn_advantages, rebn_from_moments
     from gem_core.rl.layouts import episode_to_sequence, episode_to_transitions
     from gem_core.rl.returns import discounted_returns

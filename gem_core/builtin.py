@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from gem_core.hookspecs import hookimpl
-from gem_core.registry import EnvSpec, ToolSpec, WrapperSpec
+from gem_core.registry import EnvSpec, PluginManifest, ToolSpec, WrapperSpec
+
+
+@hookimpl
+def plugin_manifest() -> PluginManifest:
+    return PluginManifest(api_version=1, namespaces=("core",))
 
 
 @hookimpl

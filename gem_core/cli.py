@@ -1,7 +1,18 @@
-"""The ``gem`` command line: list, inspect, play and check envs; report plugins.
+"""The ``gem`` command line: list, inspect, play and check envs; report plugins; scaffold packages.
 
-Exit codes: 0 success, 1 a check failed, 2 bad input (unknown id, bad option),
-3 a plugin could not be loaded.
+Exit codes (docs/cli.md lists the same):
+
+* 0: success.
+* 1: an env failed: ``gem check`` found a violation, or the env raised while being
+  built, reset or stepped.
+* 2: bad input: unknown id or namespace, bad option, bad ``--kw`` or configuration.
+* 3: a plugin is broken: it failed to import, its hook raised, it targets another
+  plugin API, its declarations conflict with another plugin's, or an entry point it
+  declared cannot be imported.
+* 130: interrupted (Ctrl-C).
+
+Each subcommand is one :class:`Command` in :data:`COMMANDS`: adding a command is
+writing its ``run`` function and one ``@command(...)`` line.
 """
 
 from __future__ import annotations
@@ -12,14 +23,83 @@ import json
 import os
 import sys
 import textwrap
-from collections.abc import Sequence
-from typing import Any, TextIO
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TextIO
 
-from gem_core.errors import ConfigError, EnvCheckError, GemCoreError, PluginLoadError, RegistrationError
+from gem_core.errors import (
+    ConfigError,
+    DuplicateIdError,
+    EntryPointError,
+    EnvNotFound,
+    GemCoreError,
+    NamespaceError,
+    PluginLoadError,
+    RegistrationError,
+)
 
-__all__ = ["main"]
+if TYPE_CHECKING:
+    from gem_core.plugins import Discovery
+    from gem_core.registry import Registry
 
-EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_PLUGIN_ERROR = 0, 1, 2, 3
+__all__ = ["COMMANDS", "Command", "Streams", "build_parser", "command", "main"]
+
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_PLUGIN_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+#: Errors that mean a plugin is broken (exit 3); checked before the bad-input ones they derive from.
+_PLUGIN_ERRORS = (PluginLoadError, DuplicateIdError, NamespaceError, EntryPointError)
+
+
+class EnvFailed(GemCoreError):
+    """An env raised while the CLI built, reset or stepped it (exit 1)."""
+
+
+@dataclass(frozen=True)
+class Streams:
+    """Where a command reads and writes."""
+
+    out: TextIO
+    inp: TextIO
+    err: TextIO
+
+
+@dataclass(frozen=True)
+class Command:
+    """One ``gem`` subcommand.
+
+    Attributes:
+        name: The word after ``gem``.
+        help: One line for ``gem --help``.
+        arguments: Adds the command's options to its argparse subparser.
+        run: Runs the command; returns the exit code. Errors from the
+            :mod:`gem_core.errors` hierarchy are turned into exit codes by :func:`main`.
+    """
+
+    name: str
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], object]
+    run: Callable[[argparse.Namespace, Streams], int]
+
+
+#: Every subcommand, in the order ``gem --help`` lists them.
+COMMANDS: dict[str, Command] = {}
+
+
+RunFn = Callable[[argparse.Namespace, Streams], int]
+
+
+def command(
+    name: str, summary: str, arguments: Callable[[argparse.ArgumentParser], object] = lambda p: None
+) -> Callable[[RunFn], RunFn]:
+    """Register the decorated function as ``gem NAME`` (``summary`` is its ``--help`` line)."""
+
+    def decorate(run: RunFn) -> RunFn:
+        COMMANDS[name] = Command(name, summary, arguments, run)
+        return run
+
+    return decorate
+
+
+# ---------------------------------------------------------------------------- helpers
 
 
 def _parse_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
@@ -45,21 +125,94 @@ def _table(rows: Sequence[tuple[str, ...]], out: TextIO) -> None:
         out.write("  ".join(cells).rstrip() + "\n")
 
 
-def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
-    from gem_core.plugins import get_registry
+def _discovery() -> Discovery:
+    from gem_core.plugins import get_discovery
 
-    registry = get_registry()
+    return get_discovery()
+
+
+def _registry() -> Registry:
+    """The registry; any broken plugin fails the command (unless broken plugins are skipped)."""
+    found = _discovery()
+    found.raise_if_broken()
+    return found.registry
+
+
+def _registry_for(streams: Streams, *, env_id: str | None = None, namespace: str | None = None) -> Registry:
+    """The registry for a command about one id or namespace: other plugins' breakage does not fail it.
+
+    Raises:
+        GemCoreError: the id or namespace is missing while some plugin is broken (it may
+            have provided it), or the breakage concerns the id or namespace itself.
+    """
+    found = _discovery()
+    if not found.errors or found.settings.skip_broken:
+        return found.registry
+    registry = found.registry
+    if env_id is not None:
+        target = registry.aliases[env_id].target if env_id in registry.aliases else env_id
+        spec = registry.envs.get(target)
+        if spec is None:
+            streams.err.write(f"gem: {env_id!r} is not registered, and a broken plugin may provide it.\n")
+            raise found.errors[0]
+        owners = {spec.plugin}
+        mentions = (repr(env_id), repr(target))
+    else:
+        assert namespace is not None
+        ids = registry.env_ids(namespace=namespace)
+        if not ids:
+            streams.err.write(f"gem: no env ids in namespace {namespace!r}, and a broken plugin may provide them.\n")
+            raise found.errors[0]
+        owners = {registry.envs.get(i).plugin for i in ids}  # type: ignore[union-attr]
+        owners |= {p.name for p in found.plugins if namespace in p.namespaces}
+        mentions = (f"'{namespace}:", repr(namespace))
+    for problem in found.problems:
+        if problem.plugin in owners or any(m in str(problem.error) for m in mentions):
+            raise problem.error
+    names = ", ".join(p.label for p in found.broken) or "see 'gem plugins'"
+    streams.err.write(f"gem: note: ignoring broken plugins not needed here: {names}. Run 'gem plugins' for details.\n")
+    return registry
+
+
+def _build(registry: Registry, env_id: str, kwargs: dict[str, Any]) -> Any:
+    """Make an env; an exception from the env's own code becomes :class:`EnvFailed`."""
+    try:
+        return registry.make(env_id, **kwargs)
+    except EntryPointError as exc:
+        spec = registry.spec(env_id)
+        raise EntryPointError(
+            f"env {env_id!r} from {spec.owner}: {exc}. Reinstall {spec.distribution or 'the package that provides it'}"
+            " (with its extras), or report this to its authors."
+        ) from exc
+    except GemCoreError:
+        raise
+    except Exception as exc:
+        shown = f" with {json.dumps(kwargs, default=repr)}" if kwargs else ""
+        raise EnvFailed(f"cannot build env {env_id!r}{shown}: {type(exc).__name__}: {exc}") from exc
+
+
+# ---------------------------------------------------------------------------- commands
+
+
+def _list_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--namespace", "-n", help="only this namespace, e.g. game")
+    p.add_argument("--tag", "-t", help="only envs with this tag, e.g. multi-turn")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--no-aliases", action="store_true", help="do not list aliases")
+
+
+@command("list", "list registered env ids", _list_args)
+def cmd_list(args: argparse.Namespace, streams: Streams) -> int:
+    out = streams.out
+    registry = _registry()
     ids = registry.env_ids(namespace=args.namespace, tag=args.tag)
     specs = [registry.spec(i) for i in ids]
     if args.json:
-        json.dump(
-            [
-                {"id": s.id, "distribution": s.distribution, "tags": list(s.tags), "description": s.description}
-                for s in specs
-            ],
-            out,
-            indent=2,
-        )
+        rows = [
+            {"id": s.id, "distribution": s.distribution, "tags": list(s.tags), "description": s.description}
+            for s in specs
+        ]
+        json.dump(rows, out, indent=2)
         out.write("\n")
         return EXIT_OK
     if not specs:
@@ -75,10 +228,10 @@ def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
-def cmd_info(args: argparse.Namespace, out: TextIO) -> int:
-    from gem_core.plugins import get_registry
-
-    registry = get_registry()
+@command("info", "show an env's spec", lambda p: p.add_argument("env_id"))
+def cmd_info(args: argparse.Namespace, streams: Streams) -> int:
+    out = streams.out
+    registry = _registry_for(streams, env_id=args.env_id)
     spec, alias = registry.resolve(args.env_id)
     if alias is not None:
         state = "deprecated alias" if alias.deprecated else "alias"
@@ -102,40 +255,70 @@ def cmd_info(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
-def cmd_plugins(args: argparse.Namespace, out: TextIO) -> int:
-    from gem_core.plugins import get_plugin_report
-
-    report = get_plugin_report()
+@command(
+    "plugins",
+    "list plugins (broken ones too), their distributions and what they registered",
+    lambda p: p.add_argument("--json", action="store_true", help="machine-readable output"),
+)
+def cmd_plugins(args: argparse.Namespace, streams: Streams) -> int:
+    out = streams.out
+    found = _discovery()
+    failed = bool(found.problems) and not found.settings.skip_broken
     if args.json:
-        json.dump([vars(p) for p in report], out, indent=2)
+        json.dump([vars(p) for p in found.plugins], out, indent=2)
         out.write("\n")
-        return EXIT_OK
-    for p in report:
-        dist = "gem-core (built-in)" if p.builtin else f"{p.distribution or '?'} {p.version or ''}".strip()
+        return EXIT_PLUGIN_ERROR if failed else EXIT_OK
+    for p in found.plugins:
+        if p.builtin:
+            dist = "gem-core (built-in)"
+        else:
+            dist = f"{p.distribution} {p.version or ''}".strip() if p.distribution else f"plugins folder: {p.source}"
         out.write(f"{p.name}  [{dist}]  {p.status}\n")
         if p.error:
             out.write(textwrap.indent(p.error, "    error: ") + "\n")
+        if p.namespaces:
+            out.write(f"    owns namespaces: {', '.join(p.namespaces)}\n")
         for kind, names in sorted(p.registered.items()):
             shown = ", ".join(names[:8]) + (f", ... ({len(names)} in all)" if len(names) > 8 else "")
             out.write(f"    {kind}: {shown}\n")
-    return EXIT_OK
+    for problem in found.problems:
+        if problem.plugin is None:  # not one plugin's fault, e.g. a GEM_CORE_PLUGINS_DIR that is no folder
+            streams.err.write(f"gem: plugin error: {problem.error}\n")
+    return EXIT_PLUGIN_ERROR if failed else EXIT_OK
 
 
-def cmd_play(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
-    from gem_core.api import make
+def _play_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("env_id")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--kw", action="append", default=[], metavar="KEY=VALUE", help="constructor override")
+    p.add_argument("--loop", action="store_true", help="start a new episode after each one")
+    p.add_argument(
+        "--model-format",
+        action="store_true",
+        help="answer exactly as a model must (ignore the env's play_kwargs for people)",
+    )
+
+
+@command("play", "play an env in the terminal", _play_args)
+def cmd_play(args: argparse.Namespace, streams: Streams) -> int:
     from gem_core.core import to_sync
-    from gem_core.plugins import get_registry
 
+    out, inp = streams.out, streams.inp
+    registry = _registry_for(streams, env_id=args.env_id)
     kwargs = _parse_kwargs(args.kw)
     if not args.model_format:  # the env's settings for a person typing moves (e.g. no \boxed{} needed)
-        env_class = get_registry().spec(args.env_id).load()
+        try:
+            env_class = registry.spec(args.env_id).load()
+        except EntryPointError:
+            env_class = None  # _build reports it with the owner and a hint
         kwargs = {**getattr(env_class, "metadata", {}).get("play_kwargs", {}), **kwargs}
-    env = to_sync(make(args.env_id, **kwargs))
+    env = to_sync(_build(registry, args.env_id, kwargs))
     interactive = inp.isatty()
     episodes = 0
     try:
         while True:
-            obs, _ = env.reset(seed=None if args.seed is None else args.seed + episodes)
+            seed = None if args.seed is None else args.seed + episodes
+            obs, _ = _env_call(args.env_id, "reset", env.reset, seed=seed)
             episodes += 1
             out.write(f"\n=== {args.env_id} (episode {episodes}) ===\n{obs}\n")
             total, turn = 0.0, 0
@@ -146,8 +329,7 @@ def cmd_play(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
                 if not line or line.strip() in {"/quit", "/exit"}:
                     out.write(f"\nbye. return this episode: {total:g}\n")
                     return EXIT_OK
-                action = line.rstrip("\n")
-                obs, reward, terminated, truncated, info = env.step(action)
+                obs, reward, terminated, truncated, info = _env_call(args.env_id, "step", env.step, line.rstrip("\n"))
                 turn += 1
                 total += reward
                 out.write(f"{obs}\n[turn {turn}] reward {reward:+g}, return {total:g}")
@@ -164,103 +346,163 @@ def cmd_play(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
         env.close()
 
 
-def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
-    from gem_core.api import make
-    from gem_core.plugins import get_registry
+def _env_call(env_id: str, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    try:
+        return fn(*args, **kwargs)
+    except GemCoreError:
+        raise
+    except Exception as exc:
+        raise EnvFailed(f"env {env_id!r} raised in {what}(): {type(exc).__name__}: {exc}") from exc
+
+
+def _check_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("env_id", nargs="?")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--kw", action="append", default=[], metavar="KEY=VALUE", help="constructor override")
+    p.add_argument("--all", action="store_true", help="check every registered id")
+    p.add_argument("--namespace", "-n", help="with --all: only this namespace (the CI step of an env package)")
+
+
+@command("check", "run the env checker on one id, or on every id (of a namespace)", _check_args)
+def cmd_check(args: argparse.Namespace, streams: Streams) -> int:
+    out = streams.out
+    if args.all == (args.env_id is not None):
+        raise ConfigError("gem check needs an env id, or --all (optionally with --namespace NS), not both")
+    if args.all and args.namespace:
+        registry = _registry_for(streams, namespace=args.namespace)
+        ids = registry.env_ids(namespace=args.namespace)
+    elif args.all:
+        registry = _registry()
+        ids = registry.env_ids()
+    else:
+        registry = _registry_for(streams, env_id=args.env_id)
+        registry.resolve(args.env_id)  # unknown id: exit 2, not a failed check
+        ids = [args.env_id]
+    if not ids:
+        known = sorted({s.namespace for s in registry.envs.values()})
+        raise EnvNotFound(f"no env ids in namespace {args.namespace!r}; namespaces: {', '.join(known)}")
+    kwargs = _parse_kwargs(args.kw)
+    codes = [_check_one(registry, env_id, kwargs, args.seed, out) for env_id in ids]
+    if len(ids) > 1:
+        failed = sum(c != EXIT_OK for c in codes)
+        out.write(f"\n{len(ids) - failed} ok, {failed} failed\n")
+    return max(codes)
+
+
+def _check_one(registry: Registry, env_id: str, kwargs: dict[str, Any], seed: int, out: TextIO) -> int:
+    """Check one id; the exit code its outcome deserves (see the module docstring)."""
     from gem_core.testing import check_env
 
-    ids = get_registry().env_ids(namespace=args.namespace) if args.all else [args.env_id]
-    if not args.all and args.env_id is None:
-        raise ConfigError("gem check needs an env id, or --all")
-    failed = 0
-    kwargs = _parse_kwargs(args.kw)
-    for env_id in ids:
-        try:
-            check_env(make(env_id, **kwargs), seed=args.seed, env_factory=functools.partial(make, env_id, **kwargs))
-        except (EnvCheckError, GemCoreError) as exc:
-            failed += 1
-            out.write(f"FAIL  {env_id}\n{textwrap.indent(str(exc), '      ')}\n")
-        else:
-            out.write(f"ok    {env_id}\n")
-    if len(ids) > 1:
-        out.write(f"\n{len(ids) - failed} ok, {failed} failed\n")
-    return EXIT_CHECK_FAILED if failed else EXIT_OK
+    try:
+        env = _build(registry, env_id, kwargs)
+        check_env(env, seed=seed, env_factory=functools.partial(registry.make, env_id, **kwargs))
+    except Exception as exc:
+        code = _exit_code(exc)
+        out.write(f"FAIL  {env_id}\n{textwrap.indent(f'{type(exc).__name__}: {exc}', '      ')}\n")
+        return EXIT_CHECK_FAILED if code is None else code
+    out.write(f"ok    {env_id}\n")
+    return EXIT_OK
+
+
+def _new_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("kind", choices=("env", "tool"), help="what the package provides")
+    p.add_argument("name", help="env namespace or tool name: lower-case letters, digits, '_'")
+    p.add_argument("--dir", help="where to create the package (default: ./gem-NAME)")
+
+
+@command("new", "create a plugin package for an env or a tool, ready to test and publish", _new_args)
+def cmd_new(args: argparse.Namespace, streams: Streams) -> int:
+    from pathlib import Path
+
+    from gem_core.scaffold import scaffold
+
+    written = scaffold(args.kind, args.name, Path(args.dir) if args.dir else None)
+    root = written[0].parent
+    streams.out.write(f"created {root}\n")
+    for path in written:
+        streams.out.write(f"  {path.relative_to(root)}\n")
+    check = f"gem check --all --namespace {args.name}" if args.kind == "env" else "gem plugins"
+    streams.out.write(f"\nnext:\n  cd {root}\n  pip install -e .[test]\n  {check}\n  pytest\n")
+    return EXIT_OK
+
+
+def _eval_args(parser: argparse.ArgumentParser) -> None:
+    from gem_core.eval.cli import eval_arguments
+
+    eval_arguments(parser)
+
+
+@command("eval", "evaluate a model on envs (OpenAI-compatible server, local HF model or vLLM)", _eval_args)
+def cmd_eval(args: argparse.Namespace, streams: Streams) -> int:
+    from gem_core.eval import cli as eval_cli  # httpx, rich and matplotlib load only for this command
+
+    return eval_cli.cmd_eval(args, streams.out)
+
+
+def _view_args(parser: argparse.ArgumentParser) -> None:
+    from gem_core.eval.cli import view_arguments
+
+    view_arguments(parser)
+
+
+@command("view", "print the episodes of a gem eval trace readably", _view_args)
+def cmd_view(args: argparse.Namespace, streams: Streams) -> int:
+    from gem_core.eval import cli as eval_cli
+
+    return eval_cli.cmd_view(args, streams.out)
+
+
+# ---------------------------------------------------------------------------- entry point
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser with one subparser per :data:`COMMANDS` entry."""
     parser = argparse.ArgumentParser(prog="gem", description="Text environments for LLM agents.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    p = sub.add_parser("list", help="list registered env ids")
-    p.add_argument("--namespace", "-n", help="only this namespace, e.g. game")
-    p.add_argument("--tag", "-t", help="only envs with this tag, e.g. multi-turn")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--no-aliases", action="store_true", help="do not list aliases")
-
-    p = sub.add_parser("info", help="show an env's spec")
-    p.add_argument("env_id")
-
-    p = sub.add_parser("plugins", help="list plugins, their distributions and what they registered")
-    p.add_argument("--json", action="store_true")
-
-    for name, help_text in (("play", "play an env in the terminal"), ("check", "run the env checker")):
-        p = sub.add_parser(name, help=help_text)
-        p.add_argument("env_id", nargs="?" if name == "check" else None)
-        p.add_argument("--seed", type=int, default=None if name == "play" else 0)
-        p.add_argument("--kw", action="append", default=[], metavar="KEY=VALUE", help="constructor override")
-        if name == "play":
-            p.add_argument("--loop", action="store_true", help="start a new episode after each one")
-            p.add_argument(
-                "--model-format",
-                action="store_true",
-                help="answer exactly as a model must (ignore the env's play_kwargs for people)",
-            )
-        else:
-            p.add_argument("--all", action="store_true", help="check every registered id")
-            p.add_argument("--namespace", "-n", help="with --all: only this namespace")
-
-    from gem_core.eval.cli import add_parsers as add_eval_parsers
-
-    add_eval_parsers(sub)
+    for cmd in COMMANDS.values():
+        cmd.arguments(sub.add_parser(cmd.name, help=cmd.help, description=cmd.help))
     return parser
 
 
-def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, stdin: TextIO | None = None) -> int:
+def _exit_code(exc: BaseException) -> int | None:
+    """The documented exit code for an error, or ``None`` for one that is not gem's to explain."""
+    if isinstance(exc, _PLUGIN_ERRORS):
+        return EXIT_PLUGIN_ERROR
+    if not isinstance(exc, GemCoreError):
+        return None
+    if isinstance(exc, (LookupError, ConfigError, RegistrationError)):
+        return EXIT_BAD_INPUT
+    return EXIT_CHECK_FAILED
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    stdout: TextIO | None = None,
+    stdin: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> int:
     """Run the CLI; returns the exit code."""
-    out = stdout or sys.stdout
-    inp = stdin or sys.stdin
+    streams = Streams(stdout or sys.stdout, stdin or sys.stdin, stderr or sys.stderr)
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0) and EXIT_BAD_INPUT
     try:
-        if args.command == "list":
-            return cmd_list(args, out)
-        if args.command == "info":
-            return cmd_info(args, out)
-        if args.command == "plugins":
-            return cmd_plugins(args, out)
-        if args.command == "play":
-            return cmd_play(args, out, inp)
-        if args.command in ("eval", "view"):
-            from gem_core.eval import cli as eval_cli
-
-            return eval_cli.cmd_eval(args, out) if args.command == "eval" else eval_cli.cmd_view(args, out)
-        return cmd_check(args, out)
-    except PluginLoadError as exc:
-        sys.stderr.write(f"gem: plugin error: {exc}\nSet GEM_CORE_SKIP_BROKEN_PLUGINS=1 to skip broken plugins.\n")
-        return EXIT_PLUGIN_ERROR
-    except (LookupError, ConfigError, RegistrationError) as exc:
-        sys.stderr.write(f"gem: error: {exc}\n")
-        return EXIT_BAD_INPUT
+        return COMMANDS[args.command].run(args, streams)
+    except GemCoreError as exc:
+        code = _exit_code(exc)
+        kind = "plugin error" if code == EXIT_PLUGIN_ERROR else "error"
+        streams.err.write(f"gem: {kind}: {exc}\n")
+        return EXIT_CHECK_FAILED if code is None else code
     except BrokenPipeError:  # e.g. `gem list | head`: the reader left, which is not an error
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_OK
     except KeyboardInterrupt:
-        sys.stderr.write("\ninterrupted\n")
-        return 130
+        streams.err.write("\ninterrupted\n")
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -7,26 +7,25 @@ wrong and how to fix it.
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 __all__ = [
     "ConfigError",
-    "CorpusError",
-    "DatasetUnavailable",
     "DuplicateIdError",
     "EntryPointError",
     "EnvCheckError",
     "EnvNotFound",
     "GemCoreError",
     "GemCoreWarning",
-    "GradingError",
     "InvalidIdError",
-    "MCPConnectionError",
+    "NamespaceError",
     "PluginLoadError",
     "PluginValidationError",
     "PluginWarning",
     "RLInputError",
     "RegistrationError",
     "ResetNeeded",
-    "SandboxIsolationWarning",
     "TemplatePrefixError",
     "ToolCallParseError",
     "ToolError",
@@ -62,6 +61,10 @@ class DuplicateIdError(RegistrationError):
     """Two owners registered the same id; the message names both."""
 
 
+class NamespaceError(RegistrationError):
+    """An env id was declared in a namespace that another distribution owns; names the owner."""
+
+
 class EnvNotFound(GemCoreError, LookupError):
     """No env is registered under the requested id; the message suggests close ids."""
 
@@ -83,7 +86,28 @@ class ConfigError(GemCoreError, ValueError):
 
 
 class PluginLoadError(GemCoreError):
-    """A plugin failed to import or its hook raised; names entry point, distribution, version."""
+    """A plugin failed to import, its hook raised, or it targets another plugin API.
+
+    The message names the entry point, distribution and version, and ends with :attr:`hint`.
+
+    Attributes:
+        plugin: The plugin's (entry point's) name, when known.
+        distribution: The distribution that installed it, when known.
+        version: That distribution's version, when known.
+        hint: How to go on: the dependency to install, or how to block the plugin.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        plugin: str | None = None,
+        distribution: str | None = None,
+        version: str | None = None,
+        hint: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.plugin, self.distribution, self.version, self.hint = plugin, distribution, version, hint
 
 
 class PluginValidationError(GemCoreError):
@@ -127,10 +151,6 @@ class VectorEnvError(GemCoreError, RuntimeError):
 # --- tools ---
 
 
-class SandboxIsolationWarning(GemCoreWarning):
-    """The Python sandbox fell back to weaker isolation than Linux namespaces (said once per level)."""
-
-
 class ToolCallParseError(ToolError, ValueError):
     """A tool call in a model's response is malformed (raised only by strict parsing helpers)."""
 
@@ -160,23 +180,28 @@ class TemplatePrefixError(RLInputError):
         self.turn = turn
 
 
-# --- search and MCP tools ---
+# --- errors that moved into the plugin packages raising them ---
+
+#: Old name -> the module that defines it now. ``from gem_core.errors import CorpusError`` keeps
+#: working while that package is installed; new code imports from the package.
+MOVED: dict[str, str] = {
+    "CorpusError": "gem_tool_search.errors",
+    "MCPConnectionError": "gem_tool_mcp.errors",
+    "SandboxIsolationWarning": "gem_tool_python.errors",
+    "DatasetUnavailable": "gem_dataset_env.errors",
+    "GradingError": "gem_math.errors",
+}
 
 
-class CorpusError(ToolError, ValueError):
-    """A search corpus is missing or malformed; the message names the file and line."""
-
-
-class MCPConnectionError(ToolError, ConnectionError):
-    """An MCP server could not be started or reached, or its session was lost."""
-
-
-# --- reasoning envs ---
-
-
-class DatasetUnavailable(GemCoreError, OSError):
-    """A dataset env could not load its data (hub unreachable, missing local file); says how to use a local copy."""
-
-
-class GradingError(GemCoreError, RuntimeError):
-    """The answer-grading pool cannot grade: it is closed, or a worker failed to start (says why)."""
+def __getattr__(name: str) -> Any:
+    module = MOVED.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gem_core.errors' has no attribute {name!r}")
+    distribution = module.split(".")[0].replace("_", "-")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ImportError as exc:
+        raise AttributeError(
+            f"{name} moved to {module}, part of {distribution}, which is not installed; "
+            f"pip install it, or catch GemCoreError"
+        ) from exc

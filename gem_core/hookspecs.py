@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
-    from gem_core.registry import EnvAlias, EnvSpec, ToolSpec, WrapperSpec
+    from gem_core.registry import EnvAlias, EnvSpec, PluginManifest, ToolSpec, WrapperSpec
 
 PROJECT = "gem_core"
 
@@ -83,4 +83,24 @@ def register_wrappers() -> list[WrapperSpec]:  # type: ignore[empty-body]
     Returns:
         A list of :class:`~gem_core.registry.WrapperSpec`. The entry point is called as
         ``factory(env, **kwargs)`` and returns the wrapped env.
+    """
+
+
+@hookspec
+def plugin_manifest() -> PluginManifest:  # type: ignore[empty-body]
+    """Declare the plugin API version the plugin targets and the namespaces its distribution owns.
+
+    Optional, but every published plugin should have one: gem checks the API version at
+    discovery (a plugin written for another version is refused with a message saying
+    what to upgrade), and env ids that another distribution declares in an owned
+    namespace are refused whatever the discovery switches.
+
+    Returns:
+        One :class:`~gem_core.registry.PluginManifest`.
+
+    Example::
+
+        @hookimpl
+        def plugin_manifest():
+            return PluginManifest(api_version=1, namespaces=("mygames",))
     """

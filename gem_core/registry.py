@@ -23,6 +23,7 @@ from gem_core.errors import (
     EntryPointError,
     EnvNotFound,
     InvalidIdError,
+    NamespaceError,
     RegistrationError,
     ToolNotFound,
     WrapperNotFound,
@@ -35,6 +36,7 @@ __all__ = [
     "ENV_ID_RE",
     "EnvAlias",
     "EnvSpec",
+    "PluginManifest",
     "Registry",
     "ToolSpec",
     "WrapperRef",
@@ -49,6 +51,7 @@ ENV_ID_RE = re.compile(
     r"^(?P<namespace>[a-z][a-z0-9_]*):(?P<name>[A-Za-z0-9_.]+)"
     r"(?:-v(?P<version>\d+))?(?:-(?P<variant>[A-Za-z0-9_.][A-Za-z0-9_.\-]*))?$"
 )
+_NAMESPACE_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _ENTRY_POINT_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _TOOL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 
@@ -207,6 +210,30 @@ class WrapperSpec(_Spec):
     _check_name = field_validator("name")(ToolSpec._check_name.__func__)  # type: ignore[attr-defined]
 
 
+class PluginManifest(BaseModel):
+    """What a plugin declares about itself, returned by its ``plugin_manifest`` hook.
+
+    Attributes:
+        api_version: The gem plugin API the plugin was written for
+            (:data:`gem_core.plugins.PLUGIN_API_VERSION`); another version is refused.
+        namespaces: Env-id namespaces the plugin's distribution owns. Env ids another
+            distribution declares in them are refused.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    api_version: int
+    namespaces: tuple[str, ...] = ()
+
+    @field_validator("namespaces")
+    @classmethod
+    def _check_namespaces(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for namespace in value:
+            if not _NAMESPACE_RE.match(namespace):
+                raise ValueError(f"namespace {namespace!r} must be lower-case letters, digits and '_', e.g. 'mygames'")
+        return value
+
+
 _S = TypeVar("_S", bound=_Spec)
 
 
@@ -259,17 +286,52 @@ class Registry:
         self.tools: _Table[ToolSpec] = _Table("tool", lambda s: s.name)
         self.wrappers: _Table[WrapperSpec] = _Table("wrapper", lambda s: s.name)
         self.aliases: dict[str, EnvAlias] = {}
+        #: Namespace -> the distribution that owns it (declared in a plugin manifest).
+        self.namespace_owners: dict[str, str] = {}
         self._lock = threading.RLock()
+
+    def claim_namespace(self, namespace: str, owner: str) -> None:
+        """Record that ``owner`` (a distribution) owns ``namespace``.
+
+        Raises:
+            NamespaceError: another distribution owns it already.
+        """
+        with self._lock:
+            current = self.namespace_owners.setdefault(namespace, owner)
+            if current != owner:
+                raise NamespaceError(
+                    f"namespace {namespace!r} is claimed by {current} and by {owner}; a namespace has one owner. "
+                    "One of them must pick another namespace (or uninstall or block one)."
+                )
+
+    def _check_namespace(self, spec: EnvSpec | EnvAlias, override: bool) -> None:
+        namespace = spec.id.split(":", 1)[0]
+        owner = self.namespace_owners.get(namespace)
+        if owner is None or override or spec.distribution == owner:
+            return
+        by = f"{spec.plugin} ({spec.distribution})" if spec.distribution else "a runtime register()"
+        raise NamespaceError(
+            f"env id {spec.id!r} from {by} is in namespace {namespace!r}, which {owner} owns. "
+            "Use your own namespace; at runtime, register(..., override=True) adds to it anyway."
+        )
 
     # ------------------------------------------------------------------ registration
     def add(self, spec: EnvSpec | EnvAlias | ToolSpec | WrapperSpec, *, override: bool = False) -> None:
         """Register one declaration.
 
+        Args:
+            spec: The declaration.
+            override: Replace a declaration with the same id or name, and allow an env id
+                in a namespace another distribution owns.
+
         Raises:
             DuplicateIdError: the id or name is taken (unless ``override``).
+            NamespaceError: the env id's namespace belongs to another distribution (unless ``override``).
             RegistrationError: an alias collides with an env id.
         """
         with self._lock:
+            if isinstance(spec, (EnvSpec, EnvAlias)):
+                self._check_namespace(spec, override)
             if isinstance(spec, EnvSpec):
                 if spec.id in self.aliases and not override:
                     raise DuplicateIdError(
@@ -305,9 +367,18 @@ class Registry:
     ) -> EnvSpec:
         """Register an env id (convenience for ``add(EnvSpec(...))``).
 
+        Args:
+            id: ``namespace:Name[-vN][-variant]``.
+            entry_point: ``"module:Class"`` or a callable returning an env.
+            override: Replace an env already registered under ``id`` (the old spec is
+                dropped), and allow an id in a namespace another distribution owns. Meant
+                for a training script adjusting its own process; plugins cannot override.
+            **fields: Other :class:`EnvSpec` fields (``kwargs``, ``description``, ``tags``...).
+
         Raises:
             ConfigError: a field is invalid (the message names it).
-            DuplicateIdError: the id is taken.
+            DuplicateIdError: the id is taken (and not ``override``).
+            NamespaceError: the namespace belongs to another distribution (and not ``override``).
         """
         try:
             spec = EnvSpec(id=id, entry_point=entry_point, **fields)

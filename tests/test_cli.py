@@ -2,13 +2,31 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from gem_core.cli import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, EXIT_PLUGIN_ERROR, main
+from gem_core.cli import (
+    COMMANDS,
+    EXIT_BAD_INPUT,
+    EXIT_CHECK_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PLUGIN_ERROR,
+    Command,
+    main,
+)
+from gem_core.registry import EnvSpec, PluginManifest
 from gem_core.testing import NumberGuessEnv
+
+if TYPE_CHECKING:
+    from tests.conftest import Fakes
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(*argv: str, stdin: str = "") -> tuple[int, str]:
@@ -111,18 +129,6 @@ def test_bad_usage_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
     assert run("--help")[0] == EXIT_OK
 
 
-def test_plugin_error_exit_code(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from gem_core import plugins
-    from gem_core.errors import PluginLoadError
-
-    def broken(*args: object, **kwargs: object) -> None:
-        raise PluginLoadError("cannot load plugin 'x' from gem-x 1.0")
-
-    monkeypatch.setattr(plugins, "build_registry", broken)
-    assert run("list")[0] == EXIT_PLUGIN_ERROR
-    assert "GEM_CORE_SKIP_BROKEN_PLUGINS" in capsys.readouterr().err
-
-
 def test_console_script_entry() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "gem_core.cli", "list", "-n", "core"], capture_output=True, text=True, check=True
@@ -150,3 +156,161 @@ def test_broken_pipe_is_not_an_error() -> None:
         f"{sys.executable} -m gem_core.cli list | head -1", shell=True, capture_output=True, text=True, check=True
     )
     assert proc.stdout.startswith("ID") and "Traceback" not in proc.stderr
+
+
+# ---------------------------------------------------------------- exit codes and plugin trouble
+
+REF = "gem_core.testing:NumberGuessEnv"
+
+
+class RaisingEnv(NumberGuessEnv):
+    """Raises from the constructor (boom=True) or from step (explode=True), as a buggy env would."""
+
+    config_model = None
+
+    def __init__(self, boom: bool = False, explode: bool = False) -> None:
+        if boom:
+            raise ValueError("boom in __init__")
+        super().__init__()
+        self.explode = explode
+
+    def step(self, action: str):  # type: ignore[no-untyped-def]
+        if self.explode:
+            raise ZeroDivisionError("explode in step")
+        return super().step(action)
+
+
+def setup_plugins(fakes: Fakes, *, broken: bool = False, duplicate: bool = False, intruder: bool = False) -> None:
+    """A good plugin that owns namespace 'fake', plus the trouble asked for."""
+
+    def manifest() -> PluginManifest:
+        return PluginManifest(api_version=1, namespaces=("fake",))
+
+    fakes.module(
+        "fake_good",
+        plugin_manifest=manifest,
+        register_envs=lambda: [
+            EnvSpec(id="fake:Maze-v0", entry_point=REF),
+            EnvSpec(id="free:Both-v0", entry_point=REF),
+        ],
+    )
+    eps = [fakes.ep("good", "fake_good", "gem-good", "1.0")]
+    if broken:
+        eps.append(fakes.ep("broken", "fake_missing_module_xyz", "gem-broken", "9.9"))
+    if duplicate:
+        fakes.module("fake_dup", register_envs=lambda: [EnvSpec(id="free:Both-v0", entry_point=REF)])
+        eps.append(fakes.ep("dup", "fake_dup", "gem-dup", "2.0"))
+    if intruder:
+        fakes.module("fake_intruder", register_envs=lambda: [EnvSpec(id="fake:Other-v0", entry_point=REF)])
+        eps.append(fakes.ep("intruder", "fake_intruder", "gem-intruder", "0.1"))
+    fakes.install(*eps)
+
+
+def register_raising() -> None:
+    import gem_core
+
+    gem_core.register("cli:Raises-v0", RaisingEnv)
+    gem_core.register("cli:Missing-v0", "gem_no_such_module_xyz.envs:Env")
+
+
+EXIT_CASES = [
+    # (id, plugin trouble, argv, exit code, text in stdout+stderr)
+    ("ok", {}, ["list"], EXIT_OK, "core:NumberGuess-v0"),
+    ("check-fails", {}, ["check", "bad:Global-v0"], EXIT_CHECK_FAILED, "global `random` state"),
+    ("check-ctor-raises", {}, ["check", "cli:Raises-v0", "--kw", "boom=true"], EXIT_CHECK_FAILED, "boom in __init__"),
+    ("play-ctor-raises", {}, ["play", "cli:Raises-v0", "--kw", "boom=true"], EXIT_CHECK_FAILED, "boom in __init__"),
+    ("play-step-raises", {}, ["play", "cli:Raises-v0", "--kw", "explode=true"], EXIT_CHECK_FAILED, "in step()"),
+    ("unknown-id-check", {}, ["check", "core:Nope-v0"], EXIT_BAD_INPUT, "no env registered"),
+    ("unknown-id-info", {}, ["info", "core:Nope-v0"], EXIT_BAD_INPUT, "no env registered"),
+    ("unknown-id-play", {}, ["play", "core:Nope-v0"], EXIT_BAD_INPUT, "no env registered"),
+    ("empty-namespace", {}, ["check", "--all", "-n", "nothing"], EXIT_BAD_INPUT, "no env ids in namespace"),
+    ("id-and-all", {}, ["check", "core:NumberGuess-v0", "--all"], EXIT_BAD_INPUT, "not both"),
+    ("bad-option", {}, ["list", "--frobnicate"], EXIT_BAD_INPUT, ""),
+    ("bad-kw", {}, ["play", "core:NumberGuess-v0", "--kw", "high=lots"], EXIT_BAD_INPUT, "valid integer"),
+    ("bad-kw-check", {}, ["check", "core:NumberGuess-v0", "--kw", "high=lots"], EXIT_BAD_INPUT, "valid integer"),
+    ("broken-list", {"broken": True}, ["list"], EXIT_PLUGIN_ERROR, "pip install fake_missing_module_xyz"),
+    ("broken-plugins", {"broken": True}, ["plugins"], EXIT_PLUGIN_ERROR, "broken  [gem-broken 9.9]  broken"),
+    ("duplicate-list", {"duplicate": True}, ["list"], EXIT_PLUGIN_ERROR, "registered twice"),
+    ("duplicate-plugins", {"duplicate": True}, ["plugins"], EXIT_PLUGIN_ERROR, "registered twice"),
+    ("duplicate-check", {"duplicate": True}, ["check", "free:Both-v0"], EXIT_PLUGIN_ERROR, "twice"),
+    ("intruder-list", {"intruder": True}, ["list"], EXIT_PLUGIN_ERROR, "which gem-good owns"),
+    ("missing-ep-play", {}, ["play", "cli:Missing-v0"], EXIT_PLUGIN_ERROR, "gem_no_such_module_xyz"),
+    ("missing-ep-check", {}, ["check", "cli:Missing-v0"], EXIT_PLUGIN_ERROR, "gem_no_such_module_xyz"),
+]
+
+
+@pytest.mark.parametrize(
+    ("trouble", "argv", "code", "text"), [c[1:] for c in EXIT_CASES], ids=[c[0] for c in EXIT_CASES]
+)
+def test_exit_codes(
+    fakes: Fakes,
+    capsys: pytest.CaptureFixture[str],
+    trouble: dict[str, bool],
+    argv: list[str],
+    code: int,
+    text: str,
+) -> None:
+    import gem_core
+
+    setup_plugins(fakes, **trouble)
+    if not trouble:
+        gem_core.register("bad:Global-v0", "tests.test_testing:GlobalRandomEnv")
+        register_raising()
+    got, out = run(*argv, stdin="3\n")
+    err = capsys.readouterr().err
+    assert got == code, out + err
+    assert text in out + err
+    assert "Traceback" not in out + err
+
+
+def test_interrupt_exit_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupted(args: object, streams: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(COMMANDS, "list", Command("list", "list", lambda p: None, interrupted))
+    assert run("list")[0] == EXIT_INTERRUPTED
+
+
+def test_docs_list_the_exit_codes_the_cli_uses() -> None:
+    """docs/cli.md exit-code table and the CLI's constants are the same set."""
+    text = (ROOT / "docs" / "cli.md").read_text()
+    table = text[text.index("## Exit codes") :]
+    documented = {int(m) for m in re.findall(r"^\| (\d+) \|", table, flags=re.M)}
+    assert documented == {EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_PLUGIN_ERROR, EXIT_INTERRUPTED}
+    cases = {c[3] for c in EXIT_CASES} | {EXIT_INTERRUPTED}
+    assert cases == documented  # every code has a test above
+
+
+def test_plugins_lists_broken_plugins_with_the_others(fakes: Fakes) -> None:
+    setup_plugins(fakes, broken=True)
+    code, out = run("plugins")
+    assert code == EXIT_PLUGIN_ERROR
+    assert "good  [gem-good 1.0]  loaded" in out and "owns namespaces: fake" in out
+    assert "broken  [gem-broken 9.9]  broken" in out and "error: cannot load plugin 'broken'" in out
+    code, out = run("plugins", "--json")
+    assert {p["name"]: p["status"] for p in json.loads(out)}["broken"] == "broken"
+
+
+def test_check_id_is_not_failed_by_another_distribution(fakes: Fakes, capsys: pytest.CaptureFixture[str]) -> None:
+    setup_plugins(fakes, broken=True)
+    assert run("check", "fake:Maze-v0") == (EXIT_OK, "ok    fake:Maze-v0\n")
+    assert run("check", "--all", "-n", "fake")[0] == EXIT_OK
+    assert run("info", "fake:Maze-v0")[0] == EXIT_OK
+    assert "ignoring broken plugins not needed here: plugin 'broken'" in capsys.readouterr().err
+    # an id that is not registered may come from the broken plugin: that is the plugin's error
+    assert run("check", "broken:Thing-v0")[0] == EXIT_PLUGIN_ERROR
+    assert "a broken plugin may provide it" in capsys.readouterr().err
+
+
+def test_skip_broken_plugins_makes_list_succeed(fakes: Fakes, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GEM_CORE_SKIP_BROKEN_PLUGINS", "1")
+    setup_plugins(fakes, broken=True)
+    with pytest.warns(Warning, match="gem-broken 9.9"):
+        code, out = run("list")
+    assert code == EXIT_OK and "fake:Maze-v0" in out
+
+
+def test_every_command_is_documented() -> None:
+    text = (ROOT / "docs" / "cli.md").read_text()
+    for name in COMMANDS:
+        assert f"`gem {name}" in text, f"gem {name} is missing from docs/cli.md"

@@ -39,3 +39,24 @@ def test_lazy_exports_resolve(name: str) -> None:
 def test_unknown_attribute() -> None:
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         gem_core.nope  # noqa: B018
+
+
+def test_moved_errors_resolve_or_say_where_they_went(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every name moved out of gem_core.errors is the package's class, or an AttributeError naming the package."""
+    import importlib.util
+    import types
+
+    from gem_core import errors
+
+    for name, module in errors.MOVED.items():
+        if importlib.util.find_spec(module.split(".")[0]) is not None:
+            assert getattr(errors, name) is getattr(importlib.import_module(module), name)
+            continue
+        with pytest.raises(AttributeError, match=f"{name} moved to {module}.*pip install"):
+            getattr(errors, name)
+    fake = types.ModuleType("gem_tool_search.errors")
+    fake.CorpusError = type("CorpusError", (errors.ToolError,), {})  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "gem_tool_search.errors", fake)
+    assert errors.CorpusError is fake.CorpusError  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        errors.Nope  # noqa: B018

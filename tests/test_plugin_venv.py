@@ -30,7 +30,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def gem(venv: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("GEM_CORE_")}
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("GEM_CORE_", "PYTEST_"))}
     environ.update(env)
     environ.pop("PYTHONPATH", None)
     return subprocess.run(
@@ -107,3 +107,37 @@ def test_import_does_not_discover_or_import_heavy_modules(venv: Path) -> None:
     )
     out = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_scaffolded_packages_build_install_check_and_test(venv: Path, tmp_path: Path) -> None:
+    """`gem new env/tool` -> wheels -> installed: listed, checked, and their own tests pass with the pytest plugin."""
+    python = str(venv / "bin" / "python")
+    for kind, name in (("env", "mygame"), ("tool", "shouty")):
+        proc = gem(venv, "new", kind, name, "--dir", str(tmp_path / name))
+        assert proc.returncode == 0, proc.stderr
+    wheels = tmp_path / "wheels"
+    pip = [python, "-m", "pip", "-q", "--disable-pip-version-check"]
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "-w", str(wheels), tmp_path / "mygame", tmp_path / "shouty"], check=True
+    )
+    built = sorted(p.name for p in wheels.glob("*.whl"))
+    assert built == ["gem_mygame-0.1.0-py3-none-any.whl", "gem_shouty-0.1.0-py3-none-any.whl"]
+    subprocess.run([*pip, "install", *map(str, wheels.glob("*.whl")), "pytest>=8"], check=True)
+
+    listed = gem(venv, "list", "--namespace", "mygame", GEM_CORE_BLOCK_PLUGINS="broken")
+    assert listed.stdout.splitlines()[1].split()[:2] == ["mygame:Reverse-v0", "gem-mygame"], listed.stderr
+    # the CI step of the generated workflow; another distribution's broken plugin does not fail it
+    checked = gem(venv, "check", "--all", "--namespace", "mygame")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "2 ok, 0 failed" in checked.stdout and "ignoring broken plugins" in checked.stderr
+    plugins = gem(venv, "plugins", GEM_CORE_BLOCK_PLUGINS="broken")
+    assert plugins.returncode == 0 and "tools: shouty" in plugins.stdout and "owns namespaces: mygame" in plugins.stdout
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("GEM_CORE_", "PYTEST_"))}
+    environ.pop("PYTHONPATH", None)
+    environ["GEM_CORE_BLOCK_PLUGINS"] = "broken"
+    for name, passed in (("mygame", "4 passed"), ("shouty", "2 passed")):
+        proc = subprocess.run(
+            [python, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+            cwd=tmp_path / name, capture_output=True, text=True, env=environ, timeout=300,
+        )  # fmt: skip
+        assert proc.returncode == 0 and passed in proc.stdout, proc.stdout + proc.stderr

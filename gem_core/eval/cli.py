@@ -11,7 +11,7 @@ from typing import Any, TextIO
 
 from gem_core.errors import ConfigError
 
-__all__ = ["add_parsers", "cmd_eval", "cmd_view"]
+__all__ = ["cmd_eval", "cmd_view", "eval_arguments", "view_arguments"]
 
 _EVAL_EXAMPLES = """examples:
   gem eval Qwen/Qwen3-0.6B game:GuessTheNumber-v0-easy --base-url http://localhost:8000/v1 -n 50
@@ -20,14 +20,10 @@ _EVAL_EXAMPLES = """examples:
 """
 
 
-def add_parsers(sub: Any) -> None:
-    """Add ``eval`` and ``view`` to the ``gem`` command's subparsers."""
-    p = sub.add_parser(
-        "eval",
-        help="evaluate a model on envs (OpenAI-compatible server, local HF model or vLLM)",
-        epilog=_EVAL_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def eval_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``gem eval``."""
+    p.epilog = _EVAL_EXAMPLES
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("model", nargs="?", help="model name (server) or path (hf, vllm)")
     p.add_argument("env_ids", nargs="*", metavar="ENV_ID")
     p.add_argument("--config", help="a JSON file with any of these options (command-line values win)")
@@ -58,7 +54,9 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
-    p = sub.add_parser("view", help="print episodes of a gem eval trace readably")
+
+def view_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``gem view``."""
     p.add_argument("trace")
     p.add_argument("--env", help="only this env id")
     p.add_argument("--seed", type=int, help="only this seed")

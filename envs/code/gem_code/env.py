@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from gem_math.single_turn import DatasetEnv, DatasetEnvConfig
+from gem_dataset_env.single_turn import DatasetEnv, DatasetEnvConfig
 
 __all__ = ["CODE_PROMPT", "CodeEnv", "CodeEnvConfig", "IOTest", "extract_code", "outputs_match", "parse_tests"]
 
@@ -80,7 +80,7 @@ def harness(code: str, stdin: str) -> str:
 
 
 class CodeEnvConfig(DatasetEnvConfig):
-    """Configuration of :class:`CodeEnv` (data fields in :class:`~gem_math.single_turn.DatasetEnvConfig`).
+    """Configuration of :class:`CodeEnv` (data fields in :class:`~gem_dataset_env.single_turn.DatasetEnvConfig`).
 
     Attributes:
         answer_column: The column with the tests.

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from gem_core.hookspecs import hookimpl
 from gem_core.registry import EnvSpec
-from gem_math.specs import HubDataset, dataset_spec, hub_specs
+from gem_dataset_env.specs import HubDataset, dataset_spec, hub_specs
 
 _ENV = "gem_code.env:CodeEnv"
 

@@ -34,7 +34,9 @@ from fractions import Fraction
 from multiprocessing.connection import Connection
 from typing import Any
 
-from gem_core.errors import ConfigError, GradingError
+from gem_core.errors import ConfigError
+from gem_dataset_env.answers import extract_boxed
+from gem_math.errors import GradingError
 
 __all__ = [
     "GradeResult",
@@ -74,35 +76,6 @@ class GradeResult:
     def format_error(self) -> bool:
         r"""No ``\boxed{...}`` answer was found in the response."""
         return self.answer is None
-
-
-_BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
-_BRACE_RE = re.compile(r"\\[{}]|[{}]")
-
-
-def extract_boxed(text: str) -> list[str]:
-    r"""Contents of every outermost balanced ``\boxed{...}`` (or ``\fbox{...}``) in ``text``, in order.
-
-    One linear pass with a brace stack, so malformed or huge text is cheap and never raises;
-    unbalanced boxes are ignored and escaped braces (``\{``) do not count.
-    """
-    box_opens = {m.end() - 1 for m in _BOXED_RE.finditer(text)}
-    if not box_opens:
-        return []
-    stack: list[int] = []
-    closed: list[tuple[int, int]] = []
-    for token in _BRACE_RE.finditer(text):
-        if token.group() == "{":
-            stack.append(token.start())
-        elif token.group() == "}" and stack:
-            start = stack.pop()
-            if start in box_opens:
-                closed.append((start + 1, token.start()))
-    found: list[tuple[int, int]] = []
-    for start, end in sorted(closed):  # keep outermost boxes: drop those inside a kept one
-        if not found or start > found[-1][1]:
-            found.append((start, end))
-    return [text[a:b].strip() for a, b in found]
 
 
 def _answer_of(boxed: list[str]) -> str | None:

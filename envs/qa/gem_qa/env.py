@@ -6,8 +6,8 @@ import json
 import re
 from typing import Any, ClassVar, Literal
 
-from gem_math.grading import extract_boxed
-from gem_math.single_turn import DatasetEnv, DatasetEnvConfig
+from gem_dataset_env.answers import extract_boxed
+from gem_dataset_env.single_turn import DatasetEnv, DatasetEnvConfig
 from gem_qa.scoring import best_exact_match, best_f1
 
 __all__ = ["QA_PROMPT", "QaEnv", "QaEnvConfig", "extract_tagged_answer", "reference_answers"]
@@ -44,7 +44,7 @@ def reference_answers(value: Any) -> list[str]:
 
 
 class QaEnvConfig(DatasetEnvConfig):
-    r"""Configuration of :class:`QaEnv` (data fields in :class:`~gem_math.single_turn.DatasetEnvConfig`).
+    r"""Configuration of :class:`QaEnv` (data fields in :class:`~gem_dataset_env.single_turn.DatasetEnvConfig`).
 
     Attributes:
         metric: ``"em"`` rewards 1 for an exact match, ``"f1"`` rewards the token F1 (both are in ``info``).

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from gem_core.hookspecs import hookimpl
 from gem_core.registry import EnvSpec
-from gem_math.specs import SEARCH_TOOL_DEFAULTS, HubDataset, dataset_spec, hub_specs, tool_variant
+from gem_dataset_env.specs import SEARCH_TOOL_DEFAULTS, HubDataset, dataset_spec, hub_specs, tool_variant
 
 _ENV = "gem_qa.env:QaEnv"
 _SAMPLES = Path(__file__).parent / "samples"

@@ -32,7 +32,7 @@ def extract_answer(response: str) -> str | None:
     tagged = _ANSWER_RE.findall(response)
     if tagged:
         return str(tagged[-1]).strip()
-    from gem_math.grading import extract_boxed
+    from gem_dataset_env.answers import extract_boxed
 
     boxed = extract_boxed(response)
     return boxed[-1] if boxed else None

@@ -1,0 +1,1 @@
+"""GEM's ``gem.utils``: the constants GEM-style env code imports."""
