@@ -33,12 +33,17 @@ class GemOatActor(PPOMultiTurnActor):
     args: GemOatArgs
 
     def init(self, actor_id: int, save_path: str) -> None:
+        check_args(self.args)  # before vLLM loads the model
         super().init(actor_id, save_path)  # vLLM, sampling params (logprobs=1), plasma client
-        check_args(self.args)
         self.engine = EpisodeEngine(self.tokenizer, episode_limits(self.args))
         self.env_kwargs = parse_env_kwargs(self.args.env_kwargs)
         self.env_wrappers = parse_env_wrappers(self.args.env_wrappers)
         self._episode_counter = itertools.count()
+        self.last_sessions: list[EpisodeSession] = []  # the sessions of the latest collect step
+        # The tokens that end a reply: vLLM stops at the tokenizer's EOS and at stop_token_ids.
+        self._stop_ids = {int(t) for t in (self.sampling_params.stop_token_ids or [])}
+        if self.tokenizer.eos_token_id is not None:
+            self._stop_ids.add(int(self.tokenizer.eos_token_id))
 
     # ------------------------------------------------------------------ oat's hook
 
@@ -66,7 +71,7 @@ class GemOatActor(PPOMultiTurnActor):
                 job.env.close()
         episodes = [session_transitions(s, self.tokenizer) for s in sessions]
         kept = [ep for ep in episodes if ep]
-        self.last_sessions: list[EpisodeSession] = sessions
+        self.last_sessions = sessions
         return kept, self._metrics(sessions, time.perf_counter() - started, len(episodes) - len(kept))
 
     # ------------------------------------------------------------------ generation
@@ -81,7 +86,7 @@ class GemOatActor(PPOMultiTurnActor):
                 p.max_tokens = request.max_tokens
             params.append(p)
         outputs = self.generate([list(r.prompt_ids or []) for r in requests], params)
-        return [generation_from_vllm(o) for o in outputs]
+        return [generation_from_vllm(o, self._stop_ids) for o in outputs]
 
     @staticmethod
     def _metrics(sessions: Sequence[EpisodeSession], seconds: float, dropped: int) -> dict[str, Any]:

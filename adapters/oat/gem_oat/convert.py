@@ -5,7 +5,7 @@ Only ``oat.types`` is imported (torch, no GPU), so these run wherever oat's pack
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from oat.types import Transition
@@ -20,12 +20,15 @@ __all__ = ["episode_from_transitions", "generation_from_vllm", "session_transiti
 _FINISH = {"length": "length", "abort": "abort"}
 
 
-def generation_from_vllm(output: Any) -> Generation:
+def generation_from_vllm(output: Any, stop_ids: Collection[int] = ()) -> Generation:
     """The engine's :class:`Generation` from one vLLM ``RequestOutput`` (its first completion).
 
     Token ids are taken as sampled (the stop token included, as vLLM returns it), the
     log-probability of each sampled token is read from vLLM's per-token dicts, and
-    ``finish_reason`` ``"length"`` marks a cut generation.
+    ``finish_reason`` ``"length"`` marks a cut generation, except when the last sampled
+    token is one of ``stop_ids``: vLLM's V1 engine tests the length cap before the stop
+    token, so a reply that ends exactly at ``max_tokens`` with its stop token is reported
+    as ``"length"`` although it is complete (the V0 engine says ``"stop"``).
 
     Raises:
         TrajectoryError: No completion, or logprobs that do not cover the sampled tokens
@@ -44,11 +47,14 @@ def generation_from_vllm(output: Any) -> Generation:
                 f"vLLM request {output.request_id}: logprobs do not cover the sampled tokens ({exc}); "
                 "sample with SamplingParams(logprobs=1)"
             ) from None
+    finish = _FINISH.get(str(completion.finish_reason), "stop")
+    if finish == "length" and ids and ids[-1] in stop_ids:
+        finish = "stop"
     return Generation(
         token_ids=ids,
         text=completion.text,
         logprobs=logprobs,
-        finish_reason=_FINISH.get(str(completion.finish_reason), "stop"),
+        finish_reason=finish,
         extra={"stop_reason": completion.stop_reason, "cumulative_logprob": completion.cumulative_logprob},
     )
 

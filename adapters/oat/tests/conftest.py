@@ -1,8 +1,9 @@
 """Fixtures for the oat adapter tests: stand-ins for what needs a GPU, a real plasma store, a gloo group.
 
-oat's trainer modules import vLLM and launchpad at module level. vLLM needs a GPU and
-dm-launchpad has no wheel for this Python, so ``standins/`` goes on ``sys.path`` for
-whichever of them is not installed (on oat's own GPU install the real ones are used).
+oat's trainer modules import vLLM and launchpad at module level. vLLM needs a GPU, so
+``standins/inference`` (a vLLM whose "model" is a policy the test registers) goes first
+on ``sys.path``; dm-launchpad has no wheel for this Python, so ``standins/launcher`` is
+used when it is not installed.
 Everything else is oat's real code and its real dependencies: the plasma store of
 pyarrow 11 that carries episodes from actor to learner, ``torch.distributed`` (gloo,
 one rank) under oat's feedback collector, deepspeed's strategy object.
@@ -21,8 +22,10 @@ from typing import Any
 import pytest
 
 STANDINS = Path(__file__).parent / "standins"
-if importlib.util.find_spec("vllm") is None or importlib.util.find_spec("launchpad") is None:
-    sys.path.insert(0, str(STANDINS))
+# The stand-in vLLM is the tests' model (a registered policy), so it is used even where vLLM is installed.
+sys.path.insert(0, str(STANDINS / "inference"))
+if importlib.util.find_spec("launchpad") is None:
+    sys.path.insert(0, str(STANDINS / "launcher"))
 
 THIRD_PARTY_WARNINGS = [
     # tyro notes that oat's OATArgs annotate `str` fields with a None default.

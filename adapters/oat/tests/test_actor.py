@@ -112,3 +112,27 @@ def test_step_ships_episodes_through_plasma_to_oats_collector(
     assert metrics["actor/num_transitions"] == sum(len(ep) for ep in episodes)
     # oat's step adds episode statistics to every transition's info; its collector averages them.
     assert "actor/mean_episode_return" in metrics and "actor/gem_episodes" in metrics
+
+
+@pytest.mark.parametrize("slack", [-1, 0, 1], ids=["cut-before-stop", "stop-at-the-cap", "room-to-spare"])
+def test_a_reply_ending_exactly_at_the_cap_is_complete(
+    tmp_path: Path, tokenizer: Any, slack: int, make_actor: Any
+) -> None:
+    reply = "My guess is 8"
+    length = len(tokenizer.encode(reply, add_special_tokens=False)) + 1  # with the stop token
+    actor = make_actor(
+        tmp_path,
+        tokenizer,
+        guesser(tokenizer, reply),
+        env_ids=[ENV_ID],
+        episodes_per_step=1,
+        max_turns=1,
+        generate_max_length=length + slack,
+    )
+    outputs = actor.llm.generate(prompt_token_ids=[[1, 2]], sampling_params=actor.sampling_params, use_tqdm=False)
+    # vLLM's V1 engine reports "length" when the stop token is the last allowed token.
+    assert outputs[0].outputs[0].finish_reason == ("stop" if slack > 0 else "length")
+    episodes, _ = actor.collect_experience()
+    first = episodes[0][0]
+    assert first.response_is_truncated is (slack < 0)
+    assert first.action == (INVALID_ACTION if slack < 0 else reply)

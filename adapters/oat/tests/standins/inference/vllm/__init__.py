@@ -5,7 +5,8 @@ gives the tokens the model would sample if nothing stopped it. ``LLM.generate`` 
 vLLM's rules: generation stops at the first stop token (the tokenizer's EOS or
 ``stop_token_ids``), which stays in ``token_ids`` but not in ``text``
 (``skip_special_tokens``), ``finish_reason="stop"``; or at ``max_tokens``,
-``finish_reason="length"``. ``logprobs`` holds one ``{token_id: Logprob}`` per token when
+``finish_reason="length"``, which vLLM 0.8's V1 engine tests first (a stop token sampled as
+the last allowed token also gives ``"length"``). ``logprobs`` holds one ``{token_id: Logprob}`` per token when
 ``SamplingParams.logprobs`` is set, else ``None``.
 """
 
@@ -105,9 +106,11 @@ class LLM:
             out_ids: list[int] = []
             finish, stop_reason = "length", None
             for token in sampled:
+                out_ids.append(int(token))
+                # vLLM 0.8's V1 engine (vllm/v1/core/sched/utils.py: check_stop) tests the length cap
+                # first: a stop token sampled as the last allowed token still finishes with "length".
                 if params.max_tokens is not None and len(out_ids) >= params.max_tokens:
                     break
-                out_ids.append(int(token))
                 if token in stops:
                     finish = "stop"
                     stop_reason = None if token == tok.eos_token_id else int(token)
