@@ -1,0 +1,106 @@
+"""``GemOatActor``: oat's multi-turn actor, with episodes played by the core's episode engine.
+
+oat's ``PPOMultiTurnActor.step`` calls :meth:`GemOatActor.collect_experience`, logs
+episode statistics and ships the episodes to the learner through plasma. Here each
+collect step plays ``episodes_per_step`` episodes in lockstep
+(:meth:`gem_core.episode.EpisodeEngine.play_batch`): every turn, the prompts of all
+running episodes go to vLLM in one ``LLM.generate`` call (through oat's own
+``ActorBase.generate``, so LoRA requests work as in oat), each with its own token limit.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from oat.algorithms.ppo_multiturn import PPOMultiTurnActor
+from oat.types import Transition
+
+import gem_core
+from gem_core.episode import EpisodeEngine, EpisodeJob, EpisodeSession, Generation, TurnRequest
+from gem_oat.args import SEED_STRIDE, GemOatArgs, check_args, episode_limits, parse_env_kwargs, parse_env_wrappers
+from gem_oat.convert import generation_from_vllm, session_transitions
+
+__all__ = ["GemOatActor"]
+
+
+class GemOatActor(PPOMultiTurnActor):
+    """Plays gem episodes with oat's vLLM engine and returns them as oat ``Transition`` s."""
+
+    args: GemOatArgs
+
+    def init(self, actor_id: int, save_path: str) -> None:
+        check_args(self.args)  # before vLLM loads the model
+        super().init(actor_id, save_path)  # vLLM, sampling params (logprobs=1), plasma client
+        self.engine = EpisodeEngine(self.tokenizer, episode_limits(self.args))
+        self.env_kwargs = parse_env_kwargs(self.args.env_kwargs)
+        self.env_wrappers = parse_env_wrappers(self.args.env_wrappers)
+        self._episode_counter = itertools.count()
+        self.last_sessions: list[EpisodeSession] = []  # the sessions of the latest collect step
+        # The tokens that end a reply: vLLM stops at the tokenizer's EOS and at stop_token_ids.
+        self._stop_ids = {int(t) for t in (self.sampling_params.stop_token_ids or [])}
+        if self.tokenizer.eos_token_id is not None:
+            self._stop_ids.add(int(self.tokenizer.eos_token_id))
+
+    # ------------------------------------------------------------------ oat's hook
+
+    def collect_experience(self) -> tuple[list[list[Transition]], dict[str, Any]]:
+        """Play ``episodes_per_step`` episodes; return them (one list of transitions each) and metrics.
+
+        Episode ``k`` of this actor uses env ``env_ids[k % len(env_ids)]`` and seed
+        ``env_seed + actor_id * SEED_STRIDE + k``. An episode whose first generation came
+        back empty or aborted has no turn to learn from and is left out (counted in
+        ``actor/gem_dropped_episodes``).
+        """
+        args = self.args
+        jobs = []
+        for _ in range(args.episodes_per_step):
+            k = next(self._episode_counter)
+            env_id = args.env_ids[k % len(args.env_ids)]
+            seed = args.env_seed + self.actor_id * SEED_STRIDE + k
+            env = gem_core.make(env_id, wrappers=self.env_wrappers or None, **self.env_kwargs)
+            jobs.append(EpisodeJob(env=env, env_id=env_id, seed=seed))
+        started = time.perf_counter()
+        try:
+            sessions = self.engine.play_batch(jobs, self.generate_turn)
+        finally:
+            for job in jobs:
+                job.env.close()
+        episodes = [session_transitions(s, self.tokenizer) for s in sessions]
+        kept = [ep for ep in episodes if ep]
+        self.last_sessions = sessions
+        return kept, self._metrics(sessions, time.perf_counter() - started, len(episodes) - len(kept))
+
+    # ------------------------------------------------------------------ generation
+
+    def generate_turn(self, requests: Sequence[TurnRequest]) -> list[Generation]:
+        """One vLLM call for this turn of every running episode, each with its own ``max_tokens``."""
+        params = []
+        for request in requests:
+            p = self.sampling_params.clone()
+            p.n = 1  # one episode per prompt; oat's num_samples is for single-turn prompts
+            if request.max_tokens is not None:
+                p.max_tokens = request.max_tokens
+            params.append(p)
+        outputs = self.generate([list(r.prompt_ids or []) for r in requests], params)
+        return [generation_from_vllm(o, self._stop_ids) for o in outputs]
+
+    @staticmethod
+    def _metrics(sessions: Sequence[EpisodeSession], seconds: float, dropped: int) -> dict[str, Any]:
+        turns = [len(s.turns) for s in sessions]
+        ends: dict[str, int] = {}
+        for s in sessions:
+            ends[str(s.end_reason)] = ends.get(str(s.end_reason), 0) + 1
+        info: dict[str, Any] = {
+            "actor/gem_collect_time": seconds,
+            "actor/gem_episodes": float(len(sessions)),
+            "actor/gem_dropped_episodes": float(dropped),
+            "actor/gem_mean_turns": float(np.mean(turns)) if turns else 0.0,
+            "actor/gem_cut_turns": float(sum(s.cut_turns for s in sessions)),
+        }
+        for reason in ("env", "max_turns", "budget", "cut", "abort"):
+            info[f"actor/gem_end_{reason}"] = float(ends.get(reason, 0))
+        return info

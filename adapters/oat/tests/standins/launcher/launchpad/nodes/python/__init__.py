@@ -1,0 +1,3 @@
+"""Stand-in for ``launchpad.nodes.python``."""
+
+local_multi_processing = None
