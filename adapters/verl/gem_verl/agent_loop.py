@@ -172,9 +172,7 @@ class GemAgentLoopOutput(AgentLoopOutput):
         output.pop("turn_ids", None)
         for name in ("token_rewards", "turn_ids"):
             if len(getattr(self, name)) != len(self.response_ids):
-                raise TrajectoryError(
-                    f"{len(getattr(self, name))} {name} for {len(self.response_ids)} response tokens"
-                )
+                raise TrajectoryError(f"{len(getattr(self, name))} {name} for {len(self.response_ids)} response tokens")
         output["rm_scores"] = torch.tensor(self.token_rewards, dtype=torch.float32)
         output["gem_turn_ids"] = torch.tensor(self.turn_ids, dtype=torch.int64)
         return output
@@ -338,7 +336,6 @@ class GemEnvAgentLoop(AgentLoopBase):
             **{**self.gem_config.env_kwargs, **request.env_kwargs},
         )
         outputs_of_server: list[Any] = []
-        session: EpisodeSession | None = None
         request_id = uuid4().hex  # one sticky session on the server for the whole episode
 
         async def generate(turn: TurnRequest) -> Generation:
@@ -355,9 +352,10 @@ class GemEnvAgentLoop(AgentLoopBase):
                 system_prompt=request.system_prompt,
             )
             return self._outputs(session, outputs_of_server)
-        except Exception:
-            turn = len(session.turns) if session is not None else "?"
-            _logger.error("gem episode failed: %s (turn %s)", name, turn, exc_info=True)
+        except Exception as exc:
+            # the engine's note names the episode's start state and turn
+            where = "; ".join(getattr(exc, "__notes__", [])) or "before the first turn"
+            _logger.error("gem episode failed: %s: %s", name, where, exc_info=True)
             raise
         finally:
             env.close()
@@ -365,11 +363,13 @@ class GemEnvAgentLoop(AgentLoopBase):
     async def _generate(
         self, request_id: str, turn: TurnRequest, sampling_params: dict[str, Any], seen: list[Any]
     ) -> Generation:
-        """verl's generate: the engine's request to the LLM server client, its ``TokenOutput`` back as a Generation."""
+        """Verl's generate: the engine's request to the LLM server client, its ``TokenOutput`` back as a Generation."""
         params = dict(sampling_params)
         if turn.max_tokens is not None:
             params["max_tokens"] = turn.max_tokens
-        output = await self.server_manager.generate(request_id, prompt_ids=list(turn.prompt_ids or []), sampling_params=params)
+        output = await self.server_manager.generate(
+            request_id, prompt_ids=list(turn.prompt_ids or []), sampling_params=params
+        )
         seen.append(output)
         ids = [int(t) for t in output.token_ids]
         stop_ids = self._stop_ids | {int(t) for t in (params.get("stop_token_ids") or [])}

@@ -58,7 +58,9 @@ def install(trainer_base: ModuleType) -> None:
         return
 
     @functools.wraps(original)
-    def compute_advantage_for_multi_trajectories(data: Any, batch_keys: list[str], adv_estimator: Any, **kwargs: Any) -> Any:
+    def compute_advantage_for_multi_trajectories(
+        data: Any, batch_keys: list[str], adv_estimator: Any, **kwargs: Any
+    ) -> Any:
         if str(getattr(adv_estimator, "value", adv_estimator)) != ESTIMATOR_NAME:
             return original(data, batch_keys=batch_keys, adv_estimator=adv_estimator, **kwargs)
         mask = data.batch["response_mask"]

@@ -4,8 +4,9 @@ Stand-ins (they need a GPU inference engine / a TransferQueue cluster):
 
 * :class:`Server` answers ``generate`` exactly as verl 0.9.1's ``LLMServerClient`` does
   for a vLLM replica: a ``TokenOutput`` with ``token_ids``, ``log_probs``,
-  ``routed_experts=None``, ``stop_reason`` (``"completed"`` for both a stop and a cut
-  at ``max_tokens``, as vLLM's server maps them), ``num_preempted`` and ``extra_fields``
+  ``routed_experts``, ``stop_reason`` (``"completed"`` for both a stop and a cut at
+  ``max_tokens``, as vLLM's server maps them; ``style="sglang"`` passes ``"stop"`` /
+  ``"length"`` as SGLang's does), ``num_preempted`` and ``extra_fields``
   (``global_steps`` and ``num_cached_tokens`` from the server, ``min_global_steps`` /
   ``max_global_steps`` set by the client). Its policy is the conformance suite's
   :func:`~gem_core.conformance.scripted_generation`. ``step_every`` advances the weight
@@ -34,6 +35,8 @@ import torch
 import verl  # noqa: F401  (the entry point registers the loop and the estimator)
 import verl.trainer.ppo.v1.agent_loop_tq as agent_loop_tq
 import verl.trainer.ppo.v1.trainer_base as trainer_base
+from gem_verl.agent_loop import GemEnvAgentLoop
+from gem_verl.dataset import make_rows
 from omegaconf import OmegaConf
 from transfer_queue import KVBatchMeta
 from verl.experimental.agent_loop.agent_loop import (
@@ -47,8 +50,6 @@ from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 from verl.workers.rollout.replica import TokenOutput
 
 from gem_core.conformance import ConformanceCase, scripted_generation
-from gem_verl.agent_loop import GemEnvAgentLoop
-from gem_verl.dataset import make_rows
 
 PROMPT_LENGTH = 256
 
@@ -64,7 +65,7 @@ class Server:
         global_steps: int = 3,
         step_every: int = 0,
         with_logprobs: bool = True,
-        stop_reason: str = "completed",
+        style: str = "vllm",
         num_preempted: int | None = 0,
         routed_experts: bool = False,
     ) -> None:
@@ -73,7 +74,7 @@ class Server:
         self.global_steps = global_steps
         self.step_every = step_every
         self.with_logprobs = with_logprobs
-        self.stop_reason = stop_reason
+        self.style = style
         self.num_preempted = num_preempted
         self.routed_experts = routed_experts
         self.calls: list[dict[str, Any]] = []
@@ -98,7 +99,8 @@ class Server:
             token_ids=ids,
             log_probs=generation.logprobs if self.with_logprobs else None,
             routed_experts=routed,
-            stop_reason=self.stop_reason,
+            # vLLM's server says "completed" for a stop and for a cut; SGLang passes its own finish reason
+            stop_reason="completed" if self.style == "vllm" else generation.finish_reason,
             num_preempted=self.num_preempted,
             extra_fields=extra,
         )
@@ -207,7 +209,7 @@ class Storage:
         self.tags.setdefault((partition_id, key), {}).update(tag)
 
     def kv_batch_put(self, keys: list[str], partition_id: str, fields: Any) -> KVBatchMeta:
-        for name in fields.keys():
+        for name in fields.keys():  # noqa: SIM118  (a TensorDict, not a dict)
             value = fields[name]
             if isinstance(value, torch.Tensor):
                 per_sample = list(value.unbind(0))
@@ -223,7 +225,14 @@ class Storage:
         for name in present:
             if not all(name in r for r in rows):
                 raise ValueError(f"field {name} is missing for some keys")
-        return list_of_dict_to_tensordict([{name: r[name] for name in present} for r in rows])
+        # TransferQueue hands per-token fields back as jagged nested tensors (verl calls .offsets() on them),
+        # also when every sample happens to have the same length.
+        out = list_of_dict_to_tensordict([{name: r[name] for name in present} for r in rows])
+        for name in present:
+            values = [r[name] for r in rows]
+            if all(isinstance(v, torch.Tensor) and v.dim() >= 1 for v in values) and not out[name].is_nested:
+                out[name] = torch.nested.as_nested_tensor(values, layout=torch.jagged)
+        return out
 
     def meta(self, keys: list[str], partition_id: str = "train") -> KVBatchMeta:
         return KVBatchMeta(
@@ -279,7 +288,7 @@ class _Trainer:
 
 
 def compute_advantage(storage: Storage, cfg: Any, keys: list[str]) -> tuple[dict[str, Any], Any]:
-    """verl's ``PPOTrainer._compute_advantage`` on the stored samples; returns its metrics and the padded batch."""
+    """Run verl's ``PPOTrainer._compute_advantage`` on the stored samples; returns its metrics and the padded batch."""
     saved = trainer_base.tq
     trainer_base.tq = storage
     metrics: dict[str, Any] = {}
@@ -293,7 +302,7 @@ def compute_advantage(storage: Storage, cfg: Any, keys: list[str]) -> tuple[dict
 
 
 def compute_metrics(storage: Storage, cfg: Any, keys: list[str], global_steps: int = 5) -> dict[str, Any]:
-    """verl's ``PPOTrainer._compute_metrics`` (the per-step metrics) on the stored samples."""
+    """Run verl's ``PPOTrainer._compute_metrics`` (the per-step metrics) on the stored samples."""
     saved = trainer_base.tq
     trainer_base.tq = storage
     metrics: dict[str, Any] = {}
