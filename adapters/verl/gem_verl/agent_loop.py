@@ -49,6 +49,7 @@ from gem_core.errors import ConfigError, TrajectoryError
 from gem_core.rl.layouts import episode_to_sequence, episode_to_transitions
 from gem_core.rl.returns import check_gamma, discounted_returns
 from gem_core.rl.types import Episode
+from gem_verl.plugin import AGENT_NAME
 
 __all__ = [
     "AGENT_NAME",
@@ -61,9 +62,6 @@ __all__ = [
 ]
 
 _logger = logging.getLogger(__name__)
-
-#: The name rows select in their ``agent_name`` column (or ``rollout.agent.default_agent_loop``).
-AGENT_NAME = "gem_env_agent"
 
 #: Per-request counters verl's tool loop sums over turns (speculative decoding stats).
 _SUMMED_EXTRA_KEYS = ("spec_num_draft_tokens", "spec_num_accepted_tokens", "spec_num_verify_steps")
@@ -296,6 +294,7 @@ class GemEnvAgentLoop(AgentLoopBase):
                 "algorithm.adv_estimator=rebn (per-turn returns) or +gem.layout=sequence"
             )
         self.response_length = int(self.rollout_config.response_length)
+        self.prompt_length = int(self.rollout_config.prompt_length)
         limits = EpisodeLimits(
             max_turns=self.gem_config.max_turns,
             max_turn_tokens=self.gem_config.max_turn_tokens,
@@ -364,6 +363,13 @@ class GemEnvAgentLoop(AgentLoopBase):
         self, request_id: str, turn: TurnRequest, sampling_params: dict[str, Any], seen: list[Any]
     ) -> Generation:
         """Verl's generate: the engine's request to the LLM server client, its ``TokenOutput`` back as a Generation."""
+        if turn.turn == 0 and len(turn.prompt_ids or []) > self.prompt_length:
+            # verl's loops cut the prompt's head; that would break token in / token out, so say so instead
+            raise TrajectoryError(
+                f"the first prompt has {len(turn.prompt_ids or [])} tokens, more than "
+                f"rollout.prompt_length={self.prompt_length}; raise it (and data.max_prompt_length) or shorten the "
+                "env's first observation / system prompt"
+            )
         params = dict(sampling_params)
         if turn.max_tokens is not None:
             params["max_tokens"] = turn.max_tokens

@@ -26,16 +26,30 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-__all__ = ["AFTER_IMPORT", "register", "register_agent_loop", "register_estimator", "register_trainer_hook"]
+__all__ = [
+    "AFTER_IMPORT",
+    "AGENT_NAME",
+    "register",
+    "register_agent_loop",
+    "register_estimator",
+    "register_trainer_hook",
+]
 
 _logger = logging.getLogger(__name__)
 
+#: The name rows select in their ``agent_name`` column (or ``rollout.agent.default_agent_loop``).
+AGENT_NAME = "gem_env_agent"
+
 
 def register_agent_loop(module: ModuleType) -> None:
-    """Register ``gem_env_agent`` in verl's agent-loop registry (``module`` is verl's ``agent_loop``)."""
-    from gem_verl.agent_loop import AGENT_NAME, GemEnvAgentLoop
+    """Register ``gem_env_agent`` in verl's agent-loop registry (``module`` is verl's ``agent_loop``).
 
-    module.register(AGENT_NAME)(GemEnvAgentLoop)
+    The entry is what verl's ``register`` decorator (and its ``agent_loop_config_path``
+    files) write: the class path hydra instantiates. The class itself is not imported
+    here: :mod:`gem_verl.agent_loop` imports verl's agent-loop module, so importing it
+    from this hook would be circular when it is the first to import verl's.
+    """
+    module._agent_loop_registry[AGENT_NAME] = {"_target_": "gem_verl.agent_loop.GemEnvAgentLoop"}
 
 
 def register_estimator(module: ModuleType) -> None:

@@ -37,7 +37,7 @@ from verl_harness import (
 import gem_core
 from gem_core.conformance import CASES
 from gem_core.episode import INVALID_ACTION
-from gem_core.errors import ConfigError
+from gem_core.errors import ConfigError, TrajectoryError
 
 CASE = {case.name: case for case in CASES}
 BISECT = CASE["bisect"]
@@ -314,3 +314,12 @@ def test_bad_trainer_config_raises_config_error(tokenizer: Any, change: dict[str
 def test_bad_rows_raise_config_error(tokenizer: Any, fields: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         play(config(BISECT), Server(BISECT, tokenizer), tokenizer, fields)
+
+
+def test_a_first_prompt_longer_than_prompt_length_is_an_error_not_a_cut(tokenizer: Any) -> None:
+    cfg = config(BISECT)
+    cfg.actor_rollout_ref.rollout.prompt_length = 8
+    server = Server(BISECT, tokenizer)
+    with pytest.raises(TrajectoryError, match=r"rollout\.prompt_length=8"):
+        play(cfg, server, tokenizer, row(ENV, seed=0))
+    assert server.calls == []

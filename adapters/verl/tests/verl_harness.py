@@ -51,7 +51,7 @@ from verl.workers.rollout.replica import TokenOutput
 
 from gem_core.conformance import ConformanceCase, scripted_generation
 
-PROMPT_LENGTH = 256
+PROMPT_LENGTH = 1024
 
 
 class Server:
