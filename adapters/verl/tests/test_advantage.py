@@ -7,6 +7,8 @@ import pytest
 import torch
 import verl  # noqa: F401  (the entry point registers ``rebn``)
 from gem_verl.advantage import compute_rebn_advantage, turn_ids_from_mask, turn_rewards_from_tokens
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from verl import DataProto
 from verl.trainer.config import AlgoConfig
 from verl.trainer.ppo.ray_trainer import compute_advantage
@@ -135,27 +137,31 @@ def _turn_ids(episodes: list[list[tuple[int, int]]], width: int) -> torch.Tensor
     return ids
 
 
-@pytest.mark.parametrize("seed", range(12), ids=lambda s: f"seed{s}")
-def test_zeroed_tokens_inside_turns_change_no_other_advantage(seed: int) -> None:
+_EPISODES = st.lists(
+    st.lists(st.tuples(st.integers(1, 6), st.integers(1, 4)), min_size=0, max_size=4), min_size=1, max_size=5
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(episodes=_EPISODES, seed=st.integers(0, 2**16), fraction=st.floats(0.0, 0.9))
+def test_zeroed_tokens_inside_turns_change_no_other_advantage(
+    episodes: list[list[tuple[int, int]]], seed: int, fraction: float
+) -> None:
     # Any tokens of any turns zeroed in the mask (token-level rejection sampling): with the explicit
     # turn ids, every other token keeps its advantage and each turn keeps one advantage.
     rng = np.random.default_rng(seed)
-    episodes = [
-        [(int(rng.integers(1, 6)), int(rng.integers(1, 4))) for _ in range(int(rng.integers(1, 5)))]
-        for _ in range(int(rng.integers(1, 6)))
-    ]
-    width = max(sum(g + e for g, e in turns) for turns in episodes)
+    width = max(1, max(sum(g + e for g, e in turns) for turns in episodes))
     rewards, mask, _ = _rows(episodes, width, rng)
     turn_ids = _turn_ids(episodes, width)
     assert torch.equal(turn_ids >= 0, mask.bool())
-    before, _ = compute_rebn_advantage(rewards, mask, config={"gamma": 0.9}, turn_ids=turn_ids)
-    rejected = (torch.from_numpy(rng.random(mask.shape) < 0.3)) & mask.bool()
+    before, returns_before = compute_rebn_advantage(rewards, mask, config={"gamma": 0.9}, turn_ids=turn_ids)
+    rejected = torch.from_numpy(rng.random(mask.shape) < fraction) & mask.bool()
     kept_mask = mask * (~rejected)
-    after, _ = compute_rebn_advantage(
+    after, returns_after = compute_rebn_advantage(
         rewards, kept_mask, config={"gamma": 0.9, "rollout_correction": {"rollout_rs": "token_k1"}}, turn_ids=turn_ids
     )
     kept = kept_mask.bool()
-    assert torch.equal(after[kept], before[kept])
+    assert torch.equal(after[kept], before[kept]) and torch.equal(returns_after[kept], returns_before[kept])
     assert torch.count_nonzero(after[~kept]) == 0
     for row in range(len(episodes)):
         for turn in range(int(turn_ids[row].max()) + 1):
