@@ -329,11 +329,7 @@ class GemEnvAgentLoop(AgentLoopBase):
         name = (
             f"{request.env_id} seed={request.seed} uid={kwargs.get('uid', '?')} session={kwargs.get('session_id', '?')}"
         )
-        env = gem_core.make(
-            request.env_id,
-            wrappers=list(self.gem_config.wrappers) or None,
-            **{**self.gem_config.env_kwargs, **request.env_kwargs},
-        )
+        env: Any = None
         outputs_of_server: list[Any] = []
         request_id = uuid4().hex  # one sticky session on the server for the whole episode
 
@@ -341,6 +337,11 @@ class GemEnvAgentLoop(AgentLoopBase):
             return await self._generate(request_id, turn, sampling_params, outputs_of_server)
 
         try:
+            env = gem_core.make(
+                request.env_id,
+                wrappers=list(self.gem_config.wrappers) or None,
+                **{**self.gem_config.env_kwargs, **request.env_kwargs},
+            )
             session = await self.engine.play(
                 env,
                 generate,
@@ -357,7 +358,8 @@ class GemEnvAgentLoop(AgentLoopBase):
             _logger.error("gem episode failed: %s: %s", name, where, exc_info=True)
             raise
         finally:
-            env.close()
+            if env is not None:
+                env.close()
 
     async def _generate(
         self, request_id: str, turn: TurnRequest, sampling_params: dict[str, Any], seen: list[Any]
