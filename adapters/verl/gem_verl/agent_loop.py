@@ -1,35 +1,39 @@
-"""A verl agent loop that plays one gem env episode per dataset row, token in / token out.
+"""A verl agent loop that plays one gem env episode per dataset row: verl's generate in, verl's samples out.
 
 verl's ``AgentLoopWorker`` builds one :class:`GemEnvAgentLoop` per sample (per row and
 ``rollout.n`` session) and awaits :meth:`GemEnvAgentLoop.run` with the row's fields.
-The loop makes the env named in the row (``extra_info["gem"]``, written by
-:mod:`gem_verl.dataset`), resets it with the row's seed and options, and alternates:
-the LLM server generates from the running token ids, the decoded text goes to
-``env.step``, the env's reply is appended as a user message through verl's
-continuous-token builder (so the prompt of turn ``t+1`` is the prompt of turn ``t``
-plus exactly the sampled ids plus the reply's tokens: nothing is re-tokenized).
+Everything between the server and the samples is the core's episode engine
+(:class:`gem_core.episode.EpisodeEngine`): the message history, the token context
+(sampled ids are never re-tokenized; each env reply is appended as a per-turn bridge
+from :class:`gem_core.chat.ChatRenderer`), the per-turn cap and the episode budget,
+cut generations (an invalid action by default), truncation flags and the records.
+This module only does two conversions:
 
-Per-turn rewards reach the advantage estimator through :class:`GemAgentLoopOutput`,
-whose ``as_dict`` (what verl's v1 trainer stores) writes ``rm_scores`` from the
-turn rewards instead of verl's one-scalar-at-the-end. Two layouts, from the core
-(:mod:`gem_core.rl.layouts`):
+* **generate in**: :meth:`GemEnvAgentLoop._generate` sends the engine's request to
+  verl's LLM server client and maps its ``TokenOutput`` to a
+  :class:`~gem_core.episode.Generation`;
+* **samples out**: :meth:`GemEnvAgentLoop._outputs` turns the finished episode into
+  :class:`GemAgentLoopOutput` s, carrying the server's ``extra_fields`` across turns the
+  way verl's own loops do (the v1 trainer's per-step metrics read
+  ``min_global_steps``/``max_global_steps`` of every sample).
+
+Per-turn rewards and explicit turn boundaries reach the ``rebn`` estimator through
+:class:`GemAgentLoopOutput` (``rm_scores`` per token and ``gem_turn_ids``). Two layouts,
+from the core (:mod:`gem_core.rl.layouts`):
 
 * ``sequence`` (default): one output per episode; each turn's reward on its last
   generated token. Tokens grow linearly with turns.
 * ``transition``: one output per turn (prompt = history, response = that turn's
   tokens); its reward is the turn's return ``G_t`` with ``algorithm.gamma``, because
   verl's estimator cannot tell which rows belong to one episode.
-
-The ``rebn`` estimator (:mod:`gem_verl.advantage`) handles both.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
 from uuid import uuid4
 
@@ -39,16 +43,28 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 
 import gem_core
-from gem_core.core import to_async
+from gem_core.chat import ChatRenderer
+from gem_core.episode import EpisodeEngine, EpisodeLimits, EpisodeSession, Generation, TurnRequest
 from gem_core.errors import ConfigError, TrajectoryError
 from gem_core.rl.layouts import episode_to_sequence, episode_to_transitions
 from gem_core.rl.returns import check_gamma, discounted_returns
-from gem_core.rl.types import Episode, Turn
+from gem_core.rl.types import Episode
+from gem_verl.plugin import AGENT_NAME
 
-__all__ = ["AGENT_NAME", "EpisodeRequest", "GemAgentLoopOutput", "GemEnvAgentLoop", "GemLoopConfig"]
+__all__ = [
+    "AGENT_NAME",
+    "EpisodeRequest",
+    "GemAgentLoopOutput",
+    "GemEnvAgentLoop",
+    "GemLoopConfig",
+    "finish_reason",
+    "merge_extra_fields",
+]
 
-#: The name rows select in their ``agent_name`` column (or ``rollout.agent.default_agent_loop``).
-AGENT_NAME = "gem_env_agent"
+_logger = logging.getLogger(__name__)
+
+#: Per-request counters verl's tool loop sums over turns (speculative decoding stats).
+_SUMMED_EXTRA_KEYS = ("spec_num_draft_tokens", "spec_num_accepted_tokens", "spec_num_verify_steps")
 
 
 class GemLoopConfig(BaseModel):
@@ -58,16 +74,24 @@ class GemLoopConfig(BaseModel):
         layout: ``"sequence"`` (one output per episode) or ``"transition"`` (one per turn).
         max_turns: Stop an episode after this many turns (its last turn counts as
             truncated); ``None`` leaves it to the env and the response budget.
+        max_turn_tokens: Most tokens one turn may generate (``max_tokens`` of each
+            request is this or what is left of ``rollout.response_length``, whichever is smaller).
+        on_cut: What a generation cut at its token limit becomes: ``"invalid"`` (the
+            env gets an invalid action and its penalty; GEM's rule), ``"pass"`` (the cut
+            text is the action) or ``"truncate"`` (the episode ends there, reward 0).
         env_kwargs: Constructor overrides for every env (rows may add their own).
-        wrappers: Registered wrapper names applied to every env.
+        wrappers: Wrappers applied to every env: registered names, or ``[name, kwargs]``
+            pairs (``+gem.wrappers='[[tools, {tools: [echo]}]]'``).
     """
 
     model_config = ConfigDict(extra="forbid")
 
     layout: Literal["sequence", "transition"] = "sequence"
     max_turns: int | None = Field(default=None, ge=1)
+    max_turn_tokens: int | None = Field(default=None, ge=1)
+    on_cut: Literal["invalid", "pass", "truncate"] = "invalid"
     env_kwargs: dict[str, Any] = Field(default_factory=dict)
-    wrappers: list[str] = Field(default_factory=list)
+    wrappers: list[str | tuple[str, dict[str, Any]]] = Field(default_factory=list)
 
 
 class EpisodeRequest(BaseModel):
@@ -124,36 +148,82 @@ class EpisodeRequest(BaseModel):
 
 
 class GemAgentLoopOutput(AgentLoopOutput):
-    """An ``AgentLoopOutput`` that carries a reward per response token.
+    """An ``AgentLoopOutput`` that carries a reward and a turn index per response token.
 
     verl's ``as_dict`` turns the scalar ``reward_score`` into ``rm_scores`` with the
     value on the last response token, and its v1 worker copies the last output's
     score onto every earlier output of the episode. Overriding ``as_dict`` (the only
-    way v1 stores outputs) keeps each turn's own reward where the estimator sees it.
+    way v1 stores outputs) keeps each turn's own reward where the estimator sees it,
+    and stores ``gem_turn_ids``: the explicit turn boundaries ``rebn`` reads (see
+    :mod:`gem_verl.advantage`), so a response mask changed later (verl's token-level
+    rejection sampling) cannot split a turn.
     """
 
     token_rewards: list[float]
     """One reward per response token; non-zero only on each turn's last generated token."""
+    turn_ids: list[int]
+    """Per response token: the index of the turn that generated it, ``-1`` on env/template tokens."""
 
     def as_dict(self) -> dict[str, Any]:
         output = super().as_dict()
         output.pop("token_rewards", None)
-        if len(self.token_rewards) != len(self.response_ids):
-            raise TrajectoryError(
-                f"{len(self.token_rewards)} token_rewards for {len(self.response_ids)} response tokens"
-            )
+        output.pop("turn_ids", None)
+        for name in ("token_rewards", "turn_ids"):
+            if len(getattr(self, name)) != len(self.response_ids):
+                raise TrajectoryError(f"{len(getattr(self, name))} {name} for {len(self.response_ids)} response tokens")
         output["rm_scores"] = torch.tensor(self.token_rewards, dtype=torch.float32)
+        output["gem_turn_ids"] = torch.tensor(self.turn_ids, dtype=torch.int64)
         return output
 
 
-@dataclass(slots=True)
-class _Played:
-    """An episode as played, plus verl's own view of its token stream."""
+def finish_reason(stop_reason: str | None, token_ids: list[int], max_tokens: int | None, stop_ids: set[int]) -> str:
+    """The engine's ``finish_reason`` for a verl ``TokenOutput``.
 
-    episode: Episode
-    timing: AgentLoopMetrics
-    token_ids: list[int]
-    response_mask: list[int]
+    verl's servers disagree: vLLM reports ``"completed"`` for both a stop and a cut at
+    ``max_tokens`` (``"aborted"`` when aborted), SGLang passes its own ``"stop"`` /
+    ``"length"`` / ``"abort"``, the fully-async client says ``"length"``. So a reply is
+    cut when the server says so, or when it used all of ``max_tokens`` without ending
+    in a stop token.
+    """
+    reason = (stop_reason or "").lower()
+    if reason in ("aborted", "abort"):
+        return "abort"
+    if reason == "length":
+        return "length"
+    if max_tokens is not None and len(token_ids) >= max_tokens and (not token_ids or token_ids[-1] not in stop_ids):
+        return "length"
+    return "stop"
+
+
+def merge_extra_fields(per_turn: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """One episode's ``extra_fields`` from its turns' server ``extra_fields``, as verl's loops merge them.
+
+    The first turn's fields are kept (verl's ``ToolAgentLoop`` does the same), then:
+    ``min_global_steps`` is the smallest and ``max_global_steps`` the largest seen (the
+    weight versions the episode was generated across; verl's v1 trainer builds
+    ``np.array(..., dtype=int)`` from them every step), ``global_steps`` the last, and the
+    speculative-decoding counters are summed.
+    """
+    merged: dict[str, Any] = {}
+    for index, fields in enumerate(per_turn):
+        if index == 0:
+            merged.update(fields)
+            continue
+        for key, value in fields.items():
+            if value is None:
+                continue
+            current = merged.get(key)
+            if key == "min_global_steps":
+                merged[key] = value if current is None else min(current, value)
+            elif key == "max_global_steps":
+                merged[key] = value if current is None else max(current, value)
+            elif key == "global_steps":
+                merged[key] = value
+            elif key in _SUMMED_EXTRA_KEYS:
+                merged[key] = int(current or 0) + int(value)
+            else:
+                merged.setdefault(key, value)
+    return merged
 
 
 def _metrics_value(value: Any) -> bool | float | str | None:
@@ -165,13 +235,38 @@ def _metrics_value(value: Any) -> bool | float | str | None:
     return str(value)
 
 
+# One template probe per tokenizer and chat-template settings per process: verl builds a loop per sample.
+_RENDERERS: dict[tuple[int, str], ChatRenderer] = {}
+
+
+def _renderer(tokenizer: Any, chat_template_kwargs: Mapping[str, Any]) -> ChatRenderer:
+    key = (id(tokenizer), json.dumps(dict(chat_template_kwargs), sort_keys=True, default=str))
+    renderer = _RENDERERS.get(key)
+    if renderer is None or renderer.tokenizer is not tokenizer:
+        renderer = _RENDERERS[key] = ChatRenderer(tokenizer, chat_template_kwargs)
+    return renderer
+
+
+def _config_get(section: Any, name: str, default: Any = None) -> Any:
+    if section is None:
+        return default
+    getter = getattr(section, "get", None)
+    return getter(name, default) if callable(getter) else getattr(section, name, default)
+
+
 class GemEnvAgentLoop(AgentLoopBase):
     """Plays one gem env episode against verl's LLM server and returns it as verl samples.
 
     Registered as ``gem_env_agent`` by :mod:`gem_verl.plugin`. Reads
-    ``rollout.response_length`` (token budget after the first prompt, shared by all
-    turns), ``algorithm.gamma`` (for the transition layout) and the ``gem`` section
-    (:class:`GemLoopConfig`) of the trainer config.
+    ``rollout.response_length`` (the episode budget: everything after the first prompt),
+    ``data.apply_chat_template_kwargs``, ``algorithm.gamma`` / ``adv_estimator`` and the
+    ``gem`` section (:class:`GemLoopConfig`) of the trainer config.
+
+    Raises:
+        ConfigError: At construction: a bad ``gem`` section, the legacy trainer, or
+            ``adv_estimator=grpo`` with the transition layout.
+        TemplatePrefixError: At construction: the tokenizer's chat template cannot be
+            bridged turn by turn (the start-up probe).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -190,181 +285,185 @@ class GemEnvAgentLoop(AgentLoopBase):
                 "one reward per sample, so per-turn rewards would be lost"
             )
         algorithm = self.config.get("algorithm", None)
-        self.gamma = check_gamma(algorithm.get("gamma", 1.0) if algorithm is not None else 1.0)
+        self.gamma = check_gamma(_config_get(algorithm, "gamma", 1.0))
+        estimator = str(_config_get(algorithm, "adv_estimator", "") or "")
+        if self.gem_config.layout == "transition" and estimator == "grpo":
+            raise ConfigError(
+                "algorithm.adv_estimator=grpo with +gem.layout=transition would train on the last turn only: verl's v1 "
+                "trainer gives every output of a session the advantage of its final output. Use "
+                "algorithm.adv_estimator=rebn (per-turn returns) or +gem.layout=sequence"
+            )
         self.response_length = int(self.rollout_config.response_length)
+        self.prompt_length = int(self.rollout_config.prompt_length)
+        limits = EpisodeLimits(
+            max_turns=self.gem_config.max_turns,
+            max_turn_tokens=self.gem_config.max_turn_tokens,
+            max_episode_tokens=self.response_length,
+            on_cut=self.gem_config.on_cut,
+        )
+        chat_kwargs = dict(self.apply_chat_template_kwargs or {})
+        self.engine = EpisodeEngine(
+            self.tokenizer, limits, chat_template_kwargs=chat_kwargs, renderer=_renderer(self.tokenizer, chat_kwargs)
+        )
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        self._stop_ids = {int(eos)} if isinstance(eos, int) else set()
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[AgentLoopOutput]:  # type: ignore[override]  # verl v1 takes a list
         """Play one episode for the row ``kwargs`` and return its samples.
 
         Args:
             sampling_params: verl's sampling parameters; ``max_tokens`` is set per turn
-                to what is left of ``rollout.response_length``.
-            **kwargs: The row's fields (``extra_info``, ``index``, ``uid``, ...).
+                by the engine (per-turn cap, what is left of ``rollout.response_length``).
+            **kwargs: The row's fields (``extra_info``, ``index``, ``uid``, ``session_id``, ...).
 
         Returns:
             One :class:`GemAgentLoopOutput` (sequence layout) or one per turn (transition
             layout); verl's v1 worker stores each as a sample.
+
+        Raises:
+            Exception: Whatever the env, the server or the layout raised, after logging
+                it at error level with the episode named (env id, seed, row uid and
+                session, turn); verl then marks the row's group as failed.
         """
         request = EpisodeRequest.from_row(kwargs)
-        env = to_async(
-            gem_core.make(
+        name = (
+            f"{request.env_id} seed={request.seed} uid={kwargs.get('uid', '?')} session={kwargs.get('session_id', '?')}"
+        )
+        env: Any = None
+        outputs_of_server: list[Any] = []
+        request_id = uuid4().hex  # one sticky session on the server for the whole episode
+
+        async def generate(turn: TurnRequest) -> Generation:
+            return await self._generate(request_id, turn, sampling_params, outputs_of_server)
+
+        try:
+            env = gem_core.make(
                 request.env_id,
                 wrappers=list(self.gem_config.wrappers) or None,
                 **{**self.gem_config.env_kwargs, **request.env_kwargs},
             )
-        )
-        try:
-            played = await self._play(env, request, sampling_params)
+            session = await self.engine.play(
+                env,
+                generate,
+                env_id=request.env_id,
+                seed=request.seed,
+                options=request.options,
+                episode_id=request_id,
+                system_prompt=request.system_prompt,
+            )
+            return self._outputs(session, outputs_of_server)
+        except Exception as exc:
+            # the engine's note names the episode's start state and turn
+            where = "; ".join(getattr(exc, "__notes__", [])) or "before the first turn"
+            _logger.error("gem episode failed: %s: %s", name, where, exc_info=True)
+            raise
         finally:
-            await env.close()
-        return self._outputs(played)
+            if env is not None:
+                env.close()
 
-    async def _play(self, env: Any, request: EpisodeRequest, sampling_params: dict[str, Any]) -> _Played:
-        timing = AgentLoopMetrics(num_preempted=0)
-        observation, _ = await env.reset(seed=request.seed, options=request.options)
-        messages: list[dict[str, Any]] = []
-        if request.system_prompt:
-            messages.append({"role": "system", "content": request.system_prompt})
-        messages.append({"role": "user", "content": str(observation)})
-        runtime_ids = await self.ct_build_initial_tokens(messages)
-        response_mask: list[int] = []
-        response_logprobs: list[float] | None = None
-        turns: list[Turn] = []
-        request_id = uuid4().hex
-        max_turns = self.gem_config.max_turns
-        while True:
-            budget = self.response_length - len(response_mask)
-            if budget <= 0:
-                break
-            started = time.perf_counter()
-            generated = await self.server_manager.generate(
-                request_id, prompt_ids=list(runtime_ids), sampling_params={**sampling_params, "max_tokens": budget}
-            )
-            timing.generate_sequences += time.perf_counter() - started
-            if generated.num_preempted is not None:
-                timing.num_preempted += generated.num_preempted
-            action_ids = list(generated.token_ids[:budget])
-            logprobs = list(generated.log_probs[:budget]) if generated.log_probs else None
-            if not action_ids:
-                break  # nothing generated: no token could carry this turn's reward
-            if logprobs is not None and response_logprobs is None:
-                response_logprobs = [0.0] * len(response_mask)
-            prompt_ids = list(runtime_ids)
-            merged, response_mask, response_logprobs = await self.ct_merge_assistant_token(
-                runtime_ids, action_ids, response_mask, response_logprobs, assistant_logprobs=logprobs
-            )
-            runtime_ids = merged.token_ids
-            action = self.tokenizer.decode(action_ids, skip_special_tokens=True)
-            started = time.perf_counter()
-            next_observation, reward, terminated, truncated, info = await env.step(action)
-            timing.tool_calls += time.perf_counter() - started
-            turns.append(
-                Turn(
-                    observation=str(observation),
-                    action=action,
-                    reward=float(reward),
-                    terminated=bool(terminated),
-                    truncated=bool(truncated),
-                    next_observation=str(next_observation),
-                    info=dict(info),
-                    prompt_token_ids=prompt_ids,
-                    action_token_ids=action_ids,
-                    action_logprobs=logprobs,
-                )
-            )
-            if terminated or truncated:
-                break
-            if max_turns is not None and len(turns) >= max_turns:
-                turns[-1].truncated = True
-                break
-            previous = [*messages, {"role": "assistant", "content": action}]
-            messages = [*previous, {"role": "user", "content": str(next_observation)}]
-            merged, new_mask, new_logprobs = await self.ct_merge_context_msg(
-                previous, messages, runtime_ids, response_mask, response_logprobs
-            )
-            if len(new_mask) >= self.response_length:
-                turns[-1].truncated = True  # the reply leaves no room for another turn
-                break
-            if merged.removed_prefix_token_count:
-                # Some templates (GLM, Gemma) reuse the stop token as the next message's start: the
-                # builder drops it from the stream, so it is no longer part of what the model generated.
-                self._drop_generated_tail(turns[-1], merged.removed_prefix_token_count)
-            runtime_ids, response_mask, response_logprobs = merged.token_ids, new_mask, new_logprobs
-            observation = next_observation
-        episode = Episode(
-            turns=turns,
-            start_state_id=f"{request.env_id}/seed={request.seed}",
-            episode_id=request_id,
-            env_id=request.env_id,
-            seed=request.seed,
-        )
-        return _Played(episode, timing, runtime_ids, response_mask)
-
-    @staticmethod
-    def _drop_generated_tail(turn: Turn, count: int) -> None:
-        ids = list(turn.action_token_ids or [])
-        if count >= len(ids):
+    async def _generate(
+        self, request_id: str, turn: TurnRequest, sampling_params: dict[str, Any], seen: list[Any]
+    ) -> Generation:
+        """Verl's generate: the engine's request to the LLM server client, its ``TokenOutput`` back as a Generation."""
+        if turn.turn == 0 and len(turn.prompt_ids or []) > self.prompt_length:
+            # verl's loops cut the prompt's head; that would break token in / token out, so say so instead
             raise TrajectoryError(
-                f"the chat template builder removed {count} tokens but the turn generated only {len(ids)}"
+                f"the first prompt has {len(turn.prompt_ids or [])} tokens, more than "
+                f"rollout.prompt_length={self.prompt_length}; raise it (and data.max_prompt_length) or shorten the "
+                "env's first observation / system prompt"
             )
-        turn.action_token_ids = ids[:-count]
-        if turn.action_logprobs is not None:
-            turn.action_logprobs = turn.action_logprobs[:-count]
+        params = dict(sampling_params)
+        if turn.max_tokens is not None:
+            params["max_tokens"] = turn.max_tokens
+        output = await self.server_manager.generate(
+            request_id, prompt_ids=list(turn.prompt_ids or []), sampling_params=params
+        )
+        seen.append(output)
+        ids = [int(t) for t in output.token_ids]
+        stop_ids = self._stop_ids | {int(t) for t in (params.get("stop_token_ids") or [])}
+        return Generation(
+            token_ids=ids,
+            logprobs=None if not output.log_probs else [float(x) for x in output.log_probs],
+            finish_reason=finish_reason(output.stop_reason, ids, turn.max_tokens, stop_ids),
+            extra=dict(output.extra_fields or {}),
+        )
 
-    def _extra_fields(self, episode: Episode) -> dict[str, Any]:
+    def _summary(self, episode: Episode) -> dict[str, Any]:
         last_info = episode.turns[-1].info if episode.turns else {}
         return {
-            # verl's own key for per-turn scores (kept in the batch's non-tensor fields).
-            "turn_scores": [t.reward for t in episode.turns],
-            # The v1 worker reads this from the last output once reward_score is set.
-            "reward_extra_info": {},
-            "gem": {
-                "env_id": episode.env_id,
-                "seed": episode.seed,
-                "episode_return": episode.total_reward,
-                "num_turns": episode.num_turns,
-                "terminated": episode.terminated,
-                "truncated": episode.truncated,
-                "success": _metrics_value(last_info.get("success")),
-                "format_errors": sum(bool(t.info.get("format_error")) for t in episode.turns),
-            },
+            "env_id": episode.env_id,
+            "seed": episode.seed,
+            "start_state_id": episode.start_state_id,
+            "episode_return": episode.total_reward,
+            "num_turns": episode.num_turns,
+            "terminated": episode.terminated,
+            "truncated": episode.truncated,
+            "end_reason": episode.metadata.get("end_reason"),
+            "cut_turns": episode.metadata.get("cut_turns", 0),
+            "success": _metrics_value(last_info.get("success")),
+            "format_errors": sum(bool(t.info.get("format_error")) for t in episode.turns),
+            # per turn: what the env got (INVALID_ACTION for a cut reply) and its flags
+            "actions": [t.action for t in episode.turns],
+            "turn_terminated": [t.terminated for t in episode.turns],
+            "turn_truncated": [t.truncated for t in episode.turns],
         }
 
-    def _outputs(self, played: _Played) -> list[AgentLoopOutput]:
-        episode, timing = played.episode, played.timing
+    @staticmethod
+    def _metrics(episode: Episode, outputs_of_server: list[Any]) -> AgentLoopMetrics:
+        preempted = [o.num_preempted for o in outputs_of_server]
+        # verl's loops: -1 when the server never reports it, else the sum of what it reported
+        num_preempted = -1 if all(p is None for p in preempted) else sum(p or 0 for p in preempted)
+        return AgentLoopMetrics(
+            generate_sequences=float(sum(episode.metadata.get("policy_s", []))),
+            tool_calls=float(sum(episode.metadata.get("env_s", []))),
+            num_preempted=num_preempted,
+        )
+
+    def _outputs(self, session: EpisodeSession, outputs_of_server: list[Any]) -> list[AgentLoopOutput]:
+        episode = session.episode()
         if not episode.turns:
             raise TrajectoryError(
-                f"episode of {episode.env_id} (seed {episode.seed}) has no turns: the server generated nothing or "
-                f"rollout.response_length={self.response_length} leaves no room"
+                f"episode {episode.start_state_id} has no turns (ended by {session.end_reason!r}): the server "
+                f"generated nothing or aborted, or rollout.response_length={self.response_length} leaves no room"
             )
-        extra = self._extra_fields(episode)
+        played = outputs_of_server[: len(episode.turns)]
+        extra = merge_extra_fields([g.extra for g in session.generations])
+        extra.update(
+            {
+                # verl's own keys (kept in the batch's non-tensor fields by its worker)
+                "turn_scores": [t.reward for t in episode.turns],
+                "tool_rewards": [],
+                # the v1 worker reads this from the last output once reward_score is set
+                "reward_extra_info": {},
+                "gem": self._summary(episode),
+            }
+        )
+        metrics = self._metrics(episode, outputs_of_server)
         if self.gem_config.layout == "sequence":
             sequence = episode_to_sequence(episode)
             start = sequence.prompt_length
-            response_ids = sequence.input_ids[start:].tolist()
-            response_mask = sequence.loss_mask[start:].astype(int).tolist()
-            # The core's layout and verl's continuous-token stream must be the same tokens and mask.
-            if sequence.input_ids.tolist() != played.token_ids or response_mask != played.response_mask:
-                raise TrajectoryError(
-                    "the episode's token-in/token-out sequence differs from the stream verl's continuous-token "
-                    "builder produced; use +gem.layout=transition with this tokenizer"
-                )
+            if sequence.input_ids.tolist() != session.context:
+                raise TrajectoryError(f"episode {episode.start_state_id}: the layout differs from the engine's context")
+            turn_ids = [-1] * (len(sequence.input_ids) - start)
+            for index, (begin, end) in enumerate(sequence.turn_spans):
+                turn_ids[begin - start : end - start] = [index] * (end - begin)
             output = GemAgentLoopOutput(
                 prompt_ids=sequence.input_ids[:start].tolist(),
-                response_ids=response_ids,
-                response_mask=response_mask,
+                response_ids=sequence.input_ids[start:].tolist(),
+                response_mask=sequence.loss_mask[start:].astype(int).tolist(),
                 response_logprobs=None if sequence.token_logprobs is None else sequence.token_logprobs[start:].tolist(),
+                routed_experts=self._routed_experts(played[-1], len(sequence.input_ids)),
                 token_rewards=sequence.token_rewards[start:].tolist(),
+                turn_ids=turn_ids,
                 reward_score=episode.total_reward,
                 num_turns=2 * episode.num_turns,
-                metrics=timing,
+                metrics=metrics,
                 extra_fields=extra,
             )
             return [output]
         returns = discounted_returns(episode, self.gamma)
         outputs: list[AgentLoopOutput] = []
-        samples = episode_to_transitions(episode, returns)
-        for sample in samples:
+        for sample, server_output in zip(episode_to_transitions(episode, returns), played, strict=True):
             token_rewards = [0.0] * len(sample.response_ids)
             token_rewards[-1] = sample.advantage  # the return G_t: see the module docstring
             outputs.append(
@@ -373,11 +472,21 @@ class GemEnvAgentLoop(AgentLoopBase):
                     response_ids=sample.response_ids,
                     response_mask=[1] * len(sample.response_ids),
                     response_logprobs=sample.response_logprobs,
+                    routed_experts=self._routed_experts(
+                        server_output, len(sample.prompt_ids) + len(sample.response_ids)
+                    ),
                     token_rewards=token_rewards,
+                    turn_ids=[0] * len(sample.response_ids),
                     reward_score=sample.advantage,
                     num_turns=2 * sample.turn_index + 2,
-                    metrics=timing,
+                    metrics=metrics,
                     extra_fields={**extra, "gem_turn_index": sample.turn_index},
                 )
             )
         return outputs
+
+    @staticmethod
+    def _routed_experts(server_output: Any, length: int) -> Any:
+        """The server's routing of a turn's prompt and reply, cut to the sample (verl's loops keep the last turn's)."""
+        routed = getattr(server_output, "routed_experts", None)
+        return None if routed is None else routed[:length]

@@ -22,11 +22,9 @@ from typing import Any
 import gem_core
 from gem_core.errors import ConfigError
 from gem_core.seeds import parse_seeds
+from gem_verl.plugin import AGENT_NAME  # the plugin module imports no verl
 
 __all__ = ["main", "make_rows", "parse_seeds", "write_parquet"]
-
-#: Agent loop name the rows select (kept literal here so building data does not import verl).
-AGENT_NAME = "gem_env_agent"
 
 
 def _json_or_empty(value: Mapping[str, Any] | None, name: str) -> str:

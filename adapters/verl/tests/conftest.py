@@ -5,7 +5,13 @@ Each filter names one third-party message, so a warning from gem code still fail
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+
+# The shared harness (verl_harness.py) sits next to the tests; pytest runs with --import-mode=importlib.
+sys.path.insert(0, str(Path(__file__).parent))
 
 THIRD_PARTY_WARNINGS = [
     # verl.single_controller.ray imports ray.experimental.state (ray >= 2.4x moved it).

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 import torch
 import verl  # noqa: F401  (the entry point registers ``rebn``)
-from gem_verl.advantage import compute_rebn_advantage, turn_rewards_from_tokens
+from gem_verl.advantage import compute_rebn_advantage, turn_ids_from_mask, turn_rewards_from_tokens
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from verl import DataProto
 from verl.trainer.config import AlgoConfig
 from verl.trainer.ppo.ray_trainer import compute_advantage
@@ -94,7 +96,7 @@ def test_gamma_discounts_turns_not_tokens() -> None:
 def test_rewards_on_env_tokens_count_for_the_turn_before() -> None:
     rewards = np.array([[0.0, 0.0, 0.0, 2.0, 0.0, 0.0, 0.0], [0.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]])
     mask = np.array([[1, 1, 0, 0, 1, 0, 0], [0, 0, 1, 1, 0, 0, 0]])
-    per_row, owner = turn_rewards_from_tokens(rewards, mask)
+    per_row, owner = turn_rewards_from_tokens(rewards, turn_ids_from_mask(mask))
     assert [r.tolist() for r in per_row] == [[2.0, 0.0], [0.5]]
     assert owner.tolist() == [[0, 0, -1, -1, 1, -1, -1], [-1, -1, 2, 2, -1, -1, -1]]
 
@@ -123,3 +125,51 @@ def test_bad_inputs_raise_typed_errors(rewards: torch.Tensor, mask: torch.Tensor
 def test_bad_gamma_is_rejected() -> None:
     with pytest.raises(RLInputError, match="gamma"):
         compute_rebn_advantage(torch.zeros(1, 2), torch.ones(1, 2), config={"gamma": 1.5})
+
+
+def _turn_ids(episodes: list[list[tuple[int, int]]], width: int) -> torch.Tensor:
+    ids = torch.full((len(episodes), width), -1, dtype=torch.long)
+    for row, turns in enumerate(episodes):
+        pos = 0
+        for turn, (generated, env_tokens) in enumerate(turns):
+            ids[row, pos : pos + generated] = turn
+            pos += generated + env_tokens
+    return ids
+
+
+_EPISODES = st.lists(
+    st.lists(st.tuples(st.integers(1, 6), st.integers(1, 4)), min_size=0, max_size=4), min_size=1, max_size=5
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(episodes=_EPISODES, seed=st.integers(0, 2**16), fraction=st.floats(0.0, 0.9))
+def test_zeroed_tokens_inside_turns_change_no_other_advantage(
+    episodes: list[list[tuple[int, int]]], seed: int, fraction: float
+) -> None:
+    # Any tokens of any turns zeroed in the mask (token-level rejection sampling): with the explicit
+    # turn ids, every other token keeps its advantage and each turn keeps one advantage.
+    rng = np.random.default_rng(seed)
+    width = max(1, max(sum(g + e for g, e in turns) for turns in episodes))
+    rewards, mask, _ = _rows(episodes, width, rng)
+    turn_ids = _turn_ids(episodes, width)
+    assert torch.equal(turn_ids >= 0, mask.bool())
+    before, returns_before = compute_rebn_advantage(rewards, mask, config={"gamma": 0.9}, turn_ids=turn_ids)
+    rejected = torch.from_numpy(rng.random(mask.shape) < fraction) & mask.bool()
+    kept_mask = mask * (~rejected)
+    after, returns_after = compute_rebn_advantage(
+        rewards, kept_mask, config={"gamma": 0.9, "rollout_correction": {"rollout_rs": "token_k1"}}, turn_ids=turn_ids
+    )
+    kept = kept_mask.bool()
+    assert torch.equal(after[kept], before[kept]) and torch.equal(returns_after[kept], returns_before[kept])
+    assert torch.count_nonzero(after[~kept]) == 0
+    for row in range(len(episodes)):
+        for turn in range(int(turn_ids[row].max()) + 1):
+            assert len(torch.unique(after[row][(turn_ids[row] == turn) & kept[row]])) <= 1
+
+
+def test_turn_ids_must_match_the_mask_shape() -> None:
+    with pytest.raises(RLInputError, match="turn_ids"):
+        compute_rebn_advantage(torch.zeros(1, 3), torch.ones(1, 3), turn_ids=torch.zeros(1, 2, dtype=torch.long))
+    with pytest.raises(RLInputError, match=">= -1"):
+        compute_rebn_advantage(torch.zeros(1, 2), torch.ones(1, 2), turn_ids=torch.tensor([[0, -2]]))

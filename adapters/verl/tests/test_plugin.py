@@ -13,6 +13,7 @@ _PROBE = """
 import json, sys
 assert "gem_verl" not in sys.modules
 import verl
+heavy = sorted(m for m in ("fastapi", "uvicorn", "verl.experimental.agent_loop.agent_loop") if m in sys.modules)
 from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
 from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
 fn = ADV_ESTIMATOR_REGISTRY.get("rebn")
@@ -20,6 +21,7 @@ print(json.dumps({
     "agent": _agent_loop_registry.get("gem_env_agent"),
     "rebn": None if fn is None else f"{fn.__module__}.{fn.__qualname__}",
     "plugin_loaded": "gem_verl.plugin" in sys.modules,
+    "heavy_after_import_verl": heavy,
 }))
 """
 
@@ -42,6 +44,7 @@ def test_import_verl_registers_agent_loop_and_estimator(policy: str | None) -> N
         "agent": {"_target_": "gem_verl.agent_loop.GemEnvAgentLoop"},
         "rebn": "gem_verl.advantage.compute_rebn_advantage",
         "plugin_loaded": True,
+        "heavy_after_import_verl": [],  # the plugin registers lazily: no web server stack in every process
     }
 
 
@@ -79,7 +82,7 @@ def test_a_ray_worker_registers_both_names_on_import_verl() -> None:
 def test_plugins_switched_off_registers_nothing() -> None:
     # The control: with verl's plugin discovery off, nothing else registers these names.
     result = _probe("none")
-    assert result == {"agent": None, "rebn": None, "plugin_loaded": False}
+    assert result == {"agent": None, "rebn": None, "plugin_loaded": False, "heavy_after_import_verl": []}
 
 
 def test_registration_is_idempotent() -> None:
@@ -91,3 +94,33 @@ def test_registration_is_idempotent() -> None:
     from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
     assert get_adv_estimator_fn("rebn") is compute_rebn_advantage
+
+
+def test_importing_the_plugin_module_imports_only_the_standard_library() -> None:
+    probe = (
+        "import json, sys; before = set(sys.modules); import gem_verl.plugin; "
+        "print(json.dumps(sorted(m.split('.')[0] for m in set(sys.modules) - before)))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert loaded <= {"gem_verl"} | set(sys.stdlib_module_names), loaded - set(sys.stdlib_module_names)
+    assert not loaded & {"fastapi", "uvicorn", "verl", "torch", "ray"}
+
+
+def test_registration_runs_when_verl_imports_the_registries_later() -> None:
+    # The plugin loads inside `import verl`, before verl's agent-loop and estimator modules exist.
+    probe = """
+import json, sys
+import verl
+assert "verl.trainer.ppo.core_algos" not in sys.modules
+import verl.trainer.ppo.v1.trainer_base as trainer_base
+from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
+print(json.dumps([
+    "rebn" in ADV_ESTIMATOR_REGISTRY,
+    getattr(trainer_base.compute_advantage_for_multi_trajectories, "__gem_verl_hook__", False),
+]))
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [True, True]

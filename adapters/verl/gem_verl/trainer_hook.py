@@ -1,0 +1,96 @@
+"""Hands ``rebn`` the explicit turn boundaries in verl's v1 trainer.
+
+verl 0.9.1 gives a custom advantage estimator only ``token_level_rewards``,
+``response_mask``, ``config`` and ``index`` (``ray_trainer.compute_advantage``), and the
+v1 trainer's ``PPOTrainer._compute_advantage`` reads a fixed list of fields from its
+TransferQueue storage. The turn boundaries the agent loop stored with each sample
+(``gem_turn_ids``, see :class:`gem_verl.agent_loop.GemAgentLoopOutput`) would never
+reach the estimator. :func:`install` wraps the two names of ``trainer_base`` on that
+path, for ``algorithm.adv_estimator=rebn`` only:
+
+* ``PPOTrainer._compute_advantage`` remembers which storage partition the batch is in;
+* ``compute_advantage_for_multi_trajectories`` (called with the batch's storage keys,
+  after verl's rollout correction changed ``response_mask``) reads ``gem_turn_ids`` of
+  those keys and calls :func:`~gem_verl.advantage.compute_rebn_advantage` with them.
+
+Every other estimator goes to verl's own code unchanged. Samples without
+``gem_turn_ids`` (another agent loop) fall back to the mask's runs (refused with a
+``ConfigError`` under token-level rejection sampling).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import logging
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from gem_verl.advantage import ESTIMATOR_NAME, compute_rebn_advantage
+
+__all__ = ["TURN_IDS_FIELD", "install", "padded_turn_ids"]
+
+_logger = logging.getLogger(__name__)
+
+#: The stored per-token field with each sample's turn ids.
+TURN_IDS_FIELD = "gem_turn_ids"
+
+_PARTITION: contextvars.ContextVar[str] = contextvars.ContextVar("gem_verl_partition", default="train")
+
+
+def padded_turn_ids(rows: Any, width: int) -> torch.Tensor:
+    """``[batch, width]`` turn ids from a nested (or list of 1-D) tensor, padded with -1 (no turn)."""
+    unbound: Sequence[torch.Tensor] = rows.unbind() if getattr(rows, "is_nested", False) else list(rows)
+    out = torch.full((len(unbound), width), -1, dtype=torch.int64)
+    for i, row in enumerate(unbound):
+        values = torch.as_tensor(row, dtype=torch.int64).reshape(-1)[:width]
+        out[i, : values.numel()] = values
+    return out
+
+
+def install(trainer_base: ModuleType) -> None:
+    """Wrap ``trainer_base``'s advantage path for ``rebn`` (idempotent)."""
+    original = trainer_base.compute_advantage_for_multi_trajectories
+    if getattr(original, "__gem_verl_hook__", False):
+        return
+
+    @functools.wraps(original)
+    def compute_advantage_for_multi_trajectories(
+        data: Any, batch_keys: list[str], adv_estimator: Any, **kwargs: Any
+    ) -> Any:
+        if str(getattr(adv_estimator, "value", adv_estimator)) != ESTIMATOR_NAME:
+            return original(data, batch_keys=batch_keys, adv_estimator=adv_estimator, **kwargs)
+        mask = data.batch["response_mask"]
+        turn_ids = None
+        try:
+            stored = trainer_base.tq.kv_batch_get(
+                keys=list(batch_keys), partition_id=_PARTITION.get(), select_fields=[TURN_IDS_FIELD]
+            )
+            turn_ids = padded_turn_ids(stored[TURN_IDS_FIELD], mask.shape[1])
+        except Exception:  # samples of another agent loop: no stored boundaries
+            _logger.warning("rebn: no %s stored with these samples; using response_mask runs", TURN_IDS_FIELD)
+        advantages, returns = compute_rebn_advantage(
+            data.batch["token_level_rewards"], mask, config=kwargs.get("config"), turn_ids=turn_ids
+        )
+        data.batch["advantages"] = advantages
+        data.batch["returns"] = returns
+        return data
+
+    compute_advantage_for_multi_trajectories.__gem_verl_hook__ = True  # type: ignore[attr-defined]
+    trainer_base.compute_advantage_for_multi_trajectories = compute_advantage_for_multi_trajectories
+
+    trainer_cls = trainer_base.PPOTrainer
+    method = trainer_cls._compute_advantage
+
+    @functools.wraps(method)
+    def _compute_advantage(self: Any, batch: Any, metrics: dict[str, Any]) -> Any:
+        token = _PARTITION.set(str(getattr(batch, "partition_id", "train")))
+        try:
+            return method(self, batch, metrics)
+        finally:
+            _PARTITION.reset(token)
+
+    trainer_cls._compute_advantage = _compute_advantage
