@@ -180,3 +180,10 @@ class DatasetUnavailable(GemCoreError, OSError):
 
 class GradingError(GemCoreError, RuntimeError):
     """The answer-grading pool cannot grade: it is closed, or a worker failed to start (says why)."""
+
+
+# --- action contract ---
+
+
+class InvalidAction(GemCoreError, TypeError):
+    """An action breaks the env's action contract (a text env got a non-string); the turn does not count."""

@@ -23,6 +23,7 @@ from gem_core.errors import ConfigError, MCPConnectionError
 from gem_core.loop import LoopThread
 from gem_core.registry import format_config_error
 from gem_core.tools.base import Tool, ToolResult
+from gem_core.tools.safety import UnsafeValue, clean_arguments, clean_text
 
 __all__ = ["MCPConfig", "MCPTool", "MCPToolset", "render_call_result"]
 
@@ -210,6 +211,13 @@ class MCPToolset:
         meta = {"server": self.config.name, "tool": mcp_name}
         if self._closed:
             return ToolResult(error=f"MCP server {self.config.name!r} was closed", metadata=meta)
+        if not isinstance(arguments, dict):
+            return ToolResult(error=f"the arguments of {mcp_name} must be a JSON object", metadata=meta)
+        try:
+            # Checked here so that a value the transport cannot encode fails this call, not the shared session.
+            arguments = clean_arguments(arguments, what=f"the arguments of {mcp_name}")
+        except UnsafeValue as exc:
+            return ToolResult(error=str(exc), metadata=meta)
         try:
             result = await self._run(self._call(mcp_name, arguments, timeout), timeout)
         except asyncio.TimeoutError:
@@ -219,6 +227,7 @@ class MCPToolset:
         except Exception as exc:  # the SDK's MCPError: unknown tool, invalid params...
             return ToolResult(error=f"{mcp_name} failed: {_describe(exc)}", elapsed_s=_since(start), metadata=meta)
         text, is_error = render_call_result(result)
+        text = clean_text(text)
         if result.structured_content is not None:
             meta["structured_content"] = result.structured_content
         if is_error:

@@ -33,6 +33,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gem_core.errors import SandboxIsolationWarning, ToolError
+from gem_core.tools.safety import clean_text
 
 __all__ = ["Isolation", "SandboxConfig", "SandboxPool", "SandboxResult", "detect_isolation"]
 
@@ -588,7 +589,7 @@ class SandboxPool:
         error: str | None = None
         exit_code: int | None = None
         stdin, worker.stdin = worker.stdin, -1
-        data = code.encode()
+        data = clean_text(code).encode()  # a lone surrogate in model text must not raise
         writer: threading.Thread | None = None
         if len(data) < _PIPE_BUFFER:  # fits in the pipe: write it without blocking
             _feed(stdin, data)
