@@ -26,9 +26,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import glob
 import json
 import linecache
 import os
+import platform
+import re
 import resource
 import signal
 import socket
@@ -44,10 +47,16 @@ CLONE_NEWNET = 0x40000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 CTRL = 3
-#: Directories replaced by an empty private tmpfs: the world-writable ones, so the code cannot leave
-#: files behind, and /run, which holds the host's unix sockets (D-Bus and the like).
-PRIVATE_TMPFS = ("/tmp", "/var/tmp", "/dev/shm", "/run")
+MS_RDONLY, MS_REMOUNT, MNT_DETACH = 1, 32, 2
+#: Where the new root is assembled before ``pivot_root`` (covered by a tmpfs in the call's own mount namespace).
+STAGING = "/tmp"
 WORKDIR_IN_NS = "/tmp/work"
+#: The host's programs and shared libraries (read-only): Python extensions and ``subprocess`` need them.
+SYSTEM_PATHS = ("/bin", "/usr/bin", "/lib", "/lib32", "/lib64", "/libx32", "/usr/lib", "/usr/lib32", "/usr/lib64")
+SYSTEM_PATHS += ("/etc/ld.so.cache",)
+DEVICES = ("null", "zero", "full", "random", "urandom")
+#: Syscalls without a libc wrapper, by machine.
+_SYSCALLS = {"x86_64": {"pivot_root": 155}, "aarch64": {"pivot_root": 41}}
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -79,6 +88,7 @@ def zygote(cfg: dict[str, Any]) -> None:
     sock = socket.socket(fileno=cfg["socket_fd"])
     for module in cfg["preimport"]:
         __import__(module)
+    cfg["layout"] = layout(cfg.get("packages", []), cfg.get("expose", []), cfg["preimport"])
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # keepers are reaped by the kernel
     sock.send(b"ready")
     while True:
@@ -199,13 +209,55 @@ def _kill_leftovers(cfg: dict[str, Any], runner_pid: int) -> None:
 
 
 def _private_mounts(cfg: dict[str, Any]) -> None:
+    """Switch to a new root that holds only the allow-listed paths (see :func:`layout`)."""
+    plan = cfg["layout"]
     _check(_libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
-    _check(_libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None), "mount /proc")
-    opts = f"size={cfg['tmpfs_bytes']},mode=1777".encode()
-    for path in PRIVATE_TMPFS:
-        if os.path.isdir(path) and not os.path.islink(path):
-            _check(_libc.mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts), f"tmpfs {path}")
-    _expose(cfg["expose"])
+    # Open every source before anything is covered: a venv may live under the /tmp we cover next.
+    sources = [(path, os.open(path, os.O_PATH | os.O_CLOEXEC)) for path in plan["bind"] if os.path.exists(path)]
+    new = STAGING
+    _mount_tmpfs(new, "mode=755,size=4m")
+    tmpfs_opts = f"size={cfg['tmpfs_bytes']},mode=1777"
+    for sub in ("proc", "dev", "tmp", ".old"):
+        os.mkdir(new + "/" + sub, 0o755)
+    _mount_tmpfs(new + "/tmp", tmpfs_opts)
+    _mount_tmpfs(new + "/dev", "mode=755,size=64k")
+    for name in DEVICES:
+        open(f"{new}/dev/{name}", "w").close()
+        _bind(f"/dev/{name}", f"{new}/dev/{name}", readonly=False)
+    os.mkdir(new + "/dev/shm", 0o1777)
+    _mount_tmpfs(new + "/dev/shm", tmpfs_opts)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1")):
+        os.symlink(target, f"{new}/dev/{name}")
+    os.symlink("/proc/self/fd/2", f"{new}/dev/stderr")
+    # Shallow paths first: a site-packages directory is covered with an empty tmpfs only after the
+    # tree holding it is bound, and allowed packages are bound into that tmpfs after it.
+    steps = [(path, "bind", fd) for path, fd in sources] + [(path, "hide", -1) for path in plan["hide"]]
+    hidden: list[str] = []
+    for path, kind, fd in sorted(steps, key=lambda step: (step[0].count("/"), step[0])):
+        target = new + path
+        if kind == "hide":
+            if os.path.isdir(target):
+                _mount_tmpfs(target, "mode=755,size=64k")
+                hidden.append(target)
+            continue
+        is_dir = os.path.isdir(f"/proc/self/fd/{fd}")
+        with contextlib.suppress(OSError):  # already there when a bound tree holds it
+            if is_dir:
+                os.makedirs(target, 0o755, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(target), 0o755, exist_ok=True)
+                open(target, "a").close()
+        _bind(f"/proc/self/fd/{fd}", target, readonly=True)
+        os.close(fd)
+    for link, points_to in plan["links"]:
+        os.makedirs(os.path.dirname(new + link), 0o755, exist_ok=True)
+        if not os.path.lexists(new + link):
+            os.symlink(points_to, new + link)
+    for target in hidden:
+        _remount_readonly(target)
+    _check(_libc.mount(b"proc", f"{new}/proc".encode(), b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None), "proc")
+    _switch_root(new)
+    _remount_readonly("/")
     hostname = b"sandbox"
     _libc.sethostname(hostname, len(hostname))
     os.mkdir(WORKDIR_IN_NS, 0o700)
@@ -214,37 +266,100 @@ def _private_mounts(cfg: dict[str, Any]) -> None:
     cfg["workdir"] = WORKDIR_IN_NS
 
 
-def _blocking_ancestor(path: str) -> str | None:
-    """The top-most directory on the way to ``path`` that other users cannot traverse."""
-    parts = path.strip("/").split("/")
-    for depth in range(1, len(parts) + 1):
-        ancestor = "/" + "/".join(parts[:depth])
-        try:
-            if not os.stat(ancestor).st_mode & 0o001:
-                return ancestor
-        except OSError:
-            return None
-    return None
+def _mount_tmpfs(path: str, options: str) -> None:
+    _check(_libc.mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options.encode()), f"tmpfs {path}")
 
 
-def _expose(paths: list[str]) -> None:
-    """Make the interpreter readable by the sandbox uid when it lives in a private directory.
+def _bind(source: str, target: str, *, readonly: bool) -> None:
+    _check(_libc.mount(source.encode(), target.encode(), None, MS_BIND, None), f"bind {target}")
+    if readonly:
+        _remount_readonly(target)
 
-    A Python installed under ``/root`` (pyenv, for instance) cannot be read once the program
-    runs as another uid. Each such directory is covered with an empty tmpfs (which also hides
-    everything else in it) and only the needed paths are bind-mounted back into it.
+
+def _remount_readonly(target: str) -> None:
+    flags = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV
+    _check(_libc.mount(None, target.encode(), None, flags, None), f"read-only {target}")
+
+
+def _switch_root(new: str) -> None:
+    """Make ``new`` the root and detach the old one, so nothing of the host tree stays reachable."""
+    number = _SYSCALLS.get(platform.machine(), {}).get("pivot_root")
+    if number is None:
+        raise OSError(f"pivot_root: unknown syscall number on {platform.machine()}")
+    _check(_libc.syscall(number, new.encode(), f"{new}/.old".encode()), "pivot_root")
+    os.chdir("/")
+    _check(_libc.umount2(b"/.old", MNT_DETACH), "detach the old root")
+    os.rmdir("/.old")
+
+
+def layout(packages: list[str], expose: list[str], preimport: list[str]) -> dict[str, Any]:
+    """What the sandbox's root holds: ``bind`` (read-only), ``hide`` (empty dirs), ``links``.
+
+    The interpreter and its standard library, the system's programs and shared libraries, the
+    top-level entries (packages, ``.libs`` folders, ``.dist-info``) of the allowed distributions
+    and their dependencies, and ``expose``. Every site-packages directory inside those trees is
+    covered, so nothing installed beside them (the envs' datasets, say) is visible.
     """
-    hidden: dict[str, list[tuple[str, int]]] = {}
-    for path in paths:
-        ancestor = _blocking_ancestor(path)
-        if ancestor is not None:
-            hidden.setdefault(ancestor, []).append((path, os.open(path, os.O_PATH)))
-    for ancestor, keep in hidden.items():
-        _check(_libc.mount(b"tmpfs", ancestor.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=755,size=1m"), "hide")
-        for path, fd in keep:
-            os.makedirs(path, mode=0o755, exist_ok=True)
-            _check(_libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, MS_BIND | MS_REC, None), "bind")
-            os.close(fd)
+    import importlib.metadata
+    import sysconfig
+
+    bind: set[str] = set()
+    links: list[tuple[str, str]] = []
+    for path in SYSTEM_PATHS:
+        if os.path.islink(path):
+            links.append((path, os.readlink(path)))
+            path = os.path.realpath(path)
+        if os.path.exists(path):
+            bind.add(path)
+    interpreter = os.path.realpath(sys.executable)
+    bind.update({os.path.dirname(interpreter), os.path.dirname(sys.executable)})
+    paths = sysconfig.get_paths()
+    stdlib = {os.path.realpath(paths[key]) for key in ("stdlib", "platstdlib") if key in paths}
+    dynload = {os.path.realpath(p) for p in sys.path if p.endswith("lib-dynload")}
+    bind.update(stdlib | dynload)
+    libdir, libpython = sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("LDLIBRARY")
+    if libdir and libpython and ".so" in libpython and os.path.isfile(os.path.join(libdir, libpython)):
+        bind.add(os.path.realpath(os.path.join(libdir, libpython)))
+    venv_cfg = os.path.join(sys.prefix, "pyvenv.cfg")
+    if os.path.isfile(venv_cfg):
+        bind.add(venv_cfg)
+    hide = {os.path.realpath(p) for p in sys.path if os.path.isdir(p)} - stdlib - dynload
+    for tree in list(bind):
+        for pattern in ("site-packages", "dist-packages", "python3*/site-packages", "python3*/dist-packages"):
+            hide.update(os.path.realpath(p) for p in glob.glob(os.path.join(tree, pattern)))
+    hide -= bind
+    for entry in _distribution_entries(packages, preimport, importlib.metadata):
+        bind.add(entry)
+    bind.update(os.path.realpath(p) for p in expose if os.path.exists(p))
+    return {"bind": sorted(bind), "hide": sorted(hide), "links": links}
+
+
+def _distribution_entries(packages: list[str], preimport: list[str], metadata: Any) -> set[str]:
+    """Top-level files and folders of the named distributions and everything they require."""
+    wanted = [name.lower().replace("_", "-") for name in packages]
+    owners = metadata.packages_distributions() if preimport else {}
+    for module in preimport:  # a pre-imported module's package must stay readable for lazy imports
+        wanted += [d.lower() for d in owners.get(module.split(".")[0], [])]
+    seen: set[str] = set()
+    entries: set[str] = set()
+    while wanted:
+        name = wanted.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        for file in dist.files or []:
+            top = file.parts[0]
+            if top not in ("..", "__pycache__") and not top.endswith(".pth"):
+                entries.add(os.path.realpath(str(dist.locate_file(top))))
+        for requirement in dist.requires or []:
+            if "extra ==" in requirement:
+                continue
+            wanted.append(re.split(r"[\s;<>=!~\[(]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-"))
+    return entries
 
 
 # --------------------------------------------------------------------------- runner

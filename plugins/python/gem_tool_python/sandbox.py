@@ -17,7 +17,6 @@ import queue
 import select
 import shutil
 import signal
-import site
 import socket
 import subprocess
 import sys
@@ -49,6 +48,19 @@ _PIPE_BUFFER = 60_000
 _warn_lock = threading.Lock()
 
 
+#: What a model's program commonly imports; those installed are readable in the sandbox.
+DEFAULT_PACKAGES: tuple[str, ...] = (
+    "numpy",
+    "sympy",
+    "mpmath",
+    "scipy",
+    "pandas",
+    "networkx",
+    "regex",
+    "sortedcontainers",
+)
+
+
 class SandboxConfig(BaseModel):
     """Limits and pool settings of the Python sandbox (validated; errors name the field).
 
@@ -66,7 +78,12 @@ class SandboxConfig(BaseModel):
         isolation: ``auto`` picks the strongest level the machine allows and warns once when
             it falls back; naming a level fails if it is unavailable.
         python: Interpreter for the workers (default: the host's ``sys.executable``).
-        preimport: Modules imported by each worker before it is marked ready.
+        preimport: Modules imported by each worker before it is marked ready (their distributions
+            are readable in the sandbox too).
+        packages: Distributions the program may import, with everything they require (missing
+            ones are skipped). In namespace mode nothing else of the site-packages directories
+            is visible; the other levels cannot hide files.
+        expose: Further host paths the program may read (read-only, namespace mode).
         env: Extra environment variables for the program (the host environment is never passed).
         uid_base: First uid of the range handed out to calls (one fresh uid per call).
         uid_count: Size of that range.
@@ -87,6 +104,8 @@ class SandboxConfig(BaseModel):
     isolation: Literal["auto", "namespaces", "uid", "rlimits"] = "auto"
     python: str | None = None
     preimport: tuple[str, ...] = ()
+    packages: tuple[str, ...] = DEFAULT_PACKAGES
+    expose: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
     uid_base: int = Field(1_500_000_000, ge=1000, le=4_000_000_000)
     uid_count: int = Field(65_536, ge=16)
@@ -240,9 +259,15 @@ class _Worker:
 class _Zygote:
     """The fork server process that starts workers (see ``_worker.zygote``)."""
 
-    def __init__(self, python: str, env: dict[str, str], preimport: tuple[str, ...], timeout_s: float) -> None:
+    def __init__(self, python: str, env: dict[str, str], config: SandboxConfig) -> None:
         host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        cfg = {"socket_fd": child_end.fileno(), "preimport": list(preimport)}
+        timeout_s = config.spawn_timeout_s
+        cfg = {
+            "socket_fd": child_end.fileno(),
+            "preimport": list(config.preimport),
+            "packages": list(config.packages),
+            "expose": list(config.expose),
+        }
         try:
             self.popen = subprocess.Popen(
                 [python, "-I", "-B", _WORKER, json.dumps(cfg)],
@@ -340,7 +365,7 @@ class SandboxPool:
                 raise ToolError("the sandbox pool is closed; create a new one")
             if self.isolation is not None:
                 return self
-            self._zygote = _Zygote(self.python, self._program_env(), self.config.preimport, self.config.spawn_timeout_s)
+            self._zygote = _Zygote(self.python, self._program_env(), self.config)
             try:
                 first = self._probe()
             except ToolError:
@@ -413,9 +438,7 @@ class SandboxPool:
                 raise ToolError("the sandbox pool is not started")
             if self._zygote.popen.poll() is not None and not self._closed.is_set():
                 self._zygote.close()
-                self._zygote = _Zygote(
-                    self.python, self._program_env(), self.config.preimport, self.config.spawn_timeout_s
-                )
+                self._zygote = _Zygote(self.python, self._program_env(), self.config)
             return self._zygote
 
     def _spawn(self) -> _Worker:
@@ -441,7 +464,6 @@ class SandboxPool:
             "fsize_bytes": cfg.max_file_mb << 20,
             "nofile": cfg.max_open_files,
             "tmpfs_bytes": cfg.tmpfs_mb << 20,
-            "expose": self._interpreter_paths(),
             "env": self._program_env(),
         }
         pipes = [os.pipe() for _ in range(4)]  # stdin, stdout, stderr, control
@@ -478,15 +500,6 @@ class SandboxPool:
             elif kind == "ready":
                 ready = True
         return worker
-
-    def _interpreter_paths(self) -> list[str]:
-        """Directories the program needs to read to run Python (see ``_worker._expose``)."""
-        if self.config.python is None:
-            paths = {sys.base_prefix, sys.prefix, sys.exec_prefix, *site.getsitepackages()}
-        else:
-            paths = {os.path.dirname(os.path.dirname(os.path.realpath(self.python)))}
-        paths.add(os.path.dirname(os.path.realpath(self.python)))
-        return sorted({os.path.realpath(p) for p in paths if os.path.isdir(p)})
 
     def _program_env(self) -> dict[str, str]:
         bin_dir = os.path.dirname(self.python)
