@@ -88,9 +88,16 @@ def zygote(cfg: dict[str, Any]) -> None:
     sock = socket.socket(fileno=cfg["socket_fd"])
     for module in cfg["preimport"]:
         __import__(module)
-    cfg["layout"] = layout(cfg.get("packages", []), cfg.get("expose", []), cfg["preimport"])
+    confined = ""
+    if cfg["confine"]:
+        # Build the allow-listed root once, here; each call's mount namespace is a cheap copy of it.
+        try:
+            cfg["under_tmp"] = confine_root(layout(cfg["packages"], cfg["expose"], cfg["preimport"]))
+            confined = "confined"
+        except OSError as exc:
+            confined = f"not confined: {exc}"
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # keepers are reaped by the kernel
-    sock.send(b"ready")
+    sock.send(json.dumps({"ready": True, "confined": confined}).encode())
     while True:
         try:
             message, fds, _, _ = socket.recv_fds(sock, 1 << 20, 4)
@@ -208,56 +215,83 @@ def _kill_leftovers(cfg: dict[str, Any], runner_pid: int) -> None:
         pass
 
 
-def _private_mounts(cfg: dict[str, Any]) -> None:
-    """Switch to a new root that holds only the allow-listed paths (see :func:`layout`)."""
-    plan = cfg["layout"]
+def confine_root(plan: dict[str, Any]) -> list[tuple[str, str]]:
+    """Enter a private mount namespace whose root holds only the allow-listed paths (see :func:`layout`).
+
+    Returns:
+        The steps (path, ``"bind"`` or ``"hide"``) under ``/tmp``: each call covers ``/tmp`` with its own
+        tmpfs and replays them.
+    """
+    _check(_libc.unshare(CLONE_NEWNS), "unshare(mount namespace)")
     _check(_libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
     # Open every source before anything is covered: a venv may live under the /tmp we cover next.
     sources = [(path, os.open(path, os.O_PATH | os.O_CLOEXEC)) for path in plan["bind"] if os.path.exists(path)]
     new = STAGING
     _mount_tmpfs(new, "mode=755,size=4m")
-    tmpfs_opts = f"size={cfg['tmpfs_bytes']},mode=1777"
     for sub in ("proc", "dev", "tmp", ".old"):
         os.mkdir(new + "/" + sub, 0o755)
-    _mount_tmpfs(new + "/tmp", tmpfs_opts)
     _mount_tmpfs(new + "/dev", "mode=755,size=64k")
     for name in DEVICES:
         open(f"{new}/dev/{name}", "w").close()
         _bind(f"/dev/{name}", f"{new}/dev/{name}", readonly=False)
     os.mkdir(new + "/dev/shm", 0o1777)
-    _mount_tmpfs(new + "/dev/shm", tmpfs_opts)
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1")):
         os.symlink(target, f"{new}/dev/{name}")
     os.symlink("/proc/self/fd/2", f"{new}/dev/stderr")
+    _remount_readonly(new + "/dev")
     # Shallow paths first: a site-packages directory is covered with an empty tmpfs only after the
     # tree holding it is bound, and allowed packages are bound into that tmpfs after it.
     steps = [(path, "bind", fd) for path, fd in sources] + [(path, "hide", -1) for path in plan["hide"]]
+    steps.sort(key=lambda step: (step[0].count("/"), step[0]))
+    _apply(new, steps)
+    for link, points_to in plan["links"]:
+        os.makedirs(os.path.dirname(new + link), 0o755, exist_ok=True)
+        if not os.path.lexists(new + link):
+            os.symlink(points_to, new + link)
+    _switch_root(new)
+    _remount_readonly("/")
+    return [(path, kind) for path, kind, _ in steps if path.startswith("/tmp/")]
+
+
+def _apply(root: str, steps: list[tuple[str, str, int]]) -> None:
+    """Bind (``fd`` open with ``O_PATH``) or hide (empty read-only tmpfs) each path under ``root``, in order."""
     hidden: list[str] = []
-    for path, kind, fd in sorted(steps, key=lambda step: (step[0].count("/"), step[0])):
-        target = new + path
+    for path, kind, fd in steps:
+        target = root + path
         if kind == "hide":
             if os.path.isdir(target):
                 _mount_tmpfs(target, "mode=755,size=64k")
                 hidden.append(target)
             continue
-        is_dir = os.path.isdir(f"/proc/self/fd/{fd}")
-        with contextlib.suppress(OSError):  # already there when a bound tree holds it
-            if is_dir:
-                os.makedirs(target, 0o755, exist_ok=True)
-            else:
-                os.makedirs(os.path.dirname(target), 0o755, exist_ok=True)
-                open(target, "a").close()
-        _bind(f"/proc/self/fd/{fd}", target, readonly=True)
-        os.close(fd)
-    for link, points_to in plan["links"]:
-        os.makedirs(os.path.dirname(new + link), 0o755, exist_ok=True)
-        if not os.path.lexists(new + link):
-            os.symlink(points_to, new + link)
+        _bind_fd(fd, target)
     for target in hidden:
         _remount_readonly(target)
-    _check(_libc.mount(b"proc", f"{new}/proc".encode(), b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None), "proc")
-    _switch_root(new)
-    _remount_readonly("/")
+
+
+def _bind_fd(fd: int, target: str) -> None:
+    """Bind the path open as ``fd`` (``O_PATH``) read-only at ``target``, creating the mount point."""
+    is_dir = os.path.isdir(f"/proc/self/fd/{fd}")
+    with contextlib.suppress(OSError):  # already there when a bound tree holds it
+        if is_dir:
+            os.makedirs(target, 0o755, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(target), 0o755, exist_ok=True)
+            open(target, "a").close()
+    _bind(f"/proc/self/fd/{fd}", target, readonly=True)
+    os.close(fd)
+
+
+def _private_mounts(cfg: dict[str, Any]) -> None:
+    """Per call, in the copy of the zygote's confined root: fresh /proc, /tmp and /dev/shm."""
+    _check(_libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None), "mount /proc")
+    replay = [
+        (path, kind, os.open(path, os.O_PATH | os.O_CLOEXEC) if kind == "bind" else -1)
+        for path, kind in cfg.get("under_tmp", [])
+    ]
+    opts = f"size={cfg['tmpfs_bytes']},mode=1777"
+    _mount_tmpfs("/tmp", opts)
+    _mount_tmpfs("/dev/shm", opts)
+    _apply("", replay)
     hostname = b"sandbox"
     _libc.sethostname(hostname, len(hostname))
     os.mkdir(WORKDIR_IN_NS, 0o700)
@@ -313,8 +347,8 @@ def layout(packages: list[str], expose: list[str], preimport: list[str]) -> dict
             bind.add(path)
     interpreter = os.path.realpath(sys.executable)
     bind.update({os.path.dirname(interpreter), os.path.dirname(sys.executable)})
-    paths = sysconfig.get_paths()
-    stdlib = {os.path.realpath(paths[key]) for key in ("stdlib", "platstdlib") if key in paths}
+    # Not sysconfig's "platstdlib": in a venv that is the venv's lib/pythonX.Y, which holds site-packages.
+    stdlib = {os.path.realpath(os.path.dirname(os.__file__))}
     dynload = {os.path.realpath(p) for p in sys.path if p.endswith("lib-dynload")}
     bind.update(stdlib | dynload)
     libdir, libpython = sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("LDLIBRARY")

@@ -259,7 +259,7 @@ class _Worker:
 class _Zygote:
     """The fork server process that starts workers (see ``_worker.zygote``)."""
 
-    def __init__(self, python: str, env: dict[str, str], config: SandboxConfig) -> None:
+    def __init__(self, python: str, env: dict[str, str], config: SandboxConfig, *, confine: bool) -> None:
         host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         timeout_s = config.spawn_timeout_s
         cfg = {
@@ -267,7 +267,11 @@ class _Zygote:
             "preimport": list(config.preimport),
             "packages": list(config.packages),
             "expose": list(config.expose),
+            "confine": confine,
         }
+        self.confine = confine
+        #: ``"confined"`` once the fork server lives in the allow-listed root, else why not.
+        self.confined = "not asked to confine"
         try:
             self.popen = subprocess.Popen(
                 [python, "-I", "-B", _WORKER, json.dumps(cfg)],
@@ -288,8 +292,10 @@ class _Zygote:
         self.lock = threading.Lock()
         host_end.settimeout(timeout_s)
         try:
-            ok = host_end.recv(16) == b"ready"
-        except OSError:
+            hello = json.loads(host_end.recv(4096))
+            ok = hello.get("ready") is True
+            self.confined = str(hello.get("confined") or self.confined)
+        except (OSError, ValueError, AttributeError):
             ok = False
         if not ok:
             self.close()
@@ -351,6 +357,7 @@ class SandboxPool:
         self._zygote: _Zygote | None = None
         self._zygote_lock = threading.Lock()
         self.isolation: Isolation | None = None
+        self._confine = self.config.isolation in ("auto", "namespaces") and os.geteuid() == 0
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> SandboxPool:
@@ -365,7 +372,7 @@ class SandboxPool:
                 raise ToolError("the sandbox pool is closed; create a new one")
             if self.isolation is not None:
                 return self
-            self._zygote = _Zygote(self.python, self._program_env(), self.config)
+            self._zygote = _Zygote(self.python, self._program_env(), self.config, confine=self._confine)
             try:
                 first = self._probe()
             except ToolError:
@@ -381,6 +388,18 @@ class SandboxPool:
             self._reaper.start()
         return self
 
+    def _zygote_for(self, level: Isolation) -> None:
+        """Use a fork server in the allow-listed root for namespaces, an unconfined one otherwise."""
+        with self._zygote_lock:
+            assert self._zygote is not None
+            confine = level == "namespaces"
+            if self._zygote.confine != confine:
+                self._zygote.close()
+                self._zygote = _Zygote(self.python, self._program_env(), self.config, confine=confine)
+            self._confine = confine
+            if confine and self._zygote.confined != "confined":
+                raise ToolError(f"cannot build the sandbox's root: {self._zygote.confined}")
+
     def _probe(self) -> _Worker:
         requested = self.config.isolation
         candidates = _LEVELS if requested == "auto" else (requested,)
@@ -391,6 +410,7 @@ class SandboxPool:
                 continue
             self.isolation = level
             try:
+                self._zygote_for(level)
                 worker = self._spawn()
             except ToolError as exc:
                 reasons.append(f"{level}: {exc}")
@@ -438,7 +458,7 @@ class SandboxPool:
                 raise ToolError("the sandbox pool is not started")
             if self._zygote.popen.poll() is not None and not self._closed.is_set():
                 self._zygote.close()
-                self._zygote = _Zygote(self.python, self._program_env(), self.config)
+                self._zygote = _Zygote(self.python, self._program_env(), self.config, confine=self._confine)
             return self._zygote
 
     def _spawn(self) -> _Worker:
