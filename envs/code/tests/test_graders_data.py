@@ -15,7 +15,7 @@ SAMPLES = Path(gem_code.__file__).with_name("samples") / "code.jsonl"
 
 
 def test_snooping_solution_finds_no_tests_and_scores_zero() -> None:
-    env = gem_core.make("code:Sample-v0", timeout_s=60.0, sandbox={"cpu_s": 60, "pool_size": 1})
+    env = gem_core.make("code:Sample-v0", max_tests=1, timeout_s=60.0, sandbox={"cpu_s": 60, "pool_size": 1})
     try:
         if env.pool.start().isolation != "namespaces":
             pytest.skip(f"only namespace mode hides the graders' data; this machine gives {env.pool.isolation!r}")

@@ -14,8 +14,8 @@ __all__ = ["snoop_program"]
 _SNOOP = r"""
 import json, os, sys
 needles = [n.encode() for n in NEEDLES]
-hits, seen = [], [0]
-TEXTUAL = {"", ".jsonl", ".json", ".txt", ".csv", ".tsv", ".py", ".parquet", ".arrow", ".yaml", ".md", ".gz"}
+hits, done = [], set()
+DATA = {".jsonl", ".json", ".txt", ".csv", ".tsv", ".parquet", ".arrow", ".yaml", ".gz", ".pkl", ".npy"}
 
 def check(where, data):
     for needle in needles:
@@ -24,11 +24,11 @@ def check(where, data):
             return
 
 def scan_file(path):
-    if seen[0] > 20000:
+    if path in done:
         return
-    seen[0] += 1
+    done.add(path)
     check("name:" + path, path.encode("utf-8", "replace"))
-    if os.path.splitext(path)[1] not in TEXTUAL:  # data files, not shared libraries
+    if os.path.splitext(path)[1] not in DATA:  # data files, not code and shared libraries
         return
     try:
         with open(path, "rb") as handle:
@@ -39,7 +39,7 @@ def scan_file(path):
 def walk(top):
     for folder, dirs, files in os.walk(top, onerror=lambda e: None):
         if folder == "/" :
-            dirs[:] = [d for d in dirs if d not in ("proc", "sys")]
+            dirs[:] = [d for d in dirs if d not in ("proc", "sys", "dev")]
         for name in files:
             scan_file(os.path.join(folder, name))
 
@@ -56,7 +56,12 @@ for pid in os.listdir("/proc"):
             for arg in data.split(b"\0"):
                 if arg.startswith(b"/"):
                     named.add(os.path.dirname(arg.decode("utf-8", "replace")))
-for folder in list(named) + [os.path.dirname(os.path.dirname(p)) for p in named] + sys.path:
+ancestors = set()
+for path in named:  # the issue's attack: from the worker script up to the install (or source) folder
+    for _ in range(3):
+        path = os.path.dirname(path)
+        ancestors.add(path)
+for folder in sorted(named) + sorted(ancestors) + sys.path:
     if folder and os.path.isdir(folder):
         walk(folder)
 walk("/")
