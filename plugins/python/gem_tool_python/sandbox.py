@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
+import fcntl
 import json
 import os
 import queue
+import secrets
 import select
 import shutil
 import signal
@@ -29,10 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gem_core.errors import SandboxIsolationWarning, ToolError
 from gem_core.tools.safety import clean_text
+from gem_tool_python.cgroups import CallCgroups
+from gem_tool_python.cgroups import detect as detect_cgroups
 
 __all__ = ["Isolation", "SandboxConfig", "SandboxPool", "SandboxResult", "detect_isolation"]
 
@@ -46,6 +49,7 @@ _warned: set[str] = set()
 #: Linux pipes hold 64 KiB by default; smaller programs are written in one non-blocking go.
 _PIPE_BUFFER = 60_000
 _warn_lock = threading.Lock()
+_MAX_UID = 4_294_967_294
 
 
 #: What a model's program commonly imports; those installed are readable in the sandbox.
@@ -85,9 +89,13 @@ class SandboxConfig(BaseModel):
             is visible; the other levels cannot hide files.
         expose: Further host paths the program may read (read-only, namespace mode).
         env: Extra environment variables for the program (the host environment is never passed).
-        uid_base: First uid of the range handed out to calls (one fresh uid per call).
-        uid_count: Size of that range.
+        uid_base: First uid of the range handed out to calls. Every call on the machine gets the
+            next uid of one counter shared by all pools and processes (a root-only file under
+            ``/run``), so no two calls share a uid until the range wraps.
+        uid_count: Size of that range (a billion: years of calls before it wraps).
         spawn_timeout_s: How long a call waits for a worker before failing.
+        cgroups: Give each call its own cgroup (memory, shared memory included, and pids) where
+            the host allows it (see :attr:`SandboxPool.cgroups`); rlimits apply either way.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -108,8 +116,15 @@ class SandboxConfig(BaseModel):
     expose: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
     uid_base: int = Field(1_500_000_000, ge=1000, le=4_000_000_000)
-    uid_count: int = Field(65_536, ge=16)
+    uid_count: int = Field(1_000_000_000, ge=16)
     spawn_timeout_s: float = Field(30.0, gt=0)
+    cgroups: bool = True
+
+    @model_validator(mode="after")
+    def _uids_fit(self) -> SandboxConfig:
+        if self.uid_base + self.uid_count > _MAX_UID:
+            raise ValueError(f"uid_base + uid_count must not exceed {_MAX_UID} (the largest usable uid)")
+        return self
 
 
 Status = Literal["ok", "error", "exit", "timeout", "cpu_limit", "output_limit", "killed", "crashed"]
@@ -176,6 +191,8 @@ class _Worker:
         self.monitor: int | None = None  # pidfd of the monitor process
         self.runner_pid: int | None = None
         self.workdir: str | None = None
+        self.cgroups: CallCgroups | None = None
+        self.cgroup: str | None = None
         self._buffer = b""
         self._pushback: list[dict[str, Any]] = []
         self._eof = False
@@ -254,6 +271,9 @@ class _Worker:
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
+        if self.cgroups is not None and self.cgroup is not None:
+            self.cgroups.remove(self.cgroup)
+            self.cgroup = None
 
 
 class _Zygote:
@@ -342,9 +362,6 @@ class SandboxPool:
         base = config or SandboxConfig()
         self.config = SandboxConfig.model_validate({**base.model_dump(), **overrides}) if overrides else base
         self.python = self.config.python or sys.executable
-        uids = range(self.config.uid_base, self.config.uid_base + self.config.uid_count)
-        self._uids = itertools.cycle(uids)
-        self._uid_lock = threading.Lock()
         self._ready: queue.Queue[_Worker] = queue.Queue()
         self._wanted = threading.Semaphore(0)
         self._closed = threading.Event()
@@ -358,6 +375,9 @@ class SandboxPool:
         self._zygote_lock = threading.Lock()
         self.isolation: Isolation | None = None
         self._confine = self.config.isolation in ("auto", "namespaces") and os.geteuid() == 0
+        self._cgroups: CallCgroups | None = None
+        #: Per-call cgroups in use (``"cgroup v2"``/``"cgroup v1"``), or why there are none.
+        self.cgroups = "not started"
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> SandboxPool:
@@ -372,6 +392,10 @@ class SandboxPool:
                 raise ToolError("the sandbox pool is closed; create a new one")
             if self.isolation is not None:
                 return self
+            if self.config.cgroups and os.geteuid() == 0:
+                self._cgroups, self.cgroups = detect_cgroups(self.config.memory_mb << 20, self.config.max_procs + 1)
+            else:
+                self.cgroups = "off (cgroups=False)" if not self.config.cgroups else "needs root"
             self._zygote = _Zygote(self.python, self._program_env(), self.config, confine=self._confine)
             try:
                 first = self._probe()
@@ -467,8 +491,7 @@ class SandboxPool:
             raise ToolError("the sandbox pool is not started")
         uid = None
         if level != "rlimits":
-            with self._uid_lock:
-                uid = next(self._uids)
+            uid = _allocate_uid(self.config.uid_base, self.config.uid_count)
         workdir = None
         if level != "namespaces":
             workdir = tempfile.mkdtemp(prefix="gem-sandbox-")
@@ -492,6 +515,11 @@ class SandboxPool:
         worker = _Worker(ours, uid, level)
         worker.workdir = workdir
         try:
+            if self._cgroups is not None:
+                worker.cgroups = self._cgroups
+                worker.cgroup, cgroup_fds = self._cgroups.create()
+                theirs += cgroup_fds
+                request["cgroups"] = len(cgroup_fds)
             zygote.fork(request, theirs)
         except (OSError, ToolError) as exc:
             worker.dispose()
@@ -682,6 +710,53 @@ class SandboxPool:
         )
 
 
+#: Candidate homes of the machine-wide uid counter; the first usable one wins.
+_COUNTER_DIRS = ("/run/gem-sandbox", "/dev/shm/gem-sandbox-root", "/var/tmp/gem-sandbox-root")
+_counter_lock = threading.Lock()
+_counter: dict[str, Any] = {}
+
+
+def _counter_fd() -> int | None:
+    """An open counter file in a root-owned, root-only directory (never one another user could plant)."""
+    if "fd" in _counter:
+        return int(_counter["fd"])
+    for folder in _COUNTER_DIRS:
+        try:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            info = os.lstat(folder)
+            if not os.path.isdir(folder) or os.path.islink(folder) or info.st_uid != 0 or info.st_mode & 0o077:
+                continue
+            fd = os.open(os.path.join(folder, "next-uid"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError:
+            continue
+        _counter["fd"] = fd
+        return fd
+    return None
+
+
+def _allocate_uid(base: int, count: int) -> int:
+    """The next uid of the machine-wide counter (flock-ed file), shared by every pool and process.
+
+    Without a usable counter file (no writable root-only directory) the uid comes from a
+    per-process counter started at a random point of the range, and uniqueness across
+    processes becomes only probable.
+    """
+    with _counter_lock:
+        fd = _counter_fd()
+        if fd is None:
+            start = _counter.setdefault("local", secrets.randbelow(count))
+            _counter["local"] = start + 1
+            return base + start % count
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            text = os.pread(fd, 32, 0).strip()
+            number = int(text) if text.isdigit() else 0
+            os.pwrite(fd, f"{number + 1:<24}".encode(), 0)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    return base + number % count
+
+
 def _feed(fd: int, data: bytes) -> None:
     """Write the program and close the pipe (this thread owns ``fd``)."""
     try:
@@ -726,7 +801,8 @@ def _death_status(exit_code: int | None, config: SandboxConfig) -> tuple[Status,
     if sig == signal.SIGKILL:
         return "killed", (
             f"the program was killed (SIGKILL): it hit the CPU hard limit ({config.cpu_s + 1}s) "
-            f"or the memory limit ({config.memory_mb} MiB)"
+            f"or the memory limit ({config.memory_mb} MiB; with cgroups for all its processes and "
+            "shared memory together)"
         )
     return "crashed", f"the program died from {name}"
 

