@@ -50,6 +50,8 @@ _warned: set[str] = set()
 _PIPE_BUFFER = 60_000
 _warn_lock = threading.Lock()
 _MAX_UID = 4_294_967_294
+#: Threads starting workers in parallel (at most one per warm worker).
+_SPAWNERS = 3
 
 
 #: What a model's program commonly imports; those installed are readable in the sandbox.
@@ -366,7 +368,7 @@ class SandboxPool:
         self._wanted = threading.Semaphore(0)
         self._closed = threading.Event()
         self._spawn_error: str | None = None
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._reaper: threading.Thread | None = None
         self._retired: queue.Queue[_Worker | None] = queue.Queue()
         self._executor: ThreadPoolExecutor | None = None
@@ -406,8 +408,12 @@ class SandboxPool:
             self._ready.put(first)
             for _ in range(self.config.pool_size - 1):
                 self._wanted.release()
-            self._thread = threading.Thread(target=self._spawn_loop, name="gem-sandbox-spawner", daemon=True)
-            self._thread.start()
+            # Several spawners: a worker's start-up is mostly waiting on its own processes, so starts
+            # overlap and back-to-back calls drain the warm pool less.
+            for index in range(min(self.config.pool_size, _SPAWNERS)):
+                thread = threading.Thread(target=self._spawn_loop, name=f"gem-sandbox-spawner-{index}", daemon=True)
+                thread.start()
+                self._threads.append(thread)
             self._reaper = threading.Thread(target=self._reap_loop, name="gem-sandbox-reaper", daemon=True)
             self._reaper.start()
         return self
@@ -448,10 +454,10 @@ class SandboxPool:
     def close(self) -> None:
         """Kill the idle workers and the fork server; idempotent."""
         self._closed.set()
-        self._wanted.release()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
+        threads, self._threads = self._threads, []
+        self._wanted.release(max(len(threads), 1))
+        for thread in threads:
+            thread.join(timeout=10)
         if self._reaper is not None:
             self._retired.put(None)
             self._reaper.join(timeout=30)
