@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from gem_core.errors import InvalidAction
 from gem_core.loop import LoopThread
 
 if TYPE_CHECKING:
@@ -21,6 +22,7 @@ __all__ = [
     "ResetReturn",
     "StepReturn",
     "make_rngs",
+    "require_text_action",
     "to_async",
     "to_sync",
 ]
@@ -46,6 +48,24 @@ RESERVED_INFO_KEYS: dict[str, str] = {
 }
 
 
+def require_text_action(env: object, action: object, contract: str) -> None:
+    r"""Check a text env's action before the turn counts.
+
+    Args:
+        env: The env (named in the message).
+        action: What ``step`` received.
+        contract: What the action must be, e.g. ``"the reply, with the answer in \boxed{...}"``.
+
+    Raises:
+        InvalidAction: ``action`` is not a ``str``; the message names the contract.
+    """
+    if not isinstance(action, str):
+        raise InvalidAction(
+            f"{type(env).__name__}.step() takes a str ({contract}), got {type(action).__name__}; "
+            "this turn did not count"
+        )
+
+
 def make_rngs(seed: int | None) -> tuple[np.random.Generator, random.Random, int]:
     """Build an env's private numpy and stdlib RNGs from one seed.
 
@@ -56,7 +76,8 @@ def make_rngs(seed: int | None) -> tuple[np.random.Generator, random.Random, int
         ``(np_generator, py_random, seed_used)``; both RNGs derive from the same
         ``SeedSequence`` so one number reproduces both.
     """
-    if seed is not None and (not isinstance(seed, (int, np.integer)) or seed < 0):
+    # bool is an int subclass, but reset(seed=True) is a mistake, as in the vector envs' check.
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
         raise ValueError(f"seed must be a non-negative int or None, got {seed!r}")
     seq = np.random.SeedSequence(None if seed is None else int(seed))
     used = int(seq.entropy)  # type: ignore[arg-type]

@@ -18,6 +18,7 @@ __all__ = [
     "EnvNotFound",
     "GemCoreError",
     "GemCoreWarning",
+    "InvalidAction",
     "InvalidIdError",
     "NamespaceError",
     "PluginLoadError",
@@ -178,6 +179,13 @@ class TemplatePrefixError(RLInputError):
         super().__init__(message)
         #: The turn whose rendering broke the prefix, when known (``None`` for a template probe).
         self.turn = turn
+
+
+# --- action contract ---
+
+
+class InvalidAction(GemCoreError, TypeError):
+    """An action breaks the env's action contract (a text env got a non-string); the turn does not count."""
 
 
 # --- errors that moved into the plugin packages raising them ---

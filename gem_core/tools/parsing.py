@@ -15,7 +15,6 @@ sends it back instead of silently ignoring the call.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -24,6 +23,7 @@ from pydantic import BaseModel, ConfigDict
 
 from gem_core.errors import ToolCallParseError
 from gem_core.tools.base import Tool, ToolCall
+from gem_core.tools.safety import UnsafeValue, clean_text, loads_model_json
 
 __all__ = ["MalformedCall", "ParsedResponse", "Syntax", "parse_tool_calls"]
 
@@ -111,26 +111,30 @@ def _find_blocks(text: str, open_tag: str, close_tag: str, allow_unclosed: bool)
 
 
 def _parse_json_call(inner: str, tools: dict[str, Tool]) -> tuple[str, dict[str, Any]] | tuple[str | None, str]:
-    """``(name, arguments)`` or ``(name_or_None, error message)``."""
+    """``(name, arguments)`` or ``(name_or_None, error message)``; total over any text."""
     example = '<tool_call>{"name": "<tool name>", "arguments": {...}}</tool_call>'
     try:
-        payload = json.loads(inner)
-    except json.JSONDecodeError as exc:
-        where = f"line {exc.lineno} column {exc.colno}"
-        return None, f"the tool call is not valid JSON ({exc.msg} at {where}); write {example}"
+        payload = loads_model_json(inner)
+    except UnsafeValue as exc:
+        return None, f"{exc}; write {example}"
     if not isinstance(payload, dict):
         return None, f"the tool call must be a JSON object, got {type(payload).__name__}; write {example}"
     name = payload.get("name")
     if not isinstance(name, str) or not name:
         return None, f'the tool call has no "name"; write {example}'
     if name not in tools:
-        return name, f"unknown tool {name!r}; available tools: {', '.join(sorted(tools)) or 'none'}"
+        shown = name if len(name) <= 80 else name[:80] + "..."
+        return name[:200], f"unknown tool {shown!r}; available tools: {', '.join(sorted(tools)) or 'none'}"
     arguments: Any = payload.get("arguments", payload.get("parameters", {}))
     if isinstance(arguments, str):  # OpenAI style: arguments as a JSON-encoded string
         try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError as exc:
-            return name, f'"arguments" of {name!r} is a string that is not valid JSON ({exc.msg})'
+            arguments = (
+                loads_model_json(arguments, what=f'"arguments" of {name!r} is a string that')
+                if arguments.strip()
+                else {}
+            )
+        except UnsafeValue as exc:
+            return name, f"{exc}; write the arguments as a JSON object"
     if not isinstance(arguments, dict):
         return name, f'"arguments" of {name!r} must be a JSON object, got {type(arguments).__name__}'
     return name, arguments
@@ -184,7 +188,7 @@ def parse_tool_calls(
                         MalformedCall(message=message, raw=raw, span=(start, end), name=tool_name, syntax="tag")
                     )
                     continue
-                arguments = {tool.tag_argument: inner.strip("\n")}
+                arguments = {tool.tag_argument: clean_text(inner.strip("\n"))}
                 found.append(ToolCall(name=tool_name, arguments=arguments, raw=raw, syntax="tag", span=(start, end)))
     result = ParsedResponse()
     covered_until = -1

@@ -21,11 +21,12 @@ from typing import Any, ClassVar, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gem_core.core import Env, ResetReturn, StepReturn
-from gem_core.errors import ConfigError, ResetNeeded, ToolError
+from gem_core.errors import ConfigError, InvalidAction, ResetNeeded, ToolError
 from gem_core.loop import LoopThread
 from gem_core.registry import format_config_error
 from gem_core.tools.base import Tool, ToolCall, ToolResult
 from gem_core.tools.parsing import MalformedCall, ParsedResponse, Syntax, parse_tool_calls
+from gem_core.tools.safety import UnsafeValue, clean_arguments, clean_text
 from gem_core.wrappers.base import Wrapper
 
 __all__ = ["ToolEnvWrapper", "ToolWrapperConfig"]
@@ -155,6 +156,11 @@ class ToolEnvWrapper(Wrapper):
     def step(self, action: str) -> StepReturn:
         if not self._started:
             raise ResetNeeded("call reset() before step()")
+        if not isinstance(action, str):
+            raise InvalidAction(
+                f"the action must be the model's response as a str, got {type(action).__name__}; "
+                "this turn did not count"
+            )
         budget = self.config.max_tool_calls - self.calls_used
         parsed = parse_tool_calls(action, self.tools, syntax=self.config.syntax) if budget > 0 else ParsedResponse()
         has_answer = self._answer is not None and self._answer.search(action) is not None
@@ -202,14 +208,20 @@ class ToolEnvWrapper(Wrapper):
         if isinstance(item, MalformedCall):
             return ToolResult(error=item.message)
         try:
-            return await self.tools[item.name].execute(item.arguments)
+            arguments = clean_arguments(item.arguments, what=f"the arguments of {item.name!r}")
+        except UnsafeValue as exc:
+            return ToolResult(error=str(exc))
+        try:
+            return await self.tools[item.name].execute(arguments)
         except ToolError as exc:  # the tool itself broke (no worker, no server): tell the model
             return ToolResult(error=f"the {item.name} tool failed: {exc}")
+        except Exception as exc:  # a bug in a tool fails this call only, never the episode
+            return ToolResult(error=f"the {item.name} tool failed: {type(exc).__name__}: {exc}")
 
     def _render(self, items: list[ToolCall | MalformedCall], results: list[ToolResult], skipped: int) -> str:
         blocks = []
         for item, result in zip(items, results, strict=True):
-            text = result.render().rstrip("\n")  # programs end with a newline; the tag adds one
+            text = clean_text(result.render().rstrip("\n"))  # programs end with a newline; the tag adds one
             blocks.append(f'<tool_response name="{item.name or "?"}">\n{text}\n</tool_response>')
         left = self.config.max_tool_calls - self.calls_used
         if skipped:

@@ -9,8 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
+from gem_core.errors import ConfigError
+from gem_core.registry import format_config_error
 from gem_dataset_env.single_turn import DatasetEnv, DatasetEnvConfig
 
 __all__ = ["CODE_PROMPT", "CodeEnv", "CodeEnvConfig", "IOTest", "extract_code", "outputs_match", "parse_tests"]
@@ -114,7 +116,13 @@ def _sandbox(settings: dict[str, Any]) -> Any:
     key = json.dumps(settings, sort_keys=True, default=str)
     with _POOLS_LOCK:
         if key not in _POOLS:
-            _POOLS[key] = SandboxPool(SandboxConfig.model_validate(settings))
+            try:
+                config = SandboxConfig.model_validate(settings)
+            except ValidationError as exc:
+                raise ConfigError(
+                    format_config_error("code env sandbox settings (sandbox=..., timeout_s, memory_mb)", exc)
+                ) from exc
+            _POOLS[key] = SandboxPool(config)
         if _EXECUTOR is None:
             _EXECUTOR = ThreadPoolExecutor(8, thread_name_prefix="gem-code-tests")
         return _POOLS[key], _EXECUTOR

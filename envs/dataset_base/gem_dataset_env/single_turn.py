@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from gem_core.core import Env, ResetReturn, StepReturn
+from gem_core.core import Env, ResetReturn, StepReturn, require_text_action
 from gem_core.errors import ConfigError, ResetNeeded
 from gem_core.registry import format_config_error
 from gem_dataset_env.data import load_split
@@ -99,6 +99,7 @@ class DatasetEnv(Env):
     def step(self, action: str) -> StepReturn:
         if self.row is None:
             raise ResetNeeded("call reset() before step(); each episode of a single-turn env has one step")
+        require_text_action(self, action, "the model's whole reply, which holds its answer")
         row, self.row = self.row, None
         reward, info = self.score(action, row)
         info.setdefault("index", self.index)

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
-from gem_core.core import Env, ResetReturn, StepReturn
+from gem_core.core import Env, ResetReturn, StepReturn, require_text_action
 from gem_core.errors import ConfigError, ResetNeeded
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -105,6 +105,15 @@ def normalize(content: str) -> str:
 
 
 Status = Literal["continue", "won", "lost", "format_error"]
+
+
+#: Longest boxed answer a game parses; longer ones are invalid moves, never echoed in full.
+MAX_ANSWER_CHARS = 2_000
+
+
+def shorten(text: str, limit: int = 60) -> str:
+    """``text`` cut to ``limit`` characters (with an ellipsis), for echoing a move back in an observation."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 @dataclass(frozen=True)
@@ -262,6 +271,7 @@ class GameEnv(Env, Generic[C], abc.ABC):
             raise ResetNeeded(f"{type(self).__name__}.step() called before reset(); call reset() first")
         if self._done:
             raise ResetNeeded(f"{type(self).__name__}: the episode is over; call reset() to start a new one")
+        require_text_action(self, action, f"your reply, with {self.expected_action()}")
         self.turn += 1
         content = extract_boxed(action)
         if content is None and self.params.answer_format == "raw":
@@ -270,6 +280,13 @@ class GameEnv(Env, Generic[C], abc.ABC):
             outcome = Outcome("I found no \\boxed{...} answer in your reply.", status="format_error")
         elif not content:
             outcome = Outcome("Your answer is empty.", status="format_error")
+        elif len(content) > MAX_ANSWER_CHARS:  # no move is this long: do not parse it, nor echo it
+            outcome = Outcome(
+                f"Your answer is {len(content)} characters long; a move is at most {MAX_ANSWER_CHARS}. "
+                "That turn is lost.",
+                parsed=shorten(content),
+                invalid=True,
+            )
         else:
             outcome = self._play(content)
         return self._finish_step(outcome)

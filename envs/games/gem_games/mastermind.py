@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from pydantic import Field, model_validator
 
-from gem_games._base import GameConfig, GameEnv, Outcome
+from gem_games._base import GameConfig, GameEnv, Outcome, shorten
 
 __all__ = ["MastermindConfig", "MastermindEnv", "all_codes", "score_code"]
 
@@ -119,7 +119,7 @@ class MastermindEnv(GameEnv[MastermindConfig]):
             return Outcome(f"{content[:40]!r} is not a code of digits.", status="format_error")
         digits = [int(c) for c in content if c.isdigit()]
         guess: Code = tuple(digits)
-        shown = " ".join(map(str, guess))
+        shown = shorten(" ".join(map(str, guess)))
         p = self.params
         problem = None
         if len(guess) != p.code_length:

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from gem_core.core import Env, ResetReturn, StepReturn
+from gem_core.core import Env, ResetReturn, StepReturn, require_text_action
 from gem_core.errors import ConfigError, ResetNeeded
 from gem_core.registry import format_config_error
 from gem_rg.names import DATASET_NAMES
@@ -210,6 +210,7 @@ class ReasoningGymEnv(Env):
     def step(self, action: str) -> StepReturn:
         if self.entry is None:
             raise ResetNeeded("call reset() before step(); each episode of a reasoning-gym env has one step")
+        require_text_action(self, action, "the model's whole reply, which holds its answer")
         entry, self.entry = self.entry, None
         answer = extract_answer(action)
         info: dict[str, Any] = {"index": self.index, "answer": entry.get("answer"), "format_error": answer is None}

@@ -12,6 +12,10 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
+import signal
+import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,8 +27,13 @@ from gem_core.errors import ConfigError, MCPConnectionError
 from gem_core.loop import LoopThread
 from gem_core.registry import format_config_error
 from gem_core.tools.base import Tool, ToolResult
+from gem_core.tools.safety import UnsafeValue, clean_arguments, clean_text
 
 __all__ = ["MCPConfig", "MCPTool", "MCPToolset", "render_call_result"]
+
+_sdk_imported = False
+#: After SIGKILL, how long the SDK may take to reap the server and close its pipes.
+_REAP_S = 10.0
 
 # JSON-RPC error codes the MCP SDK uses for a closed transport and a request past its read timeout.
 _CONNECTION_CLOSED = -32000
@@ -165,6 +174,11 @@ class MCPToolset:
         self._tools: list[MCPTool] | None = None
         self._open_tools: set[int] = set()
         self._closed = False
+        self._groups: list[str] = []  # pid files of the stdio servers started (each a process group leader)
+        self._groups_lock = threading.Lock()
+        self._started: list[str] = []
+        self._attempt = 0  # the connection attempt allowed to start a server; bumped to give one up
+        self._scratch: str | None = None  # holds the pid files; removed by close()
         self.connections = 0
 
     # ------------------------------------------------------------------ public API
@@ -186,12 +200,14 @@ class MCPToolset:
             MCPConnectionError: the server could not be started, reached or initialised.
         """
         if self._tools is None:
+            self._import_sdk()
             self._run_sync(self._ensure_connected(), self.config.connect_timeout_s)
         return self._handed_out()
 
     async def atools(self) -> list[MCPTool]:
         """Async :meth:`tools`."""
         if self._tools is None:
+            await asyncio.to_thread(self._import_sdk)
             try:
                 await self._run(self._ensure_connected(), self.config.connect_timeout_s)
             except asyncio.TimeoutError:
@@ -210,6 +226,15 @@ class MCPToolset:
         meta = {"server": self.config.name, "tool": mcp_name}
         if self._closed:
             return ToolResult(error=f"MCP server {self.config.name!r} was closed", metadata=meta)
+        if not isinstance(arguments, dict):
+            return ToolResult(error=f"the arguments of {mcp_name} must be a JSON object", metadata=meta)
+        try:
+            # Checked here so that a value the transport cannot encode fails this call, not the shared session.
+            arguments = clean_arguments(arguments, what=f"the arguments of {mcp_name}")
+        except UnsafeValue as exc:
+            return ToolResult(error=str(exc), metadata=meta)
+        if not _sdk_imported:
+            await asyncio.to_thread(self._import_sdk)
         try:
             result = await self._run(self._call(mcp_name, arguments, timeout), timeout)
         except asyncio.TimeoutError:
@@ -219,6 +244,7 @@ class MCPToolset:
         except Exception as exc:  # the SDK's MCPError: unknown tool, invalid params...
             return ToolResult(error=f"{mcp_name} failed: {_describe(exc)}", elapsed_s=_since(start), metadata=meta)
         text, is_error = render_call_result(result)
+        text = clean_text(text)
         if result.structured_content is not None:
             meta["structured_content"] = result.structured_content
         if is_error:
@@ -232,18 +258,31 @@ class MCPToolset:
             await self.aclose()
 
     async def aclose(self) -> None:
-        """End the session (stopping a stdio server) and the background loop; idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        await self._loop.aclose(self.config.connect_timeout_s, before=self._disconnect)
+        """End the session and the background loop; idempotent and never raises.
+
+        A stdio server gets the SDK's graceful shutdown (``connect_timeout_s`` at most), then
+        SIGKILL for its whole process group.
+        """
+        await asyncio.to_thread(self.close)
 
     def close(self) -> None:
-        """Synchronous :meth:`aclose`."""
+        """Synchronous :meth:`aclose` (idempotent, never raises)."""
         if self._closed:
             return
         self._closed = True
-        self._loop.close(self.config.connect_timeout_s, before=self._disconnect)
+        self._attempt += 1
+        try:
+            if self._loop.started:
+                self._loop.run_sync(self._disconnect(), self.config.connect_timeout_s + _REAP_S)
+        except Exception:  # a server that does not shut down in time is killed next
+            pass
+        # Kill what is left before stopping the loop: the SDK's pending cleanup then ends at once.
+        self._kill_servers()
+        with contextlib.suppress(Exception):
+            self._loop.close(max(self.config.connect_timeout_s, _REAP_S))
+        # A launcher shell that has not run yet still needs its stop marker: keep the folder then.
+        if self._scratch is not None and all(Path(p).exists() for p in self._started):
+            shutil.rmtree(self._scratch, ignore_errors=True)
 
     def __enter__(self) -> MCPToolset:
         return self
@@ -259,6 +298,21 @@ class MCPToolset:
 
     # ------------------------------------------------------------------ internals
 
+    def _import_sdk(self) -> None:
+        """Import the SDK's transports in the caller's thread, not on the session's loop.
+
+        An import can take seconds; a loop blocked in one misses its deadlines (and an abandoned
+        attempt would then start its server late).
+        """
+        global _sdk_imported
+        if not _sdk_imported:
+            import mcp.client.stdio
+
+            if self.config.url is not None:
+                import httpx2  # noqa: F401
+                import mcp.client.streamable_http  # noqa: F401
+            _sdk_imported = self.config.url is None
+
     def _handed_out(self) -> list[MCPTool]:
         assert self._tools is not None
         self._open_tools.update(id(tool) for tool in self._tools)
@@ -271,6 +325,7 @@ class MCPToolset:
         try:
             return self._loop.run_sync(coro, timeout)
         except TimeoutError:
+            self._abandon()  # a server still starting is not left running
             raise MCPConnectionError(
                 f"MCP server {self.config.name!r} did not connect within {timeout} s "
                 "(raise connect_timeout_s for slow-starting servers)"
@@ -304,16 +359,25 @@ class MCPToolset:
                 return self._client
             await self._disconnect()
             ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            # Read the outcome even when the caller gave up waiting, so asyncio does not log it as lost.
+            ready.add_done_callback(lambda future: future.cancelled() or future.exception())
             self._stop = asyncio.Event()
-            self._holder = asyncio.get_running_loop().create_task(self._hold_session(ready, self._stop))
+            self._attempt += 1
+            self._holder = asyncio.get_running_loop().create_task(self._hold_session(ready, self._stop, self._attempt))
             try:
                 self._client, listed = await asyncio.wait_for(asyncio.shield(ready), self.config.connect_timeout_s)
             except asyncio.TimeoutError:
+                self._abandon()  # a half-started server must not linger: kill it, then collect the session
                 await self._disconnect()
                 raise MCPConnectionError(
                     f"MCP server {self.config.name!r} did not connect within {self.config.connect_timeout_s} s"
                 ) from None
+            except asyncio.CancelledError:  # the caller gave up waiting (see _run_sync)
+                self._abandon()
+                await self._disconnect()
+                raise
             except Exception as exc:
+                self._abandon()
                 await self._disconnect()
                 raise MCPConnectionError(
                     f"cannot connect to MCP server {self.config.name!r} ({self._target()}): {_describe(exc)}"
@@ -323,13 +387,13 @@ class MCPToolset:
                 self._tools = self._wrap_tools(listed)
             return self._client
 
-    async def _hold_session(self, ready: asyncio.Future[Any], stop: asyncio.Event) -> None:
+    async def _hold_session(self, ready: asyncio.Future[Any], stop: asyncio.Event, attempt: int) -> None:
         # anyio cancel scopes must be entered and left by the same task: this task owns the session.
         from mcp import Client
 
         async with contextlib.AsyncExitStack() as stack:
             try:
-                transport = await self._open_transport(stack)
+                transport = await self._open_transport(stack, attempt)
                 client = await stack.enter_async_context(Client(transport))
                 listed = []
                 cursor = None
@@ -350,7 +414,7 @@ class MCPToolset:
             with contextlib.suppress(Exception):
                 await stop.wait()
 
-    async def _open_transport(self, stack: contextlib.AsyncExitStack) -> Any:
+    async def _open_transport(self, stack: contextlib.AsyncExitStack, attempt: int) -> Any:
         cfg = self.config
         if cfg.url is not None:
             import httpx2
@@ -366,7 +430,23 @@ class MCPToolset:
         errlog: TextIO = _stderr()
         if cfg.server_stderr == "discard":
             errlog = stack.enter_context(open(os.devnull, "w"))  # noqa: SIM115 - closed by the session's exit stack
-        params = StdioServerParameters(command=cfg.command, args=cfg.args, env=cfg.env, cwd=cfg.cwd)
+        command, args = cfg.command, list(cfg.args)
+        if os.name == "posix" and os.path.exists("/bin/sh"):
+            # The SDK starts the server as the leader of a new process group; the shell records that
+            # pid (= the group id) and execs the server, so close() can kill the whole group.
+            if self._scratch is None:
+                self._scratch = tempfile.mkdtemp(prefix="gem-mcp-")
+            pidfile = os.path.join(self._scratch, f"server-{len(self._started)}.pid")
+            with self._groups_lock:
+                # Imports above can take seconds: the attempt may have been given up meanwhile.
+                if self._closed or attempt != self._attempt:
+                    raise MCPConnectionError("the connection attempt was abandoned")
+                self._started.append(pidfile)
+                self._groups.append(pidfile)
+            # "$0.stop" exists when close() came before the shell ran: then it must not start the server.
+            launcher = 'echo $$ > "$0" && [ ! -e "$0.stop" ] && exec "$@"'
+            command, args = "/bin/sh", ["-c", launcher, pidfile, command, *args]
+        params = StdioServerParameters(command=command, args=args, env=cfg.env, cwd=cfg.cwd)
         return stdio_client(params, errlog=errlog)
 
     async def _disconnect(self) -> None:
@@ -378,11 +458,38 @@ class MCPToolset:
         try:
             await asyncio.wait_for(asyncio.shield(holder), self.config.connect_timeout_s)
         except asyncio.TimeoutError:
-            holder.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await holder
+            self._kill_servers()  # past the graceful shutdown: what the SDK still waits for dies now
+            # Let the SDK see the death and reap the server (cancelling it would leave the process unreaped).
+            try:
+                await asyncio.wait_for(asyncio.shield(holder), _REAP_S)
+            except asyncio.TimeoutError:
+                holder.cancel()
+            except Exception:
+                pass
         except Exception:
             pass  # the session already failed; nothing left to release
+        finally:
+            self._kill_servers()
+
+    def _abandon(self) -> None:
+        """Give up the connection attempt (from any thread): it starts no server, and what started dies."""
+        self._attempt += 1
+        self._kill_servers()
+
+    def _kill_servers(self) -> None:
+        """SIGKILL the process group of every stdio server started so far (what the SDK left behind).
+
+        The stop marker is written before the pid is read: a launcher shell that has not yet written
+        its pid will see the marker and exit instead of starting the server, so none is missed.
+        Called right after the SDK's own shutdown, so a group id cannot have been reused yet.
+        """
+        with self._groups_lock:
+            groups, self._groups = self._groups, []
+        for pidfile in groups:
+            with contextlib.suppress(OSError):
+                Path(pidfile + ".stop").touch()
+            with contextlib.suppress(OSError, ValueError):
+                os.killpg(int(Path(pidfile).read_text().strip()), signal.SIGKILL)
 
     def _wrap_tools(self, listed: list[Any]) -> list[MCPTool]:
         include = set(self.config.include) if self.config.include is not None else None

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
+import fcntl
 import json
 import os
 import queue
+import secrets
 import select
 import shutil
 import signal
-import site
 import socket
 import subprocess
 import sys
@@ -30,9 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gem_core.errors import SandboxIsolationWarning, ToolError
+from gem_core.tools.safety import clean_text
+from gem_tool_python.cgroups import CallCgroups
+from gem_tool_python.cgroups import detect as detect_cgroups
 
 __all__ = ["Isolation", "SandboxConfig", "SandboxPool", "SandboxResult", "detect_isolation"]
 
@@ -46,6 +49,22 @@ _warned: set[str] = set()
 #: Linux pipes hold 64 KiB by default; smaller programs are written in one non-blocking go.
 _PIPE_BUFFER = 60_000
 _warn_lock = threading.Lock()
+_MAX_UID = 4_294_967_294
+#: Threads starting workers in parallel (at most one per warm worker).
+_SPAWNERS = 3
+
+
+#: What a model's program commonly imports; those installed are readable in the sandbox.
+DEFAULT_PACKAGES: tuple[str, ...] = (
+    "numpy",
+    "sympy",
+    "mpmath",
+    "scipy",
+    "pandas",
+    "networkx",
+    "regex",
+    "sortedcontainers",
+)
 
 
 class SandboxConfig(BaseModel):
@@ -65,11 +84,20 @@ class SandboxConfig(BaseModel):
         isolation: ``auto`` picks the strongest level the machine allows and warns once when
             it falls back; naming a level fails if it is unavailable.
         python: Interpreter for the workers (default: the host's ``sys.executable``).
-        preimport: Modules imported by each worker before it is marked ready.
+        preimport: Modules imported by each worker before it is marked ready (their distributions
+            are readable in the sandbox too).
+        packages: Distributions the program may import, with everything they require (missing
+            ones are skipped). In namespace mode nothing else of the site-packages directories
+            is visible; the other levels cannot hide files.
+        expose: Further host paths the program may read (read-only, namespace mode).
         env: Extra environment variables for the program (the host environment is never passed).
-        uid_base: First uid of the range handed out to calls (one fresh uid per call).
-        uid_count: Size of that range.
+        uid_base: First uid of the range handed out to calls. Every call on the machine gets the
+            next uid of one counter shared by all pools and processes (a root-only file under
+            ``/run``), so no two calls share a uid until the range wraps.
+        uid_count: Size of that range (a billion: years of calls before it wraps).
         spawn_timeout_s: How long a call waits for a worker before failing.
+        cgroups: Give each call its own cgroup (memory, shared memory included, and pids) where
+            the host allows it (see :attr:`SandboxPool.cgroups`); rlimits apply either way.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -86,10 +114,19 @@ class SandboxConfig(BaseModel):
     isolation: Literal["auto", "namespaces", "uid", "rlimits"] = "auto"
     python: str | None = None
     preimport: tuple[str, ...] = ()
+    packages: tuple[str, ...] = DEFAULT_PACKAGES
+    expose: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
     uid_base: int = Field(1_500_000_000, ge=1000, le=4_000_000_000)
-    uid_count: int = Field(65_536, ge=16)
+    uid_count: int = Field(1_000_000_000, ge=16)
     spawn_timeout_s: float = Field(30.0, gt=0)
+    cgroups: bool = True
+
+    @model_validator(mode="after")
+    def _uids_fit(self) -> SandboxConfig:
+        if self.uid_base + self.uid_count > _MAX_UID:
+            raise ValueError(f"uid_base + uid_count must not exceed {_MAX_UID} (the largest usable uid)")
+        return self
 
 
 Status = Literal["ok", "error", "exit", "timeout", "cpu_limit", "output_limit", "killed", "crashed"]
@@ -156,6 +193,8 @@ class _Worker:
         self.monitor: int | None = None  # pidfd of the monitor process
         self.runner_pid: int | None = None
         self.workdir: str | None = None
+        self.cgroups: CallCgroups | None = None
+        self.cgroup: str | None = None
         self._buffer = b""
         self._pushback: list[dict[str, Any]] = []
         self._eof = False
@@ -234,14 +273,27 @@ class _Worker:
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
+        if self.cgroups is not None and self.cgroup is not None:
+            self.cgroups.remove(self.cgroup)
+            self.cgroup = None
 
 
 class _Zygote:
     """The fork server process that starts workers (see ``_worker.zygote``)."""
 
-    def __init__(self, python: str, env: dict[str, str], preimport: tuple[str, ...], timeout_s: float) -> None:
+    def __init__(self, python: str, env: dict[str, str], config: SandboxConfig, *, confine: bool) -> None:
         host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        cfg = {"socket_fd": child_end.fileno(), "preimport": list(preimport)}
+        timeout_s = config.spawn_timeout_s
+        cfg = {
+            "socket_fd": child_end.fileno(),
+            "preimport": list(config.preimport),
+            "packages": list(config.packages),
+            "expose": list(config.expose),
+            "confine": confine,
+        }
+        self.confine = confine
+        #: ``"confined"`` once the fork server lives in the allow-listed root, else why not.
+        self.confined = "not asked to confine"
         try:
             self.popen = subprocess.Popen(
                 [python, "-I", "-B", _WORKER, json.dumps(cfg)],
@@ -262,8 +314,10 @@ class _Zygote:
         self.lock = threading.Lock()
         host_end.settimeout(timeout_s)
         try:
-            ok = host_end.recv(16) == b"ready"
-        except OSError:
+            hello = json.loads(host_end.recv(4096))
+            ok = hello.get("ready") is True
+            self.confined = str(hello.get("confined") or self.confined)
+        except (OSError, ValueError, AttributeError):
             ok = False
         if not ok:
             self.close()
@@ -310,14 +364,11 @@ class SandboxPool:
         base = config or SandboxConfig()
         self.config = SandboxConfig.model_validate({**base.model_dump(), **overrides}) if overrides else base
         self.python = self.config.python or sys.executable
-        uids = range(self.config.uid_base, self.config.uid_base + self.config.uid_count)
-        self._uids = itertools.cycle(uids)
-        self._uid_lock = threading.Lock()
         self._ready: queue.Queue[_Worker] = queue.Queue()
         self._wanted = threading.Semaphore(0)
         self._closed = threading.Event()
         self._spawn_error: str | None = None
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._reaper: threading.Thread | None = None
         self._retired: queue.Queue[_Worker | None] = queue.Queue()
         self._executor: ThreadPoolExecutor | None = None
@@ -325,6 +376,10 @@ class SandboxPool:
         self._zygote: _Zygote | None = None
         self._zygote_lock = threading.Lock()
         self.isolation: Isolation | None = None
+        self._confine = self.config.isolation in ("auto", "namespaces") and os.geteuid() == 0
+        self._cgroups: CallCgroups | None = None
+        #: Per-call cgroups in use (``"cgroup v2"``/``"cgroup v1"``), or why there are none.
+        self.cgroups = "not started"
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> SandboxPool:
@@ -339,7 +394,11 @@ class SandboxPool:
                 raise ToolError("the sandbox pool is closed; create a new one")
             if self.isolation is not None:
                 return self
-            self._zygote = _Zygote(self.python, self._program_env(), self.config.preimport, self.config.spawn_timeout_s)
+            if self.config.cgroups and os.geteuid() == 0:
+                self._cgroups, self.cgroups = detect_cgroups(self.config.memory_mb << 20, self.config.max_procs + 1)
+            else:
+                self.cgroups = "off (cgroups=False)" if not self.config.cgroups else "needs root"
+            self._zygote = _Zygote(self.python, self._program_env(), self.config, confine=self._confine)
             try:
                 first = self._probe()
             except ToolError:
@@ -349,11 +408,27 @@ class SandboxPool:
             self._ready.put(first)
             for _ in range(self.config.pool_size - 1):
                 self._wanted.release()
-            self._thread = threading.Thread(target=self._spawn_loop, name="gem-sandbox-spawner", daemon=True)
-            self._thread.start()
+            # Several spawners: a worker's start-up is mostly waiting on its own processes, so starts
+            # overlap and back-to-back calls drain the warm pool less.
+            for index in range(min(self.config.pool_size, _SPAWNERS)):
+                thread = threading.Thread(target=self._spawn_loop, name=f"gem-sandbox-spawner-{index}", daemon=True)
+                thread.start()
+                self._threads.append(thread)
             self._reaper = threading.Thread(target=self._reap_loop, name="gem-sandbox-reaper", daemon=True)
             self._reaper.start()
         return self
+
+    def _zygote_for(self, level: Isolation) -> None:
+        """Use a fork server in the allow-listed root for namespaces, an unconfined one otherwise."""
+        with self._zygote_lock:
+            assert self._zygote is not None
+            confine = level == "namespaces"
+            if self._zygote.confine != confine:
+                self._zygote.close()
+                self._zygote = _Zygote(self.python, self._program_env(), self.config, confine=confine)
+            self._confine = confine
+            if confine and self._zygote.confined != "confined":
+                raise ToolError(f"cannot build the sandbox's root: {self._zygote.confined}")
 
     def _probe(self) -> _Worker:
         requested = self.config.isolation
@@ -365,6 +440,7 @@ class SandboxPool:
                 continue
             self.isolation = level
             try:
+                self._zygote_for(level)
                 worker = self._spawn()
             except ToolError as exc:
                 reasons.append(f"{level}: {exc}")
@@ -378,10 +454,10 @@ class SandboxPool:
     def close(self) -> None:
         """Kill the idle workers and the fork server; idempotent."""
         self._closed.set()
-        self._wanted.release()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
+        threads, self._threads = self._threads, []
+        self._wanted.release(max(len(threads), 1))
+        for thread in threads:
+            thread.join(timeout=10)
         if self._reaper is not None:
             self._retired.put(None)
             self._reaper.join(timeout=30)
@@ -412,9 +488,7 @@ class SandboxPool:
                 raise ToolError("the sandbox pool is not started")
             if self._zygote.popen.poll() is not None and not self._closed.is_set():
                 self._zygote.close()
-                self._zygote = _Zygote(
-                    self.python, self._program_env(), self.config.preimport, self.config.spawn_timeout_s
-                )
+                self._zygote = _Zygote(self.python, self._program_env(), self.config, confine=self._confine)
             return self._zygote
 
     def _spawn(self) -> _Worker:
@@ -423,8 +497,7 @@ class SandboxPool:
             raise ToolError("the sandbox pool is not started")
         uid = None
         if level != "rlimits":
-            with self._uid_lock:
-                uid = next(self._uids)
+            uid = _allocate_uid(self.config.uid_base, self.config.uid_count)
         workdir = None
         if level != "namespaces":
             workdir = tempfile.mkdtemp(prefix="gem-sandbox-")
@@ -440,7 +513,6 @@ class SandboxPool:
             "fsize_bytes": cfg.max_file_mb << 20,
             "nofile": cfg.max_open_files,
             "tmpfs_bytes": cfg.tmpfs_mb << 20,
-            "expose": self._interpreter_paths(),
             "env": self._program_env(),
         }
         pipes = [os.pipe() for _ in range(4)]  # stdin, stdout, stderr, control
@@ -449,6 +521,11 @@ class SandboxPool:
         worker = _Worker(ours, uid, level)
         worker.workdir = workdir
         try:
+            if self._cgroups is not None:
+                worker.cgroups = self._cgroups
+                worker.cgroup, cgroup_fds = self._cgroups.create()
+                theirs += cgroup_fds
+                request["cgroups"] = len(cgroup_fds)
             zygote.fork(request, theirs)
         except (OSError, ToolError) as exc:
             worker.dispose()
@@ -477,15 +554,6 @@ class SandboxPool:
             elif kind == "ready":
                 ready = True
         return worker
-
-    def _interpreter_paths(self) -> list[str]:
-        """Directories the program needs to read to run Python (see ``_worker._expose``)."""
-        if self.config.python is None:
-            paths = {sys.base_prefix, sys.prefix, sys.exec_prefix, *site.getsitepackages()}
-        else:
-            paths = {os.path.dirname(os.path.dirname(os.path.realpath(self.python)))}
-        paths.add(os.path.dirname(os.path.realpath(self.python)))
-        return sorted({os.path.realpath(p) for p in paths if os.path.isdir(p)})
 
     def _program_env(self) -> dict[str, str]:
         bin_dir = os.path.dirname(self.python)
@@ -588,7 +656,7 @@ class SandboxPool:
         error: str | None = None
         exit_code: int | None = None
         stdin, worker.stdin = worker.stdin, -1
-        data = code.encode()
+        data = clean_text(code).encode()  # a lone surrogate in model text must not raise
         writer: threading.Thread | None = None
         if len(data) < _PIPE_BUFFER:  # fits in the pipe: write it without blocking
             _feed(stdin, data)
@@ -648,6 +716,53 @@ class SandboxPool:
         )
 
 
+#: Candidate homes of the machine-wide uid counter; the first usable one wins.
+_COUNTER_DIRS = ("/run/gem-sandbox", "/dev/shm/gem-sandbox-root", "/var/tmp/gem-sandbox-root")
+_counter_lock = threading.Lock()
+_counter: dict[str, Any] = {}
+
+
+def _counter_fd() -> int | None:
+    """An open counter file in a root-owned, root-only directory (never one another user could plant)."""
+    if "fd" in _counter:
+        return int(_counter["fd"])
+    for folder in _COUNTER_DIRS:
+        try:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            info = os.lstat(folder)
+            if not os.path.isdir(folder) or os.path.islink(folder) or info.st_uid != 0 or info.st_mode & 0o077:
+                continue
+            fd = os.open(os.path.join(folder, "next-uid"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError:
+            continue
+        _counter["fd"] = fd
+        return fd
+    return None
+
+
+def _allocate_uid(base: int, count: int) -> int:
+    """The next uid of the machine-wide counter (flock-ed file), shared by every pool and process.
+
+    Without a usable counter file (no writable root-only directory) the uid comes from a
+    per-process counter started at a random point of the range, and uniqueness across
+    processes becomes only probable.
+    """
+    with _counter_lock:
+        fd = _counter_fd()
+        if fd is None:
+            start = _counter.setdefault("local", secrets.randbelow(count))
+            _counter["local"] = start + 1
+            return base + start % count
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            text = os.pread(fd, 32, 0).strip()
+            number = int(text) if text.isdigit() else 0
+            os.pwrite(fd, f"{number + 1:<24}".encode(), 0)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    return base + number % count
+
+
 def _feed(fd: int, data: bytes) -> None:
     """Write the program and close the pipe (this thread owns ``fd``)."""
     try:
@@ -692,7 +807,8 @@ def _death_status(exit_code: int | None, config: SandboxConfig) -> tuple[Status,
     if sig == signal.SIGKILL:
         return "killed", (
             f"the program was killed (SIGKILL): it hit the CPU hard limit ({config.cpu_s + 1}s) "
-            f"or the memory limit ({config.memory_mb} MiB)"
+            f"or the memory limit ({config.memory_mb} MiB; with cgroups for all its processes and "
+            "shared memory together)"
         )
     return "crashed", f"the program died from {name}"
 

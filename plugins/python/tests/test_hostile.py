@@ -9,9 +9,11 @@ when the machine only allows a fallback isolation level.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Iterator
@@ -186,14 +188,16 @@ DENIED = "PermissionError: [Errno 13] Permission denied"
 # A checkout under a directory the sandbox replaces with its own tmpfs (/tmp, /root...) is not
 # read-only there but absent: the write is refused just the same, with "not found".
 HIDDEN = "FileNotFoundError: [Errno 2] No such file or directory"
+# In namespace mode every host path the sandbox sees is a read-only bind mount.
+READONLY = "OSError: [Errno 30] Read-only file system"
 
 
 @pytest.mark.parametrize(
     ("target", "refusals"),
     [
-        ("/etc/gem-sandbox-write", (DENIED,)),
-        (str(Path(__file__).with_name("gem-sandbox-write")), (DENIED, HIDDEN)),
-        (sys.prefix + "/gem-sandbox-write", (DENIED, HIDDEN)),
+        ("/etc/gem-sandbox-write", (DENIED, READONLY)),
+        (str(Path(__file__).with_name("gem-sandbox-write")), (DENIED, HIDDEN, READONLY)),
+        (sys.prefix + "/gem-sandbox-write", (DENIED, HIDDEN, READONLY)),
     ],
     ids=["etc", "source-tree", "python-prefix"],
 )
@@ -218,10 +222,31 @@ def test_host_tmp_is_invisible_and_escapes_stay_private(pool: SandboxPool, tmp_p
     assert not Path("/tmp", name).exists()
 
 
-def test_host_unix_sockets_under_run_are_hidden(pool: SandboxPool) -> None:
+@pytest.fixture
+def host_socket() -> Iterator[str]:
+    """A world-writable unix socket listening in a host directory outside /tmp (like one under /var/lib)."""
+    folder = Path(tempfile.mkdtemp(prefix="gem-host-socket-", dir=Path.home()))
+    folder.chmod(0o755)
+    path = folder / "service.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    path.chmod(0o777)
+    server.listen()
+    yield str(path)
+    server.close()
+    shutil.rmtree(folder)
+
+
+def test_host_unix_sockets_are_unreachable(pool: SandboxPool, host_socket: str) -> None:
     need(pool, "namespaces")
-    result = pool.run("import os\nprint(os.listdir('/run'), os.listdir('/dev/shm'), os.listdir('/var/tmp'))")
-    assert (result.status, result.stdout) == ("ok", "[] [] []\n")
+    code = (
+        "import os, socket\n"
+        "print(os.path.exists('/run'), os.path.exists('/var'), os.listdir('/dev/shm'))\n"
+        f"s = socket.socket(socket.AF_UNIX); s.connect({host_socket!r})\n"
+    )
+    result = pool.run(code)
+    assert result.status == "error" and result.stdout == "False False []\n", result
+    assert "FileNotFoundError" in (result.error or "")
 
 
 def test_files_do_not_survive_into_the_next_call(pool: SandboxPool) -> None:

@@ -14,6 +14,7 @@ from gem_core.errors import ConfigError, ToolError
 from gem_core.loop import LoopThread
 from gem_core.registry import format_config_error
 from gem_core.tools.base import Tool, ToolResult
+from gem_core.tools.safety import clean_text
 from gem_tool_search.corpus import SearchHit, demo_corpus_path, format_hits
 from gem_tool_search.retrievers import BM25Retriever, HttpRetriever, Retriever
 
@@ -181,13 +182,19 @@ class SearchTool(Tool):
         if not isinstance(query, str) or not query.strip():
             return ToolResult(error="search needs a non-empty 'query' string, e.g. <search>capital of France</search>")
         top_k = arguments.get("top_k", self.config.top_k)
-        if isinstance(top_k, str) and top_k.strip().isdigit():
+        if isinstance(top_k, str) and top_k.strip().isdigit() and len(top_k) <= 6:
             top_k = int(top_k)
         if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= self.config.max_top_k:
-            return ToolResult(error=f"top_k must be an integer from 1 to {self.config.max_top_k}, got {top_k!r}")
+            try:
+                shown = repr(top_k)
+            except ValueError:  # an int past str()'s digit limit
+                shown = "a huge integer"
+            shown = shown if len(shown) <= 40 else shown[:40] + "..."
+            return ToolResult(error=f"top_k must be an integer from 1 to {self.config.max_top_k}, got {shown}")
         if self._closed:
             return ToolResult(error="the search tool was closed")
-        query = query.strip()[: self.config.max_query_chars]
+        # One query's lone surrogate must not break the batch it shares with other episodes' queries.
+        query = clean_text(query.strip()[: self.config.max_query_chars])
         try:
             hits = await asyncio.wait_for(self._loop.run(self._batcher.search(query, top_k)), self.config.timeout_s)
         except asyncio.TimeoutError:

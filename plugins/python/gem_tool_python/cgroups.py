@@ -1,0 +1,147 @@
+"""Per-call cgroups: one memory limit and one process limit for everything a call starts.
+
+RLIMIT_AS bounds each process separately and does not see shared memory (``memfd``,
+``/dev/shm``, tmpfs files); a cgroup charges all of it, for every process of the call, to one
+limit. cgroup v2 is used where the host delegates the ``memory`` and ``pids`` controllers to
+us; otherwise the v1 ``memory`` and ``pids`` hierarchies if they are mounted and writable;
+otherwise :func:`detect` says why not and the sandbox runs on rlimits alone (docs/tools.md).
+
+The host creates a call's cgroups and passes their ``cgroup.procs`` files, open, to the
+worker, whose monitor process joins them (writing ``0``) before it starts the program.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["CallCgroups", "detect"]
+
+_ROOT = Path("/sys/fs/cgroup")
+_counter = itertools.count()
+_counter_lock = threading.Lock()
+
+
+@dataclass
+class CallCgroups:
+    """Where a pool's per-call cgroups live, and their limits.
+
+    Attributes:
+        version: ``2`` (unified) or ``1`` (separate memory and pids hierarchies).
+        parents: Folder under which each call gets its own cgroup, per hierarchy.
+        memory_bytes: The call's memory limit (memory + swap 0, shared memory included).
+        max_pids: The call's process and thread limit.
+    """
+
+    version: int
+    parents: dict[str, Path]
+    memory_bytes: int
+    max_pids: int
+    live: set[str] = field(default_factory=set)
+
+    def create(self) -> tuple[str, list[int]]:
+        """Make one call's cgroups; returns their name and open ``cgroup.procs`` descriptors (caller closes)."""
+        with _counter_lock:
+            name = f"call-{os.getpid()}-{next(_counter)}"
+        fds: list[int] = []
+        try:
+            for kind, parent in self.parents.items():
+                folder = parent / name
+                folder.mkdir(mode=0o700)
+                self.live.add(name)
+                for setting, value in self._settings(kind):
+                    path = folder / setting
+                    if path.exists():
+                        path.write_text(value)
+                fds.append(os.open(folder / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            self.remove(name)
+            raise
+        return name, fds
+
+    def _settings(self, kind: str) -> list[tuple[str, str]]:
+        memory, pids = str(self.memory_bytes), str(self.max_pids)
+        if self.version == 2:
+            return [("memory.max", memory), ("memory.swap.max", "0"), ("memory.oom.group", "1"), ("pids.max", pids)]
+        if kind == "memory":  # memsw (memory + swap) must be set after the plain limit
+            return [("memory.limit_in_bytes", memory), ("memory.memsw.limit_in_bytes", memory)]
+        return [("pids.max", pids)]
+
+    def remove(self, name: str) -> None:
+        """Remove a call's cgroups once its processes are gone (retries briefly while the kernel catches up)."""
+        for parent in self.parents.values():
+            folder = parent / name
+            for _ in range(100):
+                try:
+                    folder.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    with contextlib.suppress(OSError):
+                        (folder / "cgroup.kill").write_text("1")  # v2: anything left dies now
+                    time.sleep(0.01)
+        self.live.discard(name)
+
+
+def _own_cgroup(controller: str) -> str | None:
+    """This process's cgroup path in the v1 hierarchy of ``controller`` (``""`` for v2)."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            return path
+    return None
+
+
+def _try_v2(memory_bytes: int, max_pids: int) -> CallCgroups:
+    if not (_ROOT / "cgroup.controllers").exists():
+        raise OSError("cgroup v2 is not mounted at /sys/fs/cgroup")
+    parent = _ROOT / "gem-sandbox"
+    needed = {"memory", "pids"}
+    if not needed <= set((_ROOT / "cgroup.subtree_control").read_text().split()):
+        # Allowed only where /sys/fs/cgroup holds no processes itself (the real root, or a delegated one).
+        (_ROOT / "cgroup.subtree_control").write_text("+memory +pids")
+    parent.mkdir(mode=0o755, exist_ok=True)
+    if not needed <= set((parent / "cgroup.subtree_control").read_text().split()):
+        (parent / "cgroup.subtree_control").write_text("+memory +pids")
+    return CallCgroups(2, {"unified": parent}, memory_bytes, max_pids)
+
+
+def _try_v1(memory_bytes: int, max_pids: int) -> CallCgroups:
+    parents: dict[str, Path] = {}
+    for controller in ("memory", "pids"):
+        own = _own_cgroup(controller)
+        mount = _ROOT / controller
+        if own is None or not (mount / "cgroup.procs").exists():
+            raise OSError(f"the cgroup v1 {controller} controller is not mounted at {mount}")
+        parent = mount / own.lstrip("/") / "gem-sandbox"
+        parent.mkdir(mode=0o755, exist_ok=True)
+        parents[controller] = parent
+    return CallCgroups(1, parents, memory_bytes, max_pids)
+
+
+def detect(memory_bytes: int, max_pids: int) -> tuple[CallCgroups | None, str]:
+    """Per-call cgroups for this host, or ``None`` and why they are unavailable.
+
+    Every step is tried for real (creating a test cgroup), so a read-only or undelegated
+    hierarchy is found here rather than on the first call.
+    """
+    reasons = []
+    for attempt in (_try_v2, _try_v1):
+        try:
+            groups = attempt(memory_bytes, max_pids)
+            name, fds = groups.create()
+            for fd in fds:
+                os.close(fd)
+            groups.remove(name)
+            return groups, f"cgroup v{groups.version}"
+        except OSError as exc:
+            reasons.append(f"{attempt.__name__[5:]}: {exc}")
+    return None, "; ".join(reasons)
