@@ -324,6 +324,10 @@ class EpisodeSession:
             self._finish("abort")
             return None
         text = gen.text if gen.text is not None else self.engine.decode(ids or [])
+        if gen.finish_reason == "length" and ids and ids[-1] in self.engine.stop_token_ids:
+            # The reply ended with its stop token exactly at the limit: complete, not cut (vLLM V1
+            # checks the length before the stop token and reports "length" for it).
+            gen.finish_reason = "stop"
         cut = gen.finish_reason == "length"
         action = INVALID_ACTION if cut and self.engine.limits.on_cut == "invalid" else text
         self.generations.append(gen)
@@ -489,6 +493,9 @@ class EpisodeEngine:
         chat_template_kwargs: Extra ``apply_chat_template`` arguments.
         context: ``"delta"`` (default) or ``"rerender"`` (see :data:`ContextMode`).
         renderer: A prebuilt :class:`~gem_core.chat.ChatRenderer` to share.
+        stop_token_ids: Tokens that end a turn (default: the tokenizer's ``eos_token_id``).
+            A reply reported as ``"length"`` that ends with one of them is complete: some
+            servers (vLLM V1) check the length limit before the stop token.
 
     Raises:
         TemplatePrefixError: At construction (the start-up probe), when the template
@@ -504,6 +511,7 @@ class EpisodeEngine:
         chat_template_kwargs: Mapping[str, Any] | None = None,
         context: ContextMode = "delta",
         renderer: ChatRenderer | None = None,
+        stop_token_ids: Sequence[int] | None = None,
         **limit_kwargs: Any,
     ) -> None:
         if limits is not None and limit_kwargs:
@@ -517,6 +525,11 @@ class EpisodeEngine:
         self.tokenizer = tokenizer
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.context_mode: ContextMode = context
+        if stop_token_ids is None:
+            eos = getattr(tokenizer, "eos_token_id", None)
+            stop_token_ids = [eos] if isinstance(eos, int) else []
+        #: Tokens that end a turn: a reply ending in one at the token limit is complete, not cut.
+        self.stop_token_ids = frozenset(int(t) for t in stop_token_ids)
         self.renderer: ChatRenderer | None = None
         if tokenizer is not None and context == "delta":
             self.renderer = renderer or ChatRenderer(tokenizer, self.chat_template_kwargs)

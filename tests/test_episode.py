@@ -104,6 +104,19 @@ def test_the_cut_action_gets_the_envs_own_penalty() -> None:
     assert session.requests[0].max_tokens == 4
 
 
+def test_a_reply_ending_with_its_stop_token_at_the_limit_is_complete() -> None:
+    # vLLM V1 checks max_tokens before the stop token: it says "length" for a complete reply.
+    tok = tokenizer()
+    complete = Generation(
+        token_ids=[*tok.encode("8", add_special_tokens=False), tok.eos_token_id], finish_reason="length"
+    )
+    env = recording_env(episode_length=1)
+    session = play(EpisodeEngine(tok), env, [complete])
+    assert env.actions == ["8"] and session.episode().turns[0].stop_reason == "stop"  # type: ignore[attr-defined]
+    custom = EpisodeEngine(tok, stop_token_ids=[5])
+    assert custom.stop_token_ids == frozenset({5})
+
+
 def test_cut_at_stop() -> None:
     assert cut_at_stop([5, 6, 2, 9, 9], {2}, 5) == Generation(token_ids=[5, 6, 2], finish_reason="stop")
     assert cut_at_stop([5, 6, 7], {2}, 3, [-1.0, -2.0, -3.0]).finish_reason == "length"
