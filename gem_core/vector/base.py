@@ -316,30 +316,25 @@ class VectorEnv:
         return indices, acts
 
     def _finish_step(self, indices: list[int], outcomes: list[Outcome]) -> VectorStepReturn:
-        observations: list[str] = []
-        rewards: list[float] = []
-        terminated: list[bool] = []
-        truncated: list[bool] = []
-        infos: list[dict[str, Any]] = []
         failures: dict[int, BaseException] = {}
-        for i, out in zip(indices, outcomes, strict=True):
-            if isinstance(out, Failure):
-                self._blocked[i] = "raised an error"
-                failures[i] = out.error
-                out = ("", 0.0, False, False, {"env_error": out.describe()})
-            observations.append(out[0])
-            rewards.append(out[1])
-            terminated.append(out[2])
-            truncated.append(out[3])
-            infos.append(out[4])
-        n = len(observations)
+        if Failure in map(type, outcomes):  # rare; the common case below transposes in C
+            entries: list[Outcome] = []
+            for i, out in zip(indices, outcomes, strict=True):
+                if type(out) is Failure:
+                    self._blocked[i] = "raised an error"
+                    failures[i] = out.error
+                    out = ("", 0.0, False, False, {"env_error": out.describe()})
+                entries.append(out)
+            outcomes = entries
+        n = len(outcomes)
+        observations, rewards, terminated, truncated, infos = zip(*outcomes, strict=True) if n else ((), (), (), (), ())
         term = np.fromiter(terminated, np.bool_, n)
         trunc = np.fromiter(truncated, np.bool_, n)
         if self.autoreset_mode is AutoresetMode.DISABLED:
             for i, t, u in zip(indices, terminated, truncated, strict=True):
                 if t or u:
                     self._blocked[i] = "finished its episode and autoreset is disabled"
-        result = (observations, np.fromiter(rewards, np.float64, n), term, trunc, infos)
+        result = (list(observations), np.fromiter(rewards, np.float64, n), term, trunc, list(infos))
         if failures:
             raise self._error("step", failures, result)
         return result

@@ -60,10 +60,14 @@ class MemberHost:
     def __init__(self) -> None:
         self.members: dict[int, Member] = {}
 
-    def build(self, specs: Sequence[BuildSpec]) -> list[BaseException | None]:
+    def build(
+        self, specs: Sequence[BuildSpec], mark: Callable[[int], None] | None = None
+    ) -> list[BaseException | None]:
         """Build each member (replacing one with the same index); per spec, ``None`` or the build error."""
         errors: list[BaseException | None] = []
         for spec in specs:
+            if mark is not None:
+                mark(spec.env_index)
             try:
                 env = to_sync(spec.factory())
             except Exception as exc:

@@ -258,12 +258,13 @@ class Member(_Logic[Env]):
         """:meth:`handle` of ``Step(action)``, without building the request (the hot path of cheap envs)."""
         if self.lost is not None or self.pending_reset:
             return self._run(self._begin(Step(action)))
-        self._stage = _Stage.STEP
         try:
             value = self.env.step(action)
         except Exception as exc:
+            self._stage = _Stage.STEP
             return self._run(self._raised(exc))
         if value[2] or value[3]:
+            self._stage = _Stage.STEP
             return self._run(self._advance(value))
         return value
 

@@ -75,11 +75,9 @@ def _serve(conn: Connection, current: Any) -> None:
             conn.send(("err", portable(exc)))
             continue
         try:
-            if op == "run":
-                value: Any = host.run(payload, mark)
+            if op in ("run", "build"):
+                value: Any = host.run(payload, mark) if op == "run" else host.build(payload, mark)
                 current.value = -1
-            elif op == "build":
-                value = host.build(payload)
             elif op == "shutdown":
                 conn.send(("ok", host.close()))
                 break

@@ -106,7 +106,8 @@ class ActorHost(Host):
         self._ref: Any = None
 
     def describe(self) -> str:
-        return f"Ray actor {self.actor._actor_id.hex()[:12]}"
+        actor_id = getattr(self.actor, "_actor_id", None)  # not public API: the id only helps to find logs
+        return f"Ray actor {actor_id.hex()[:12]}" if actor_id is not None else "Ray actor"
 
     def send(self, op: str, payload: Any) -> None:
         self._ref = getattr(self.actor, op).remote(payload)

@@ -82,3 +82,28 @@ def make_broken_env() -> Env:
 
 def make_exiting_env() -> Env:
     os._exit(4)
+
+
+class CloseFailsEnv(CountEnv):
+    """A CountEnv whose ``close`` raises."""
+
+    def close(self) -> None:
+        raise RuntimeError("close failed")
+
+
+def make_close_failing_env() -> Env:
+    return CloseFailsEnv()
+
+
+def actor_is_dead(actor: Any, timeout: float = 30.0) -> bool:
+    """Wait until a Ray actor answers no more (``ray.kill`` is asynchronous: a call right after it may still run)."""
+    import ray
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.run.remote([]), timeout=timeout)
+        except ray.exceptions.RayActorError:
+            return True
+        time.sleep(0.1)
+    return False

@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 import pytest
+from gem_vector_testenvs import actor_is_dead
 
 from gem_core.errors import ConfigError, EnvWorkerCrashed
 from gem_core.runner import EpisodeRunner
@@ -52,6 +53,7 @@ def test_ray_env_recovers_from_a_dead_actor(ray_instance: Any) -> None:
         env = ray_env_factory("core:NumberGuess-v0", num_cpus=0.5)()
         first, _ = await env.reset(seed=1)
         ray_instance.kill(env.actor)
+        assert actor_is_dead(env.actor)
         with pytest.raises(EnvWorkerCrashed, match="reset\\(\\) starts a new one"):
             await env.step("8")
         with pytest.raises(EnvWorkerCrashed):

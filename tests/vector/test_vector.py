@@ -13,7 +13,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from gem_vector_testenvs import CountEnv, make_async_count_env, make_broken_env, make_count_env, make_exiting_env
+from gem_vector_testenvs import (
+    CountEnv,
+    actor_is_dead,
+    make_async_count_env,
+    make_broken_env,
+    make_close_failing_env,
+    make_count_env,
+    make_exiting_env,
+)
 
 from gem_core.errors import ConfigError, EnvWorkerCrashed, ResetNeeded, VectorEnvError
 from gem_core.registry import EnvSpec, Registry
@@ -305,20 +313,24 @@ def test_close_leaves_no_threads_or_processes(kind: str) -> None:
     if kind == "ray":  # Ray's own threads and processes belong to the Ray instance, not to the vector env
         actors = [host.actor for host in vec.actors]  # type: ignore[attr-defined]
         vec.close()
-        ray = pytest.importorskip("ray")
-
-        def dead(actor: Any) -> bool:  # ray.kill is asynchronous: a call right after it may still run
-            try:
-                ray.get(actor.run.remote([]), timeout=30)
-            except ray.exceptions.RayActorError:
-                return True
-            return False
-
-        assert all(wait_until(functools.partial(dead, actor), timeout=30) for actor in actors)
+        assert all(actor_is_dead(actor) for actor in actors)
         return
     vec.close()
     assert wait_until(lambda: set(threading.enumerate()) <= threads_before), threading.enumerate()
     assert wait_until(lambda: child_pids() <= children_before)
+
+
+@pytest.mark.parametrize("backend", [k for k in KINDS if k != "async-native"])  # the failing env is a sync env
+def test_close_never_raises_and_keeps_the_envs_errors(
+    backend: str, request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture
+) -> None:
+    if backend == "ray":
+        request.getfixturevalue("ray_instance")
+    vec = build(backend, n=2, factory=make_close_failing_env)
+    vec.reset(seed=0)
+    vec.close()
+    assert [str(e) for e in vec.close_errors] == ["close failed", "close failed"]
+    assert "close failed" in caplog.text
 
 
 @pytestmark_linux
@@ -437,7 +449,7 @@ def test_build_errors_surface_as_themselves(backend: str, request: pytest.Fixtur
 def test_worker_dying_while_building_is_named(backend: str, request: pytest.FixtureRequest) -> None:
     if backend == "ray":
         request.getfixturevalue("ray_instance")
-    with pytest.raises(EnvWorkerCrashed, match="died"):
+    with pytest.raises(EnvWorkerCrashed, match="died while building env 0"):
         build(backend, n=1, factory=make_exiting_env)
 
 
