@@ -1,17 +1,24 @@
-"""Env-steps per second of gem_core's vector envs, a bare loop, and GEM's ``make_vec``.
+"""Env-steps per second of gem_core's vector backends, a bare loop, and GEM's ``make_vec``.
 
-Every column runs the same game (``core:NumberGuess-v0``, gem_core's cheap reference
-env) with the same actions and the same per-episode seeds, in SAME_STEP autoreset
-(GEM's default), so the columns differ only in the vector machinery:
+Part 1, a cheap env: every column runs the same game (``core:NumberGuess-v0``, gem_core's
+cheap reference env) with the same actions and the same per-episode seeds, in SAME_STEP
+autoreset (GEM's default), so the columns differ only in the vector machinery:
 
 * ``bare``: a hand-written Python loop over the envs (step; on episode end, reset with
   the next seed). The floor for any vector env.
-* ``sync``: :class:`gem_core.vector.SyncVectorEnv`.
-* ``async-inline`` / ``async-thread`` / ``async-process``: :class:`gem_core.vector.AsyncVectorEnv`
-  with sync envs on the event loop, in a thread pool, or in worker processes.
+* ``sync``: ``make_vec(backend="sync")``.
+* ``async-inline`` / ``async-thread``: ``backend="async"`` with sync envs on the calling
+  thread or in a thread pool.
+* ``process``: ``backend="process"``, one worker per CPU (envs spread evenly).
+* ``ray``: ``backend="ray"`` on a local Ray instance, one actor per CPU (skipped, with the
+  reason, when Ray is not installed).
 * ``gem-sync`` / ``gem-async``: GEM's ``make_vec`` (``gem-llm``), when installed, on the same
   env wrapped in GEM's ``Env`` class (it resets with the same seeds, so the env does the
   same work). GEM's async vector env is a thread pool.
+
+Part 2, a CPU-bound env (:class:`BurnEnv`: each step burns a fixed amount of pure-Python
+CPU, as a code grader does): ``sync`` against the parallel backends, which should beat it
+by about the number of cores.
 
 Run: ``python bench/vector.py`` (``--quick`` for a smoke run). Prints medians over
 ``--repeats`` runs and ratios; it never asserts on timings.
@@ -30,8 +37,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from gem_core.core import Env, ResetReturn, StepReturn
 from gem_core.testing import NumberGuessEnv
-from gem_core.vector import VectorEnv, episode_seeds, make_vec
+from gem_core.vector import ProcessVectorEnv, SyncVectorEnv, VectorEnv, episode_seeds, make_vec
 
 ENV_ID = "core:NumberGuess-v0"
 ROOT_SEED = 2026
@@ -129,24 +137,96 @@ def run_gem(gem: Any, num_envs: int, async_mode: bool, actions: list[list[str]])
     return elapsed
 
 
-# ---------------------------------------------------------------------------- main
-
-
 def steps_for(num_envs: int, budget: int) -> int:
     return max(5, budget // num_envs)
 
 
+# ---------------------------------------------------------------------------- CPU-bound env
+
+
+class BurnEnv(Env):
+    """Each step burns ``work`` iterations of pure-Python arithmetic (holds the GIL, like a grader)."""
+
+    def __init__(self, work: int = 20_000, episode_length: int = 8) -> None:
+        self.work = work
+        self.episode_length = episode_length
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
+        super().reset(seed=seed)
+        self.t = 0
+        return "go", {}
+
+    def step(self, action: str) -> StepReturn:
+        acc = 0
+        for i in range(self.work):
+            acc = (acc * 31 + i) % 1_000_003
+        self.t += 1
+        return str(acc), 0.0, self.t >= self.episode_length, False, {}
+
+
+def burn_columns(work: int, cores: int, ray_note: str | None) -> dict[str, Callable[[int], VectorEnv]]:
+    fn = functools.partial(BurnEnv, work)
+    columns: dict[str, Callable[[int], VectorEnv]] = {
+        "sync": lambda n: SyncVectorEnv([fn] * n, autoreset_mode="same_step"),
+        "process": lambda n: ProcessVectorEnv([fn] * n, autoreset_mode="same_step", max_processes=cores),
+    }
+    if ray_note is None:
+        from gem_core.vector.ray import RayVectorEnv
+
+        def ray_vec(n: int) -> VectorEnv:
+            per_actor = -(-n // cores)
+            return RayVectorEnv([fn] * n, autoreset_mode="same_step", envs_per_actor=per_actor, num_cpus=1 / per_actor)
+
+        columns["ray"] = ray_vec
+    return columns
+
+
+def run_burn(make: Callable[[], VectorEnv], steps: int) -> Timing:
+    vec = make()
+    try:
+        vec.reset(seed=ROOT_SEED)
+        vec.step(["x"] * vec.num_envs)  # warm: workers and actors have imported everything
+        start = clock()
+        for _ in range(steps):
+            vec.step(["x"] * vec.num_envs)
+        return since(start)
+    finally:
+        vec.close()
+
+
+def start_ray(cores: int) -> str | None:
+    """Start a local Ray instance with ``cores`` CPUs; the reason when Ray is unavailable."""
+    try:
+        import ray
+    except ImportError as exc:
+        return f"ray columns skipped: {exc}"
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # the bench's own module must import in the actors: ship this directory with them
+    here = os.path.dirname(os.path.abspath(__file__))
+    env_vars = {"PYTHONPATH": os.pathsep.join([here, *sys.path])}
+    ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": env_vars})
+    return None
+
+
+# ---------------------------------------------------------------------------- main
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", default="1,16,64,256", help="comma-separated num_envs")
+    parser.add_argument("--sizes", default="1,16,64,256", help="comma-separated num_envs (cheap env)")
     parser.add_argument("--repeats", type=int, default=5, help="runs per cell; the median is reported")
     parser.add_argument("--budget", type=int, default=4000, help="env-steps per run (steps = budget / num_envs)")
-    parser.add_argument("--no-process", action="store_true", help="skip the worker-process column")
+    parser.add_argument("--no-process", action="store_true", help="skip the worker-process columns")
+    parser.add_argument("--no-ray", action="store_true", help="skip the Ray columns")
+    parser.add_argument("--burn-work", type=int, default=20_000, help="loop iterations per CPU-bound step")
+    parser.add_argument("--burn-steps", type=int, default=10, help="batched steps per CPU-bound run")
     parser.add_argument("--quick", action="store_true", help="sizes 1,16, one repeat, small budget")
     args = parser.parse_args(argv)
     if args.quick:
-        args.sizes, args.repeats, args.budget = "1,16", 1, 400
+        args.sizes, args.repeats, args.budget, args.burn_steps = "1,16", 1, 400, 3
     sizes = [int(s) for s in args.sizes.split(",")]
+    cores = os.cpu_count() or 1
 
     try:
         gem = gem_adapter()
@@ -154,6 +234,7 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # not installed, or it fails to import: skip its columns, say why
         gem = None
         gem_note = f"gem-llm columns skipped: {type(exc).__name__}: {exc}"
+    ray_note = "ray columns skipped: --no-ray" if args.no_ray else start_ray(cores)
 
     def ours(**kwargs: Any) -> Callable[[int, list[list[str]]], Timing]:
         return lambda n, a: run_ours(functools.partial(make_vec, ENV_ID, n, autoreset_mode="same_step", **kwargs), a)
@@ -161,17 +242,23 @@ def main(argv: list[str] | None = None) -> None:
     columns: dict[str, Callable[[int, list[list[str]]], Timing]] = {
         "bare": run_bare,
         "sync": ours(),
-        "async-inline": ours(vectorization="async", sync_envs="inline"),
-        "async-thread": ours(vectorization="async"),
+        "async-inline": ours(backend="async", sync_envs="inline"),
+        "async-thread": ours(backend="async"),
     }
     if not args.no_process:
-        columns["async-process"] = ours(vectorization="async", processes=True)
+        columns["process"] = ours(backend="process", max_processes=cores)
+    if ray_note is None:
+        columns["ray"] = lambda n, a: ours(backend="ray", envs_per_actor=-(-n // cores), num_cpus=1 / -(-n // cores))(
+            n, a
+        )
     if gem is not None:
         columns["gem-sync"] = lambda n, a: run_gem(gem, n, False, a)
         columns["gem-async"] = lambda n, a: run_gem(gem, n, True, a)
 
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, load average {os.getloadavg()[0]:.1f}; {gem_note}")
-    print(f"env {ENV_ID}, SAME_STEP autoreset, median of {args.repeats} runs (columns interleaved)\n")
+    print(f"python {sys.version.split()[0]}, {cores} cpus, load average {os.getloadavg()[0]:.1f}; {gem_note}")
+    if ray_note is not None:
+        print(ray_note)
+    print(f"\nPart 1: env {ENV_ID}, SAME_STEP autoreset, median of {args.repeats} runs (columns interleaved)\n")
     wall: dict[tuple[str, int], float] = {}
     cpu: dict[tuple[str, int], float] = {}
     for n in sizes:
@@ -185,34 +272,37 @@ def main(argv: list[str] | None = None) -> None:
             wall[(name, n)] = statistics.median(work / w for w, _ in samples[name])
             cpu[(name, n)] = statistics.median(work / max(c, 1e-9) for _, c in samples[name])
 
-    def table(title: str, rates: dict[tuple[str, int], float], names: list[str]) -> None:
+    def table(title: str, rates: dict[tuple[str, int], float], names: list[str], ns: list[int]) -> None:
         print(title)
         print(f"{'num_envs':>8} " + " ".join(f"{name:>13}" for name in names))
-        for n in sizes:
+        for n in ns:
             print(f"{n:>8} " + " ".join(f"{rates[(name, n)]:>13,.0f}" for name in names))
         print()
 
-    def ratios(rates: dict[tuple[str, int], float], pairs: list[tuple[str, str, str]]) -> None:
+    def ratios(rates: dict[tuple[str, int], float], pairs: list[tuple[str, str, str]], ns: list[int]) -> None:
         for a, b, label in pairs:
-            if (a, sizes[0]) in rates and (b, sizes[0]) in rates:
-                cells = "  ".join(f"n={n}: {rates[(a, n)] / rates[(b, n)]:.2f}" for n in sizes)
+            if (a, ns[0]) in rates and (b, ns[0]) in rates:
+                cells = "  ".join(f"n={n}: {rates[(a, n)] / rates[(b, n)]:.2f}" for n in ns)
                 print(f"  {label:<40} {cells}")
         print()
 
-    table("env-steps/s, wall clock (higher is better)", wall, list(columns))
+    table("env-steps/s, wall clock (higher is better)", wall, list(columns), sizes)
     print("ratios, wall clock")
     ratios(
         wall,
         [
             ("sync", "bare", "sync / bare (target >= 0.87)"),
             ("async-inline", "bare", "async-inline / bare"),
+            ("process", "sync", "process / sync"),
+            ("ray", "sync", "ray / sync"),
             ("sync", "gem-sync", "sync / gem-sync (target > 1)"),
             ("async-inline", "gem-async", "async-inline / gem-async (target > 1)"),
             ("async-thread", "gem-async", "async-thread / gem-async (target > 1)"),
         ],
+        sizes,
     )
     single = [name for name in ("bare", "sync", "async-inline", "gem-sync") if name in columns]
-    table("env-steps per CPU-second of the calling thread (single-threaded columns; load-immune)", cpu, single)
+    table("env-steps per CPU-second of the calling thread (single-threaded columns; load-immune)", cpu, single, sizes)
     print("ratios, CPU time")
     ratios(
         cpu,
@@ -221,7 +311,26 @@ def main(argv: list[str] | None = None) -> None:
             ("async-inline", "bare", "async-inline / bare"),
             ("sync", "gem-sync", "sync / gem-sync (target > 1)"),
         ],
+        sizes,
     )
+
+    if args.no_process:
+        return
+    burn = burn_columns(args.burn_work, cores, ray_note)
+    burn_sizes = [cores, 4 * cores]
+    print(f"Part 2: CPU-bound env (BurnEnv, {args.burn_work} iterations per step), {cores} cores, ")
+    print(f"{args.burn_steps} batched steps per run, median of {args.repeats} runs\n")
+    burn_rates: dict[tuple[str, int], float] = {}
+    for n in burn_sizes:
+        burn_samples: dict[str, list[float]] = {name: [] for name in burn}
+        for _ in range(args.repeats):
+            for name, make in burn.items():
+                burn_samples[name].append(run_burn(functools.partial(make, n), args.burn_steps)[0])
+        for name in burn:
+            burn_rates[(name, n)] = statistics.median(n * args.burn_steps / w for w in burn_samples[name])
+    table("env-steps/s, wall clock (higher is better)", burn_rates, list(burn), burn_sizes)
+    print(f"ratios, wall clock (ideal: about {cores}, the core count)")
+    ratios(burn_rates, [("process", "sync", "process / sync"), ("ray", "sync", "ray / sync")], burn_sizes)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ __all__ = [
     "EntryPointError",
     "EnvCheckError",
     "EnvNotFound",
+    "EnvWorkerCrashed",
     "GemCoreError",
     "GemCoreWarning",
     "InvalidAction",
@@ -147,6 +148,15 @@ class VectorEnvError(GemCoreError, RuntimeError):
         super().__init__(message)
         self.failures = failures
         self.results = results
+
+
+class EnvWorkerCrashed(GemCoreError, RuntimeError):
+    """The worker process or Ray actor hosting a sub-env died (``os._exit``, a signal, OOM).
+
+    The host is replaced and its envs rebuilt; their episodes are lost, so each must start
+    a new one (``on_error="reset"`` does that at once). The message names the env that was
+    running when the host died, when known.
+    """
 
 
 # --- tools ---

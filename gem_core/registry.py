@@ -151,12 +151,14 @@ class EnvSpec(_Spec):
         tags: Free labels for filtering (``multi-turn``, ``offline``, ``tool``...).
         wrappers: Wrappers applied by ``make`` (innermost first), before the caller's.
         cpu_bound: Hint for vector envs: steps are CPU-heavy, run them in processes.
+        num_cpus: CPUs one env reserves where resources are scheduled (the Ray backend).
     """
 
     id: str
     tags: tuple[str, ...] = ()
     wrappers: tuple[WrapperRef, ...] = ()
     cpu_bound: bool = False
+    num_cpus: float = Field(default=1.0, ge=0)
 
     @field_validator("id")
     @classmethod

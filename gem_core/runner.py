@@ -38,7 +38,7 @@ from gem_core.episode import CutPolicy, EpisodeEngine, EpisodeLimits, Generation
 from gem_core.errors import ConfigError
 from gem_core.registry import WrapperRef
 from gem_core.rl.types import Episode, Turn
-from gem_core.vector.base import episode_seed
+from gem_core.seeding import episode_seed
 
 __all__ = ["BatchPolicy", "Episode", "EpisodeRunner", "MessagePolicy", "TokenPolicy", "Turn", "run_episodes"]
 

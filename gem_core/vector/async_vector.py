@@ -1,82 +1,89 @@
-"""The asyncio vector env: async envs natively, sync envs in threads, CPU-heavy envs in processes."""
+"""The asyncio backend: async envs natively, sync envs in threads, CPU-heavy envs in processes."""
 
 from __future__ import annotations
 
 import asyncio
-import atexit
-import contextlib
-import functools
-import os
-import threading
-import weakref
-from collections.abc import Callable, Coroutine, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Literal, TypeVar
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Literal
 
 from gem_core.core import AsyncEnv, Env
 from gem_core.errors import ConfigError
-from gem_core.vector.base import AutoresetMode, Failure, Job, OnError, VectorEnv
-from gem_core.vector.process import ProcessEnv, Worker
-from gem_core.vector.sync import drive
+from gem_core.loop import LoopThread
+from gem_core.vector.base import Group, LocalGroup, Pending, VectorEnv
+from gem_core.vector.hosted import HostedGroup
+from gem_core.vector.member import AsyncMember, AutoresetMode, Member, OnError, Outcome, Request
+from gem_core.vector.process import ProcessEnv, close_at_exit, process_group
+from gem_core.vector.sync import InlineGroup, close_all
 
-__all__ = ["AsyncVectorEnv"]
+__all__ = ["AsyncVectorEnv", "LoopGroup", "ThreadGroup"]
 
-_T = TypeVar("_T")
 SyncEnvs = Literal["thread", "inline"]
 
 
-class _RemoteEnv:
-    """A sync handle on an env living in a worker process (calls block on the pipe)."""
+class LoopGroup(LocalGroup[AsyncMember]):
+    """Async members awaited concurrently on a :class:`~gem_core.loop.LoopThread`."""
 
-    def __init__(self, worker: Worker, slot: int) -> None:
-        self.worker, self.slot = worker, slot
+    kind = "async"
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
-        return self.worker.call("reset", self.slot, (seed, options))
+    def __init__(self, members: Sequence[AsyncMember], loop: LoopThread) -> None:
+        super().__init__(members)
+        self.loop = loop
 
-    def step(self, action: str) -> Any:
-        return self.worker.call("step", self.slot, (action,))
+    async def _gather(self, indices: list[int], requests: Sequence[Request]) -> list[Outcome]:
+        members = self.members
+        return list(await asyncio.gather(*(members[i].handle(r) for i, r in zip(indices, requests, strict=True))))
 
-    def close(self) -> None:
-        if not self.worker.closed:
-            self.worker.call("close", self.slot)
+    def start(self, indices: list[int], requests: Sequence[Request]) -> Pending:
+        return self.loop.submit(self._gather(indices, requests)).result
+
+    def close(self) -> list[BaseException]:
+        async def close_envs() -> list[Any]:
+            return await asyncio.gather(*(m.env.close() for m in self.members.values()), return_exceptions=True)
+
+        errors: list[BaseException] = []
+        if self.loop.started and not self.loop.closed:
+            errors = [e for e in self.loop.run_sync(close_envs()) if isinstance(e, BaseException)]
+        return errors
 
 
-def _drive_guarded(i: int, job: Job, env: Any) -> Any:
-    try:
-        return drive(job, env)
-    except Exception as exc:
-        return Failure(i, exc)
+class ThreadGroup(LocalGroup[Member]):
+    """Sync members served concurrently in a thread pool (for envs that block on I/O)."""
 
+    kind = "thread"
 
-async def _drive_async(i: int, job: Job, env: AsyncEnv) -> Any:
-    try:
-        try:
-            op, args = next(job)
-            while True:
-                value = await (env.reset(seed=args[0], options=args[1]) if op == "reset" else env.step(args[0]))
-                op, args = job.send(value)
-        except StopIteration as stop:
-            return stop.value
-    except Exception as exc:
-        return Failure(i, exc)
+    def __init__(self, members: Sequence[Member], pool: ThreadPoolExecutor) -> None:
+        super().__init__(members)
+        self.pool = pool
+
+    def start(self, indices: list[int], requests: Sequence[Request]) -> Pending:
+        submit, members = self.pool.submit, self.members
+        futures = [submit(members[i].handle, r) for i, r in zip(indices, requests, strict=True)]
+        return lambda: [f.result() for f in futures]
+
+    def start_steps(self, indices: list[int], actions: Sequence[str]) -> Pending:
+        submit, members = self.pool.submit, self.members
+        futures = [submit(members[i].step, a) for i, a in zip(indices, actions, strict=True)]
+        return lambda: [f.result() for f in futures]
+
+    def close(self) -> list[BaseException]:
+        return close_all([m.env for m in self.members.values()])
 
 
 class AsyncVectorEnv(VectorEnv):
-    """Runs the sub-envs' calls concurrently, each kind of env the way that suits it.
+    """Runs the sub-envs' calls concurrently, each kind of env the way that suits it (``backend="async"``).
 
-    * An :class:`~gem_core.AsyncEnv` is awaited natively on a private asyncio event loop
+    * An :class:`~gem_core.AsyncEnv` is awaited natively on a :class:`~gem_core.loop.LoopThread`
       (thousands of I/O-bound envs on one thread).
     * A sync :class:`~gem_core.Env` runs in a thread pool (``sync_envs="thread"``, for envs that
       block), or inline in the calling thread (``sync_envs="inline"``, fastest for cheap envs).
     * A :class:`~gem_core.vector.ProcessEnv` is built and run in a worker process
       (``make_vec`` does this for specs with ``cpu_bound=True``); envs are spread over
-      ``max_processes`` workers, and the thread pool waits on their pipes.
+      ``max_processes`` workers as in :class:`~gem_core.vector.ProcessVectorEnv`.
 
-    All three kinds run at the same time within one ``step``. The event loop runs in a
-    background thread, so ``reset``/``step`` work from plain code, and
-    :meth:`areset`/:meth:`astep` from inside another event loop. ``close()`` closes the envs,
-    joins the threads and the loop, and stops the workers and every process they started.
+    All kinds run at the same time within one ``step``. ``reset``/``step`` work from plain
+    code, :meth:`areset`/:meth:`astep` from inside another event loop. ``close()`` closes the
+    envs, joins the threads and the loop, and stops the workers and every process they started.
 
     Args:
         env_fns: Per sub-env, a callable returning an ``Env``/``AsyncEnv`` (built here), or a
@@ -84,7 +91,7 @@ class AsyncVectorEnv(VectorEnv):
         autoreset_mode: ``"next_step"`` (default), ``"same_step"`` or ``"disabled"``.
         on_error: ``"raise"`` (default) or ``"reset"``; see :class:`~gem_core.vector.VectorEnv`.
         sync_envs: ``"thread"`` (default) or ``"inline"``.
-        max_threads: Thread-pool size; default one per threaded env and worker, at most 64.
+        max_threads: Thread-pool size; default one per threaded env, at most 64.
         max_processes: Worker processes for process envs; default ``os.cpu_count()``.
     """
 
@@ -101,110 +108,59 @@ class AsyncVectorEnv(VectorEnv):
         super().__init__(len(env_fns), autoreset_mode, on_error)
         if sync_envs not in ("thread", "inline"):
             raise ConfigError(f"sync_envs must be 'thread' or 'inline', got {sync_envs!r}")
-        remote = [i for i, fn in enumerate(env_fns) if isinstance(fn, ProcessEnv)]
-        n_workers = min(len(remote), max_processes or os.cpu_count() or 1)
-        self.workers: list[Worker] = []
-        self.native: dict[int, AsyncEnv] = {}  # awaited on the loop
-        self.pooled: dict[int, Any] = {}  # sync envs and worker handles, run in the thread pool
-        self.inline: dict[int, Env] = {}  # sync envs run in the calling thread
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="gem-async-vector", daemon=True)
-        self._thread.start()
+        mode = self.autoreset_mode
+        self._loop = LoopThread("gem-async-vector")
         self._pool: ThreadPoolExecutor | None = None
-        # a partial per instance, so unregister removes only this one
-        self._closer = functools.partial(_close_at_exit, weakref.ref(self))
-        atexit.register(self._closer)
+        native: list[AsyncMember] = []
+        threaded: list[Member] = []
+        inline: list[Member] = []
+        groups: list[Group] = []
         try:
-            local = len(env_fns) - len(remote)
-            n_threads = max_threads or min(64, max(1, n_workers + (local if sync_envs == "thread" else 0)))
-            self._pool = ThreadPoolExecutor(max_workers=n_threads, thread_name_prefix="gem-vector")
-            self.workers = [Worker() for _ in range(n_workers)]
-            builds: list[tuple[int, Future[Any]]] = []
             for i, fn in enumerate(env_fns):
                 if isinstance(fn, ProcessEnv):
-                    handle = _RemoteEnv(self.workers[len(builds) % n_workers], i)
-                    self.pooled[i] = handle
-                    # build the remote envs in parallel, one request per env
-                    builds.append((i, self._pool.submit(handle.worker.call, "make", i, (fn.factory,))))
                     continue
                 env = fn()
                 if isinstance(env, AsyncEnv):
-                    self.native[i] = env
-                elif sync_envs == "thread":
-                    self.pooled[i] = env
+                    native.append(AsyncMember(i, env, mode, on_error))
                 else:
-                    self.inline[i] = env
-            for i, future in builds:
-                try:
-                    future.result()
-                except Exception as exc:
-                    raise ConfigError(f"cannot build env {i} in a worker process: {type(exc).__name__}: {exc}") from exc
+                    (threaded if sync_envs == "thread" else inline).append(Member(i, env, mode, on_error))
+            groups = [LoopGroup(native, self._loop), InlineGroup(inline)]
+            if threaded:
+                self._pool = ThreadPoolExecutor(
+                    max_workers=max_threads or min(64, len(threaded)), thread_name_prefix="gem-vector"
+                )
+                groups.append(ThreadGroup(threaded, self._pool))
+            remote = {i: fn.factory for i, fn in enumerate(env_fns) if isinstance(fn, ProcessEnv)}
+            if remote:
+                groups.append(process_group(remote, mode, on_error, max_processes))
+                close_at_exit(self)
         except BaseException:
-            self.close()
+            for group in groups:
+                group.close()
+            close_all([m.env for m in threaded + inline])
+            self._release()
             raise
+        self._set_groups(groups)
 
     @property
     def member_kinds(self) -> list[str]:
         """How each sub-env runs: ``"async"``, ``"thread"``, ``"inline"`` or ``"process"``."""
-        kinds = {i: "async" for i in self.native} | {i: "inline" for i in self.inline}
-        for i, env in self.pooled.items():
-            kinds[i] = "process" if isinstance(env, _RemoteEnv) else "thread"
-        return [kinds[i] for i in range(self.num_envs)]
+        return ["process" if isinstance(g, HostedGroup) else g.kind for g in self._group_of]
 
-    def _run_jobs(self, jobs: dict[int, Job]) -> dict[int, Any]:
-        # Start the async envs on the loop and the pooled ones in threads, run the inline
-        # ones here meanwhile, then collect. No event-loop hop for sync envs: it would cost
-        # more than a cheap env's step.
-        native = {i: job for i, job in jobs.items() if i in self.native}
-        on_loop = asyncio.run_coroutine_threadsafe(self._gather(native), self._loop) if native else None
-        assert self._pool is not None
-        submit = self._pool.submit
-        pooled = [(i, submit(_drive_guarded, i, job, self.pooled[i])) for i, job in jobs.items() if i in self.pooled]
-        outcomes = {i: _drive_guarded(i, job, self.inline[i]) for i, job in jobs.items() if i in self.inline}
-        for i, future in pooled:
-            outcomes[i] = future.result()
-        if on_loop is not None:
-            outcomes.update(on_loop.result())
-        return outcomes
+    @property
+    def workers(self) -> list[Any]:
+        """The worker processes' hosts (empty without process envs)."""
+        return [h for g in self._groups if isinstance(g, HostedGroup) for h in g.hosts]
 
-    def _submit(self, coro: Coroutine[Any, Any, _T]) -> _T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            super().close()
+        finally:
+            self._release()
 
-    async def _gather(self, jobs: dict[int, Job]) -> dict[int, Any]:
-        results = await asyncio.gather(*(_drive_async(i, job, self.native[i]) for i, job in jobs.items()))
-        return dict(zip(jobs, results, strict=True))
-
-    def _close_envs(self) -> None:
-        atexit.unregister(self._closer)
-        errors: list[BaseException] = []
-        if self.native and self._thread.is_alive():
-
-            async def close_native() -> list[Any]:
-                return await asyncio.gather(*(env.close() for env in self.native.values()), return_exceptions=True)
-
-            errors += [e for e in self._submit(close_native()) if isinstance(e, BaseException)]
-        for env in [*self.pooled.values(), *self.inline.values()]:
-            try:
-                env.close()
-            except Exception as exc:
-                errors.append(exc)
-        for worker in self.workers:  # ask all first: workers exit in parallel
-            worker.request_shutdown()
-        for worker in self.workers:
-            worker.shutdown()
+    def _release(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
-        if self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join()
         self._loop.close()
-        if errors:
-            raise errors[0]
-
-
-def _close_at_exit(ref: weakref.ref[AsyncVectorEnv]) -> None:
-    # Non-daemon workers would make interpreter exit wait forever; close what the user forgot.
-    vec = ref()
-    if vec is not None:
-        with contextlib.suppress(Exception):
-            vec.close()

@@ -1,134 +1,88 @@
-"""What every vector env shares: autoreset modes, per-episode seeds, error isolation.
+r"""What every vector env shares: the batch API, seeding, error reporting, and the backend seam.
 
 A vector env runs ``num_envs`` text envs side by side. The per-env logic (autoreset,
-seeding, recovery after an error) is written once as a *job*: a generator that yields
-the env calls it needs (``("reset", (seed, options))`` or ``("step", (action,))``) and
-returns the entry of the batch. Each vector class only decides how to run the calls
-(a plain loop, or concurrently on an event loop, in threads or in processes).
+seeds, recovery after an error) lives in :class:`~gem_core.vector.member.Member`, which
+serves typed requests (:class:`~gem_core.vector.member.Step`,
+:class:`~gem_core.vector.member.Reset`). The sub-envs are split into :class:`Group`\\ s,
+each hosting its members one way (in the caller's thread, on an event loop, in threads,
+in worker processes, in Ray actors). :class:`VectorEnv` sends every group its requests at
+once, then collects the outcomes, so groups work concurrently.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
-import enum
-import itertools
-import traceback
-from collections.abc import Generator, Iterator, Mapping, Sequence
-from typing import Any, Literal
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from gem_core.core import ResetReturn, StepReturn
 from gem_core.errors import ConfigError, ResetNeeded, VectorEnvError
+from gem_core.seeding import episode_seed, episode_seeds, fresh_root_seed
+from gem_core.vector.member import AsyncMember, AutoresetMode, Failure, Member, OnError, Outcome, Request, Reset, Step
 
 __all__ = [
     "AutoresetMode",
     "Failure",
-    "Job",
+    "Group",
+    "LocalGroup",
     "OnError",
+    "Pending",
     "VectorEnv",
     "VectorResetReturn",
     "VectorStepReturn",
-    "episode_seed",
+    "episode_seed",  # re-exported: it moved to gem_core.seeding
     "episode_seeds",
 ]
+
+logger = logging.getLogger("gem_core.vector")
 
 #: ``(observations, infos)``, one entry per reset env.
 VectorResetReturn = tuple[list[str], list[dict[str, Any]]]
 #: ``(observations, rewards, terminated, truncated, infos)``; arrays are numpy (float64, bool).
 VectorStepReturn = tuple[list[str], np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]
-#: An env call a job asks for: ``("reset", (seed, options))`` or ``("step", (action,))``.
-Call = tuple[str, tuple[Any, ...]]
-#: Per-env logic, driven by the vector class (see the module docstring).
-Job = Generator[Call, Any, Any]
-OnError = Literal["raise", "reset"]
+_M = TypeVar("_M", Member, AsyncMember)
+#: Collects a group's outcomes, in the order of the indices it was started with.
+Pending = Callable[[], list[Outcome]]
 
 
-class AutoresetMode(enum.Enum):
-    """What ``step`` does with an env whose episode just ended (Gymnasium's three modes).
+class Group(abc.ABC):
+    """Some sub-envs of a vector env, hosted one way (a backend).
 
-    * ``NEXT_STEP``: the step that ends an episode returns its final observation and info
-      as usual; the *next* ``step`` of that env ignores its action, resets the env and
-      returns ``(first_obs, 0.0, False, False, reset_info)``.
-    * ``SAME_STEP``: the env is reset within the step that ended it. That step returns the
-      new episode's first observation with the final step's reward and flags, and an info
-      that is the reset info plus ``final_obs`` and ``final_info`` of the finished episode.
-    * ``DISABLED``: nothing is reset; stepping a finished env raises
-      :class:`~gem_core.errors.ResetNeeded` until ``reset(indices=[i])``.
+    Attributes:
+        indices: The env indices this group hosts.
+        kind: How it runs them, for :attr:`AsyncVectorEnv.member_kinds`.
     """
 
-    NEXT_STEP = "next_step"
-    SAME_STEP = "same_step"
-    DISABLED = "disabled"
+    kind: str = "?"
 
-    @classmethod
-    def parse(cls, value: AutoresetMode | str) -> AutoresetMode:
-        """Accept the enum, its value, or Gymnasium's spelling (``"NextStep"``)."""
-        if isinstance(value, cls):
-            return value
-        key = str(value).replace("_", "").replace("-", "").lower()
-        for mode in cls:
-            if mode.value.replace("_", "") == key:
-                return mode
-        raise ConfigError(f"unknown autoreset_mode {value!r}; choose one of {[m.value for m in cls]}")
+    def __init__(self, indices: Sequence[int]) -> None:
+        self.indices = list(indices)
 
+    @abc.abstractmethod
+    def start(self, indices: list[int], requests: Sequence[Request]) -> Pending:
+        """Start serving one request per index; the returned callable waits for the outcomes."""
 
-# Seeds are derived in blocks: one SeedSequence per (root, env, block) yields the seeds of
-# _SEED_BLOCK consecutive episodes, because building a SeedSequence costs far more than a step.
-_SEED_BLOCK = 64
+    def start_steps(self, indices: list[int], actions: Sequence[str]) -> Pending:
+        """:meth:`start` with one :class:`Step` per action (groups override it to skip building requests)."""
+        return self.start(indices, [Step(a) for a in actions])
+
+    @abc.abstractmethod
+    def close(self) -> list[BaseException]:
+        """Close the envs and release threads, processes or actors; returns the envs' close errors, never raises."""
 
 
-def episode_seed(root: int, env_index: int, episode: int) -> int:
-    """The seed of env ``env_index``'s ``episode``-th episode (0-based) in a run seeded with ``root``.
+class LocalGroup(Group, Generic[_M]):
+    """Members living in this process, keyed by env index."""
 
-    Derived with numpy ``SeedSequence`` spawning: ``SeedSequence(root, spawn_key=(env_index,
-    episode // 64))`` generates the seeds of 64 consecutive episodes. The result depends
-    only on ``(root, env_index, episode)``, so a whole vector run, autoresets included,
-    replays from ``root``.
-    """
-    return _SeedBlock(root, env_index, episode // _SEED_BLOCK).seeds[episode % _SEED_BLOCK]
+    def __init__(self, members: Sequence[_M]) -> None:
+        super().__init__([m.index for m in members])
+        self.members: dict[int, _M] = {m.index: m for m in members}
 
 
-def episode_seeds(root: int, env_index: int) -> Iterator[int]:
-    """All of env ``env_index``'s episode seeds in order: ``episode_seed(root, env_index, k)`` for k = 0, 1, ...
-
-    Cheaper than calling :func:`episode_seed` per episode: each block of 64 seeds is derived once.
-    """
-    for block in itertools.count():
-        yield from _SeedBlock(root, env_index, block).seeds
-
-
-class _SeedBlock:
-    __slots__ = ("block", "seeds")
-
-    def __init__(self, root: int, env_index: int, block: int) -> None:
-        words = np.random.SeedSequence(root, spawn_key=(env_index, block)).generate_state(_SEED_BLOCK, np.uint64)
-        # 63 bits: a non-negative int that every seed consumer accepts
-        self.seeds: list[int] = [int(w) >> 1 for w in words]
-        self.block = block
-
-
-class Failure:
-    """A sub-env call that raised: the env index and the exception."""
-
-    __slots__ = ("error", "index")
-
-    def __init__(self, index: int, error: BaseException) -> None:
-        self.index = index
-        self.error = error
-
-    def describe(self) -> dict[str, Any]:
-        """A plain dict for ``info["env_error"]``: index, type, message, traceback."""
-        return {
-            "index": self.index,
-            "type": type(self.error).__name__,
-            "message": str(self.error),
-            "traceback": "".join(traceback.format_exception(type(self.error), self.error, self.error.__traceback__)),
-        }
-
-
-class VectorEnv(abc.ABC):
+class VectorEnv:
     """``num_envs`` text envs stepped as one batch.
 
     Args:
@@ -140,12 +94,14 @@ class VectorEnv(abc.ABC):
             reset (``reset(indices=[i])``) before it is stepped again. ``"reset"``: reset the
             failed env (next seed of its sequence) and carry on: its entry is the new first
             observation, reward ``0.0``, ``terminated=False``, ``truncated=True`` and
-            ``info["env_error"]`` (index, type, message, traceback).
+            ``info["env_error"]`` (index, type, message, traceback). A failed ``reset`` always raises.
 
     Seeding: ``reset(seed=s)`` makes ``s`` the run's root seed; env ``i``'s ``k``-th episode
-    (explicit reset or autoreset) gets :func:`episode_seed` ``(s, i, k)``. ``reset()`` without
-    a seed before any seeded reset draws a root from OS entropy and keeps it in
-    :attr:`root_seed`, so any run can be replayed.
+    (explicit reset or autoreset) gets :func:`~gem_core.seeding.episode_seed` ``(s, i, k)``.
+    ``reset()`` without a seed before any seeded reset draws a root from OS entropy and
+    keeps it in :attr:`root_seed`, so any run can be replayed.
+
+    Subclasses build the members and call :meth:`_set_groups`.
     """
 
     #: ``{"autoreset_mode": AutoresetMode}``, as in Gymnasium.
@@ -162,21 +118,47 @@ class VectorEnv(abc.ABC):
         self.metadata = {"autoreset_mode": self.autoreset_mode}
         self.root_seed: int | None = None
         self.closed = False
-        self._episodes = [0] * num_envs  # episodes started per env, for seeds
-        self._seed_blocks: list[_SeedBlock | None] = [None] * num_envs
+        #: Exceptions the sub-envs raised in ``close()`` (logged; ``close()`` itself never raises).
+        self.close_errors: list[BaseException] = []
+        self._groups: list[Group] = []
+        self._group_of: list[Group] = []
         self._all_indices = list(range(num_envs))  # shared, never mutated
-        self._autoreset = [False] * num_envs  # NEXT_STEP: ended on its last step
         # envs that step() refuses until they are reset, with the reason (one dict lookup per step)
         self._blocked: dict[int, str] = dict.fromkeys(range(num_envs), "was never reset")
 
-    # ------------------------------------------------------------------ subclass API
-    @abc.abstractmethod
-    def _run_jobs(self, jobs: dict[int, Job]) -> dict[int, Any]:
-        """Run each env's job to completion; a job that raised maps to a :class:`Failure`."""
+    def _set_groups(self, groups: Sequence[Group]) -> None:
+        self._groups = [g for g in groups if g.indices]
+        owner: dict[int, Group] = {i: g for g in self._groups for i in g.indices}
+        self._group_of = [owner[i] for i in range(self.num_envs)]
 
-    @abc.abstractmethod
-    def _close_envs(self) -> None:
-        """Close the sub-envs and release threads and processes."""
+    # ------------------------------------------------------------------ dispatch
+    def _run(
+        self, indices: list[int], requests: Sequence[Request] | None, actions: Sequence[str] | None
+    ) -> list[Outcome]:
+        """Serve one request per index (``actions`` stand for ``Step`` requests); outcomes follow ``indices``."""
+        if len(self._groups) == 1:
+            group = self._groups[0]
+            return group.start_steps(indices, actions)() if requests is None else group.start(indices, requests)()  # type: ignore[arg-type]
+        items = actions if requests is None else requests
+        assert items is not None
+        split: dict[int, tuple[Group, list[int], list[int], list[Any]]] = {}
+        for n, (i, item) in enumerate(zip(indices, items, strict=True)):
+            group = self._group_of[i]
+            entry = split.get(id(group))
+            if entry is None:
+                entry = split[id(group)] = (group, [], [], [])
+            entry[1].append(n)
+            entry[2].append(i)
+            entry[3].append(item)
+        pending = [
+            (positions, group.start_steps(idx, its) if requests is None else group.start(idx, its))
+            for group, positions, idx, its in split.values()
+        ]
+        outcomes: list[Outcome] = [()] * len(indices)
+        for positions, wait in pending:
+            for n, out in zip(positions, wait(), strict=True):
+                outcomes[n] = out
+        return outcomes
 
     # ------------------------------------------------------------------ public API
     def reset(
@@ -199,9 +181,8 @@ class VectorEnv(abc.ABC):
         Raises:
             VectorEnvError: some envs raised; the others are reset, see ``error.results``.
         """
-        targets, per_env = self._prepare_reset(seed, options, indices)
-        outcomes = self._run_jobs({i: self._reset_job(i, per_env[n]) for n, i in enumerate(targets)})
-        return self._finish_reset(targets, outcomes)
+        targets, requests = self._prepare_reset(seed, options, indices)
+        return self._finish_reset(targets, self._run(targets, requests, None))
 
     def step(self, actions: Sequence[str] | Mapping[int, str]) -> VectorStepReturn:
         """Step every env with ``actions[i]``, or, given a mapping ``{index: action}``, only those envs.
@@ -215,8 +196,7 @@ class VectorEnv(abc.ABC):
             VectorEnvError: some envs raised (with ``on_error="raise"``); see the class docstring.
         """
         indices, acts = self._prepare_step(actions)
-        outcomes = self._run_jobs({i: self._step_job(i, a) for i, a in zip(indices, acts, strict=True)})
-        return self._finish_step(indices, outcomes)
+        return self._finish_step(indices, self._run(indices, None, acts))
 
     async def areset(
         self,
@@ -226,26 +206,34 @@ class VectorEnv(abc.ABC):
         indices: Sequence[int] | None = None,
     ) -> VectorResetReturn:
         """:meth:`reset` for callers inside an event loop (does not block the loop)."""
-        targets, per_env = self._prepare_reset(seed, options, indices)
-        outcomes = await self._arun_jobs({i: self._reset_job(i, per_env[n]) for n, i in enumerate(targets)})
+        targets, requests = self._prepare_reset(seed, options, indices)
+        outcomes = await asyncio.to_thread(self._run, targets, requests, None)
         return self._finish_reset(targets, outcomes)
 
     async def astep(self, actions: Sequence[str] | Mapping[int, str]) -> VectorStepReturn:
         """:meth:`step` for callers inside an event loop (does not block the loop)."""
         indices, acts = self._prepare_step(actions)
-        outcomes = await self._arun_jobs({i: self._step_job(i, a) for i, a in zip(indices, acts, strict=True)})
+        outcomes = await asyncio.to_thread(self._run, indices, None, acts)
         return self._finish_step(indices, outcomes)
 
-    async def _arun_jobs(self, jobs: dict[int, Job]) -> dict[int, Any]:
-        """:meth:`_run_jobs` without blocking the caller's loop; a thread by default."""
-        return await asyncio.to_thread(self._run_jobs, jobs)
-
     def close(self) -> None:
-        """Close every sub-env and release threads, processes and their children; idempotent."""
+        """Close every sub-env and release threads, processes, actors and their children; idempotent.
+
+        Never raises: exceptions from the sub-envs' own ``close()`` are logged and kept in
+        :attr:`close_errors`.
+        """
         if self.closed:
             return
         self.closed = True
-        self._close_envs()
+        for group in self._groups:
+            try:
+                self.close_errors += group.close()
+            except Exception as exc:  # a backend bug must not leave the other groups open
+                self.close_errors.append(exc)
+        for error in self.close_errors:
+            logger.warning(
+                "%s.close(): a sub-env's close raised %s: %s", type(self).__name__, type(error).__name__, error
+            )
 
     def __enter__(self) -> VectorEnv:
         return self
@@ -258,55 +246,13 @@ class VectorEnv(abc.ABC):
         """Per env: whether ``step`` would refuse it (never reset, failed, or finished with autoreset off)."""
         return [i in self._blocked for i in range(self.num_envs)]
 
-    # ------------------------------------------------------------------ jobs
-    def _take_seed(self, i: int) -> int:
-        assert self.root_seed is not None
-        k = self._episodes[i]
-        self._episodes[i] = k + 1
-        block = self._seed_blocks[i]
-        if block is None or block.block != k // _SEED_BLOCK:
-            block = self._seed_blocks[i] = _SeedBlock(self.root_seed, i, k // _SEED_BLOCK)
-        return block.seeds[k % _SEED_BLOCK]
-
-    def _reset_job(self, i: int, options: dict[str, Any] | None) -> Job:
-        result: ResetReturn = yield ("reset", (self._take_seed(i), options))
-        return result
-
-    def _step_job(self, i: int, action: str) -> Job:
-        if self._autoreset[i]:
-            self._autoreset[i] = False
-            obs, info = yield from self._reset_job(i, None)
-            return obs, 0.0, False, False, info
-        result: StepReturn = yield ("step", (action,))
-        return (yield from self._after_step(i, result))
-
-    def _after_step(self, i: int, result: StepReturn) -> Job:
-        obs, reward, terminated, truncated, info = result
-        if terminated or truncated:
-            mode = self.autoreset_mode
-            if mode is AutoresetMode.SAME_STEP:
-                new_obs, new_info = yield from self._reset_job(i, None)
-                return new_obs, reward, terminated, truncated, {**new_info, "final_obs": obs, "final_info": info}
-            if mode is AutoresetMode.NEXT_STEP:
-                self._autoreset[i] = True
-            else:
-                self._blocked[i] = "finished its episode and autoreset is disabled"
-        return result
-
-    def _recover_job(self, failure: Failure) -> Job:
-        i = failure.index
-        self._autoreset[i] = False
-        self._blocked.pop(i, None)
-        obs, info = yield from self._reset_job(i, None)
-        return obs, 0.0, False, True, {**info, "env_error": failure.describe()}
-
     # ------------------------------------------------------------------ batching
     def _prepare_reset(
         self,
         seed: int | None,
         options: dict[str, Any] | Sequence[dict[str, Any] | None] | None,
         indices: Sequence[int] | None,
-    ) -> tuple[list[int], list[dict[str, Any] | None]]:
+    ) -> tuple[list[int], list[Request]]:
         self._check_open()
         if indices is not None and seed is not None:
             raise ValueError(
@@ -324,20 +270,16 @@ class VectorEnv(abc.ABC):
             if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
                 raise ValueError(f"seed must be a non-negative int or None, got {seed!r}")
             self.root_seed = int(seed)
-            self._episodes = [0] * self.num_envs
-            self._seed_blocks = [None] * self.num_envs
         elif self.root_seed is None:
-            self.root_seed = int(np.random.SeedSequence().entropy)  # type: ignore[arg-type]
-        for i in targets:
-            self._autoreset[i] = False
-        return targets, per_env
+            self.root_seed = fresh_root_seed()
+        root, restart = self.root_seed, seed is not None
+        return targets, [Reset(root, restart, opts) for opts in per_env]
 
-    def _finish_reset(self, targets: list[int], outcomes: dict[int, Any]) -> VectorResetReturn:
+    def _finish_reset(self, targets: list[int], outcomes: list[Outcome]) -> VectorResetReturn:
         observations: list[str] = []
         infos: list[dict[str, Any]] = []
         failures: dict[int, BaseException] = {}
-        for i in targets:
-            out = outcomes[i]
+        for i, out in zip(targets, outcomes, strict=True):
             if isinstance(out, Failure):
                 self._blocked[i] = "raised an error"
                 failures[i] = out.error
@@ -373,35 +315,26 @@ class VectorEnv(abc.ABC):
             raise ResetNeeded(f"env {i} {self._blocked[i]}: call reset(indices=[{i}]) (or reset()) before stepping it")
         return indices, acts
 
-    def _finish_step(self, indices: list[int], outcomes: dict[int, Any]) -> VectorStepReturn:
-        failed = [outcomes[i] for i in indices if isinstance(outcomes[i], Failure)]
-        if failed and self.on_error == "reset":
-            recovered = self._run_jobs({f.index: self._recover_job(f) for f in failed})
-            outcomes = {**outcomes, **recovered}
-        observations: list[str] = []
-        rewards: list[float] = []
-        terminated: list[bool] = []
-        truncated: list[bool] = []
-        infos: list[dict[str, Any]] = []
+    def _finish_step(self, indices: list[int], outcomes: list[Outcome]) -> VectorStepReturn:
         failures: dict[int, BaseException] = {}
-        for i in indices:
-            out = outcomes[i]
-            if isinstance(out, Failure):
-                self._blocked[i] = "raised an error"
-                failures[i] = out.error
-                out = ("", 0.0, False, False, {"env_error": out.describe()})
-            observations.append(out[0])
-            rewards.append(out[1])
-            terminated.append(out[2])
-            truncated.append(out[3])
-            infos.append(out[4])
-        result = (
-            observations,
-            np.array(rewards, dtype=np.float64),
-            np.array(terminated, dtype=np.bool_),
-            np.array(truncated, dtype=np.bool_),
-            infos,
-        )
+        if Failure in map(type, outcomes):  # rare; the common case below transposes in C
+            entries: list[Outcome] = []
+            for i, out in zip(indices, outcomes, strict=True):
+                if type(out) is Failure:
+                    self._blocked[i] = "raised an error"
+                    failures[i] = out.error
+                    out = ("", 0.0, False, False, {"env_error": out.describe()})
+                entries.append(out)
+            outcomes = entries
+        n = len(outcomes)
+        observations, rewards, terminated, truncated, infos = zip(*outcomes, strict=True) if n else ((), (), (), (), ())
+        term = np.fromiter(terminated, np.bool_, n)
+        trunc = np.fromiter(truncated, np.bool_, n)
+        if self.autoreset_mode is AutoresetMode.DISABLED:
+            for i, t, u in zip(indices, terminated, truncated, strict=True):
+                if t or u:
+                    self._blocked[i] = "finished its episode and autoreset is disabled"
+        result = (list(observations), np.fromiter(rewards, np.float64, n), term, trunc, list(infos))
         if failures:
             raise self._error("step", failures, result)
         return result

@@ -1,33 +1,39 @@
-"""Worker processes hosting CPU-heavy sub-envs.
+"""The process backend: sub-envs in worker processes, several per worker, one message per batch.
 
-Each worker is a ``spawn``-ed process that builds its envs from picklable factories
-(env objects themselves may not pickle) and serves ``reset``/``step``/``close`` over a
-pipe. A worker starts its own process group, so closing it also kills any processes
-its envs started (graders, sandboxes), even ones that outlive the worker.
+Each worker is a ``spawn``-ed process that builds its envs from picklable factories (env
+objects themselves may not pickle) and serves batches of requests over a pipe. A worker
+starts its own process group, so closing it also kills any processes its envs started
+(graders, sandboxes), even ones that outlive the worker. A worker that dies is replaced
+(see :mod:`gem_core.vector.hosted`).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import multiprocessing as mp
 import os
 import pickle
 import signal
-import threading
-import traceback
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from gem_core.core import AsyncEnv, Env, to_sync
+from gem_core.core import AsyncEnv, Env
+from gem_core.errors import ConfigError
+from gem_core.vector.base import VectorEnv
+from gem_core.vector.hosted import Host, HostDied, HostedGroup, MemberHost
+from gem_core.vector.member import AutoresetMode, Failure, OnError, RemoteEnvError, portable
 
-__all__ = ["ProcessEnv", "RemoteEnvError", "Worker"]
+__all__ = ["ProcessEnv", "ProcessVectorEnv", "RemoteEnvError", "WorkerHost", "split_evenly"]
 
 
 @dataclass(frozen=True)
 class ProcessEnv:
-    """Marks a sub-env to be built and run in a worker process.
+    """Marks a sub-env of an :class:`~gem_core.vector.AsyncVectorEnv` to be built and run in a worker process.
 
     Args:
         factory: A *picklable* callable (a module-level function or a ``functools.partial``
@@ -37,116 +43,223 @@ class ProcessEnv:
     factory: Callable[[], Env | AsyncEnv]
 
 
-class RemoteEnvError(RuntimeError):
-    """An env in a worker process raised an exception that could not be sent back as itself."""
+def _sendable(value: Any) -> Any:
+    """``value`` (a list of replies) with each reply that does not pickle replaced by a Failure saying so."""
+    safe = []
+    for index_reply in value:
+        try:
+            pickle.dumps(index_reply)
+            safe.append(index_reply)
+        except Exception as exc:
+            out, root, episodes = index_reply
+            index = out.index if isinstance(out, Failure) else -1
+            error = TypeError(f"the env's result does not pickle, so it cannot leave the worker process: {exc}")
+            safe.append((Failure(index, error, ""), root, episodes))
+    return safe
 
 
-def _portable(exc: BaseException) -> BaseException:
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    try:
-        clone = pickle.loads(pickle.dumps(exc))
-    except Exception:
-        return RemoteEnvError(f"{type(exc).__name__}: {exc}\n(in the worker process)\n{tb}")
-    if hasattr(clone, "add_note"):
-        clone.add_note(f"raised in a gem_core worker process:\n{tb}")
-    return clone  # type: ignore[no-any-return]
-
-
-def _serve(conn: Connection) -> None:
+def _serve(conn: Connection, current: Any) -> None:
     if hasattr(os, "setsid"):
-        os.setsid()  # own process group: close() kills the env's children with the worker
-    envs: dict[int, Env] = {}
+        os.setsid()  # own process group: close() kills the envs' children with the worker
+    host = MemberHost()
+
+    def mark(index: int) -> None:
+        current.value = index
+
     while True:
         try:
-            op, slot, args = conn.recv()
+            op, payload = conn.recv()
         except (EOFError, OSError):  # the parent went away
             break
+        except Exception as exc:  # a request that does not unpickle here (an import missing in the worker)
+            conn.send(("err", portable(exc)))
+            continue
         try:
-            if op == "make":
-                envs[slot] = to_sync(args[0]())
-                value: Any = None
-            elif op == "reset":
-                value = envs[slot].reset(seed=args[0], options=args[1])
-            elif op == "step":
-                value = envs[slot].step(args[0])
-            elif op == "close":
-                env = envs.pop(slot, None)
-                if env is not None:
-                    env.close()
-                value = None
+            if op in ("run", "build"):
+                value: Any = host.run(payload, mark) if op == "run" else host.build(payload, mark)
+                current.value = -1
             elif op == "shutdown":
-                for env in envs.values():
-                    with contextlib.suppress(Exception):
-                        env.close()
-                conn.send(("ok", None))
+                conn.send(("ok", host.close()))
                 break
             else:
                 raise ValueError(f"unknown worker op {op!r}")
-            conn.send(("ok", value))
         except Exception as exc:
-            conn.send(("err", _portable(exc)))
+            conn.send(("err", portable(exc)))
+            continue
+        try:
+            conn.send(("ok", value))
+        except Exception:
+            conn.send(("ok", _sendable(value) if op == "run" else [portable(RuntimeError("reply does not pickle"))]))
     conn.close()
 
 
-class Worker:
-    """One worker process and the parent's end of its pipe (calls are serialized by a lock)."""
+class WorkerHost(Host):
+    """One worker process and the parent's end of its pipe."""
 
-    def __init__(self, context: Any = None) -> None:
-        ctx = context or mp.get_context("spawn")
+    def __init__(self, indices: Sequence[int], context: Any = None) -> None:
+        super().__init__(indices)
+        self._ctx = context or mp.get_context("spawn")
+        self._start()
+
+    def _start(self) -> None:
         self.conn: Connection
-        self.conn, child = ctx.Pipe()
+        self.conn, child = self._ctx.Pipe()
+        self.current = self._ctx.RawValue("q", -1)  # the env index being served, to name a crash's culprit
         # not a daemon: envs may start their own multiprocessing children
-        self.process = ctx.Process(target=_serve, args=(child,), name="gem-vector-worker", daemon=False)
+        self.process = self._ctx.Process(target=_serve, args=(child, self.current), name="gem-vector-worker")
         self.process.start()
         child.close()
-        self._lock = threading.Lock()
+        self._dead = False
         self.closed = False
-        self._shutdown_sent = False
 
-    def call(self, op: str, slot: int, args: tuple[Any, ...] = ()) -> Any:
-        """Send one request and wait for its answer; re-raises the env's exception."""
-        with self._lock:
-            if self.closed:
-                raise RuntimeError("the worker process is closed")
-            try:
-                self.conn.send((op, slot, args))
-            except (pickle.PicklingError, AttributeError, TypeError) as exc:
-                raise TypeError(f"cannot send {op!r} to a worker process: {exc} (arguments must pickle)") from exc
+    def describe(self) -> str:
+        return f"worker process {self.process.pid}"
+
+    def send(self, op: str, payload: Any) -> None:
+        if self._dead:
+            return
+        try:
+            self.conn.send((op, payload))
+        except (pickle.PicklingError, AttributeError, TypeError) as exc:
+            raise ConfigError(
+                f"cannot send {op!r} to a worker process: {exc}. Env factories and actions must pickle: "
+                "use a module-level function or a functools.partial of one, not a lambda or closure"
+            ) from exc
+        except OSError:  # BrokenPipeError and friends: the worker is gone; receive() says how
+            self._dead = True
+
+    def receive(self) -> Any:
+        if not self._dead:
             try:
                 status, value = self.conn.recv()
-            except (EOFError, OSError) as exc:
-                raise RuntimeError(
-                    f"worker process {self.process.pid} died (exit code {self.process.exitcode})"
-                ) from exc
-        if status == "err":
-            raise value
-        return value
+            except (EOFError, OSError):
+                self._dead = True
+            else:
+                if status == "err":
+                    raise value
+                return value
+        self.process.join(2.0)
+        culprit = int(self.current.value)
+        code = self.process.exitcode
+        detail = f"exit code {code}" if code is None or code >= 0 else f"killed by signal {-code}"
+        raise HostDied(culprit if culprit >= 0 else None, detail)
 
-    def request_shutdown(self) -> None:
-        """Ask the worker to close its envs and exit, without waiting."""
-        with self._lock:
-            if not self.closed and not self._shutdown_sent:
-                self._shutdown_sent = True
-                with contextlib.suppress(Exception):
-                    self.conn.send(("shutdown", -1, ()))
+    def restart(self) -> None:
+        self._stop(timeout=1.0)
+        self._start()
 
-    def shutdown(self, timeout: float = 5.0) -> None:
-        """Close its envs, stop the process, and kill whatever is left of its process group."""
-        self.request_shutdown()
-        with self._lock:
-            if self.closed:
-                return
-            self.closed = True
+    def close(self) -> list[BaseException]:
+        if self.closed:
+            return []
+        errors: list[BaseException] = []
+        if not self._dead:
             with contextlib.suppress(Exception):
-                if self.conn.poll(timeout):
-                    self.conn.recv()
+                self.conn.send(("shutdown", None))
+                if self.conn.poll(10.0):
+                    status, value = self.conn.recv()
+                    if status == "ok":
+                        errors = list(value)
+        self._stop(timeout=5.0)
+        return errors
+
+    def _stop(self, timeout: float) -> None:
+        """Stop the process and kill whatever is left of its process group; never raises."""
+        self.closed = True
+        with contextlib.suppress(Exception):
             self.process.join(timeout)
             if self.process.is_alive():
                 self.process.kill()
                 self.process.join(timeout)
-            pid = self.process.pid
-            if pid is not None and hasattr(os, "killpg"):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, signal.SIGKILL)
+        pid = self.process.pid
+        if pid is not None and hasattr(os, "killpg"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
             self.conn.close()
+        with contextlib.suppress(Exception):
             self.process.close()
+
+
+def split_evenly(indices: Sequence[int], parts: int) -> list[list[int]]:
+    """``indices`` cut into ``parts`` contiguous runs whose sizes differ by at most one."""
+    size, extra = divmod(len(indices), parts)
+    runs, start = [], 0
+    for p in range(parts):
+        end = start + size + (p < extra)
+        runs.append(list(indices[start:end]))
+        start = end
+    return [r for r in runs if r]
+
+
+def process_group(
+    factories: dict[int, Callable[[], Env | AsyncEnv]],
+    autoreset_mode: AutoresetMode,
+    on_error: OnError,
+    max_processes: int | None,
+) -> HostedGroup:
+    """The envs of ``factories`` spread evenly over ``max_processes`` workers (default: one per CPU)."""
+    if max_processes is not None and max_processes < 1:
+        raise ConfigError(f"max_processes must be >= 1, got {max_processes}")
+    workers = min(len(factories), max_processes or os.cpu_count() or 1)
+    hosts: list[Host] = []
+    try:
+        for part in split_evenly(sorted(factories), workers):
+            hosts.append(WorkerHost(part))
+    except BaseException:
+        for host in hosts:
+            host.close()
+        raise
+    return HostedGroup(hosts, factories, autoreset_mode, on_error)
+
+
+class ProcessVectorEnv(VectorEnv):
+    """Runs every sub-env in worker processes (``backend="process"``).
+
+    For CPU-heavy envs (code grading, simulators): steps run in parallel on up to
+    ``max_processes`` cores. Envs are spread evenly over the workers and a batch costs one
+    message per worker, so many cheap envs per worker stay cheap. An env that kills its
+    worker (``os._exit``, a segfault, the OOM killer) takes only that worker's envs with it:
+    the worker is replaced, their next ``step`` fails with
+    :class:`~gem_core.errors.EnvWorkerCrashed` (or, with ``on_error="reset"``, they start
+    a new episode), and the envs in other workers carry on. ``max_processes=num_envs`` gives
+    every env its own worker. See :class:`~gem_core.vector.VectorEnv` for the rest.
+
+    Args:
+        env_fns: One *picklable* callable per sub-env (a module-level function or a
+            ``functools.partial`` of one); it runs inside the worker.
+        autoreset_mode: ``"next_step"`` (default), ``"same_step"`` or ``"disabled"``.
+        on_error: ``"raise"`` (default) or ``"reset"``.
+        max_processes: Number of workers; default ``os.cpu_count()``, never more than ``len(env_fns)``.
+
+    Raises:
+        ConfigError: a factory does not pickle.
+        EnvWorkerCrashed: a worker died while building its envs.
+        Exception: an env's constructor raised; the exception is raised as itself.
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], Env | AsyncEnv]],
+        *,
+        autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+        on_error: OnError = "raise",
+        max_processes: int | None = None,
+    ) -> None:
+        super().__init__(len(env_fns), autoreset_mode, on_error)
+        group = process_group(dict(enumerate(env_fns)), self.autoreset_mode, on_error, max_processes)
+        self._set_groups([group])
+        self.workers = group.hosts
+        close_at_exit(self)
+
+
+def close_at_exit(vec: VectorEnv) -> None:
+    """Close ``vec`` at interpreter exit if the caller forgot: exit would otherwise wait on its workers forever."""
+    closer = functools.partial(_close_if_alive, weakref.ref(vec))
+    atexit.register(closer)
+    weakref.finalize(vec, atexit.unregister, closer)
+
+
+def _close_if_alive(ref: weakref.ref[VectorEnv]) -> None:
+    vec = ref()
+    if vec is not None:
+        vec.close()

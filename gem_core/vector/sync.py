@@ -1,31 +1,48 @@
-"""The synchronous vector env: one loop over the sub-envs in the caller's thread."""
+"""The synchronous backend: a loop over the sub-envs in the caller's thread."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
-
-import numpy as np
+from collections.abc import Callable, Sequence
 
 from gem_core.core import AsyncEnv, Env, to_sync
-from gem_core.vector.base import AutoresetMode, Failure, Job, OnError, VectorEnv, VectorStepReturn
+from gem_core.vector.base import LocalGroup, Pending, VectorEnv
+from gem_core.vector.member import AutoresetMode, Member, OnError, Outcome, Request
 
-__all__ = ["SyncVectorEnv", "drive"]
+__all__ = ["InlineGroup", "SyncVectorEnv", "close_all"]
 
 
-def drive(job: Job, env: Env) -> Any:
-    """Run a job's env calls on a sync env and return the job's result."""
-    try:
-        op, args = next(job)
-        while True:
-            value = env.reset(seed=args[0], options=args[1]) if op == "reset" else env.step(args[0])
-            op, args = job.send(value)
-    except StopIteration as stop:
-        return stop.value
+def close_all(envs: Sequence[Env]) -> list[BaseException]:
+    """Close every env, collecting (not raising) their errors."""
+    errors: list[BaseException] = []
+    for env in envs:
+        try:
+            env.close()
+        except Exception as exc:
+            errors.append(exc)
+    return errors
+
+
+class InlineGroup(LocalGroup[Member]):
+    """Members served one after another in the calling thread."""
+
+    kind = "inline"
+
+    def start(self, indices: list[int], requests: Sequence[Request]) -> Pending:
+        members = self.members
+        outcomes = [members[i].handle(r) for i, r in zip(indices, requests, strict=True)]
+        return lambda: outcomes
+
+    def start_steps(self, indices: list[int], actions: Sequence[str]) -> Pending:
+        members = self.members
+        outcomes: list[Outcome] = [members[i].step(a) for i, a in zip(indices, actions, strict=True)]
+        return lambda: outcomes
+
+    def close(self) -> list[BaseException]:
+        return close_all([m.env for m in self.members.values()])
 
 
 class SyncVectorEnv(VectorEnv):
-    """Steps the sub-envs one after another in the calling thread.
+    """Steps the sub-envs one after another in the calling thread (``backend="sync"``).
 
     The fastest choice for cheap envs: no threads, no copies. Async sub-envs are driven
     through :func:`~gem_core.to_sync`. See :class:`~gem_core.vector.VectorEnv` for
@@ -45,71 +62,18 @@ class SyncVectorEnv(VectorEnv):
         on_error: OnError = "raise",
     ) -> None:
         super().__init__(len(env_fns), autoreset_mode, on_error)
-        self.envs: list[Env] = []
+        members: list[Member] = []
         try:
-            for fn in env_fns:
-                self.envs.append(to_sync(fn()))
+            for i, fn in enumerate(env_fns):
+                members.append(Member(i, to_sync(fn()), self.autoreset_mode, on_error))
         except BaseException:
-            self._close_envs()
+            close_all([m.env for m in members])
             raise
+        self._set_groups([InlineGroup(members)])
 
-    def _run_jobs(self, jobs: dict[int, Job]) -> dict[int, Any]:
-        outcomes: dict[int, Any] = {}
-        for i, job in jobs.items():
-            try:
-                outcomes[i] = drive(job, self.envs[i])
-            except Exception as exc:
-                outcomes[i] = Failure(i, exc)
-        return outcomes
-
-    def step(self, actions: Sequence[str] | Mapping[int, str]) -> VectorStepReturn:
-        # Same semantics as VectorEnv.step; the common case (no autoreset due, episode goes
-        # on) skips the job machinery, which is most of the overhead for cheap envs.
-        indices, acts = self._prepare_step(actions)
-        envs, autoreset = self.envs, self._autoreset
-        observations: list[str] = []
-        rewards: list[float] = []
-        terminated: list[bool] = []
-        truncated: list[bool] = []
-        infos: list[dict[str, Any]] = []
-        failures: dict[int, Failure] = {}
-        for i, action in zip(indices, acts, strict=True):
-            try:
-                if autoreset[i]:
-                    result = drive(self._step_job(i, action), envs[i])
-                else:
-                    result = envs[i].step(action)
-                    if result[2] or result[3]:
-                        result = drive(self._after_step(i, result), envs[i])
-            except Exception as exc:
-                failures[i] = Failure(i, exc)
-                result = ("", 0.0, False, False, {})
-            observations.append(result[0])
-            rewards.append(result[1])
-            terminated.append(result[2])
-            truncated.append(result[3])
-            infos.append(result[4])
-        if failures:  # rare: the shared path recovers or raises
-            outcomes = {
-                i: failures.get(i) or (observations[n], rewards[n], terminated[n], truncated[n], infos[n])
-                for n, i in enumerate(indices)
-            }
-            return self._finish_step(indices, outcomes)
-        n = len(observations)
-        return (
-            observations,
-            np.fromiter(rewards, np.float64, n),
-            np.fromiter(terminated, np.bool_, n),
-            np.fromiter(truncated, np.bool_, n),
-            infos,
-        )
-
-    def _close_envs(self) -> None:
-        errors: list[BaseException] = []
-        for env in self.envs:
-            try:
-                env.close()
-            except Exception as exc:
-                errors.append(exc)
-        if errors:
-            raise errors[0]
+    @property
+    def envs(self) -> list[Env]:
+        """The sub-envs, in index order."""
+        group = self._groups[0]
+        assert isinstance(group, InlineGroup)
+        return [group.members[i].env for i in range(self.num_envs)]

@@ -6,17 +6,21 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
+import time
 from typing import Any
 
 from gem_core.core import AsyncEnv, Env, ResetReturn, StepReturn
+from gem_core.errors import ConfigError
 
 
 class CountEnv(Env):
     """Counts steps; each episode starts with a number drawn from the env's RNG.
 
-    The action ``"boom"`` raises, to test error isolation; ``"end"`` terminates early.
+    The action ``"boom"`` raises, to test error isolation; ``"end"`` terminates early;
+    ``"exit"`` kills the process the env runs in; ``"sleep"`` blocks for a while.
     """
 
     def __init__(self, episode_length: int = 3, spawn_child: bool = False) -> None:
@@ -40,6 +44,10 @@ class CountEnv(Env):
     def step(self, action: str) -> StepReturn:
         if action == "boom":
             raise RuntimeError(f"boom in episode {self.tag}")
+        if action == "exit":
+            os._exit(3)
+        if action == "sleep":
+            time.sleep(3.0)
         self.t += 1
         done = self.t >= self.episode_length or action == "end"
         return f"ep {self.tag} t {self.t} {action}", float(self.t), done, False, {"t": self.t, "tag": self.tag}
@@ -66,3 +74,36 @@ def make_count_env(episode_length: int = 3, spawn_child: bool = False) -> Env:
 
 def make_async_count_env(episode_length: int = 3) -> AsyncEnv:
     return AsyncCountEnv(episode_length)
+
+
+def make_broken_env() -> Env:
+    raise ConfigError("broken_env: bad config for the test")
+
+
+def make_exiting_env() -> Env:
+    os._exit(4)
+
+
+class CloseFailsEnv(CountEnv):
+    """A CountEnv whose ``close`` raises."""
+
+    def close(self) -> None:
+        raise RuntimeError("close failed")
+
+
+def make_close_failing_env() -> Env:
+    return CloseFailsEnv()
+
+
+def actor_is_dead(actor: Any, timeout: float = 30.0) -> bool:
+    """Wait until a Ray actor answers no more (``ray.kill`` is asynchronous: a call right after it may still run)."""
+    import ray
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.run.remote([]), timeout=timeout)
+        except ray.exceptions.RayActorError:
+            return True
+        time.sleep(0.1)
+    return False

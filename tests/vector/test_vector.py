@@ -3,52 +3,82 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from gem_vector_testenvs import CountEnv, make_async_count_env, make_count_env
+from gem_vector_testenvs import (
+    CountEnv,
+    actor_is_dead,
+    make_async_count_env,
+    make_broken_env,
+    make_close_failing_env,
+    make_count_env,
+    make_exiting_env,
+)
 
-from gem_core.errors import ConfigError, ResetNeeded, VectorEnvError
+from gem_core.errors import ConfigError, EnvWorkerCrashed, ResetNeeded, VectorEnvError
 from gem_core.registry import EnvSpec, Registry
 from gem_core.vector import (
     AsyncVectorEnv,
     AutoresetMode,
     ProcessEnv,
+    ProcessVectorEnv,
     SyncVectorEnv,
     VectorEnv,
     episode_seed,
-    episode_seeds,
     make_vec,
 )
 
-KINDS = ["sync", "async-thread", "async-inline", "async-native", "async-process"]
+LOCAL_KINDS = ["sync", "async-thread", "async-inline", "async-native"]
+REMOTE_KINDS = ["async-process", "process", "ray"]  # envs in other processes: they can crash alone
+KINDS = LOCAL_KINDS + REMOTE_KINDS
 
 
-def build(kind: str, n: int = 3, episode_length: int = 3, **vec_kwargs: Any) -> VectorEnv:
-    """One vector env of ``n`` CountEnvs, run the way ``kind`` says."""
+def build(
+    kind: str, n: int = 3, episode_length: int = 3, factory: Callable[..., Any] = make_count_env, **vec_kwargs: Any
+) -> VectorEnv:
+    """One vector env of ``n`` CountEnvs, run the way ``kind`` says (``n // 2`` worker processes or actors)."""
+    fn = functools.partial(factory, episode_length) if factory is make_count_env else factory
     if kind == "sync":
-        return SyncVectorEnv([functools.partial(make_count_env, episode_length)] * n, **vec_kwargs)
+        return SyncVectorEnv([fn] * n, **vec_kwargs)
     if kind == "async-native":
         return AsyncVectorEnv([functools.partial(make_async_count_env, episode_length)] * n, **vec_kwargs)
     if kind == "async-process":
-        fns = [ProcessEnv(functools.partial(make_count_env, episode_length))] * n
-        return AsyncVectorEnv(fns, max_processes=2, **vec_kwargs)
+        return AsyncVectorEnv([ProcessEnv(fn)] * n, max_processes=max(1, n // 2), **vec_kwargs)
+    if kind == "process":
+        return ProcessVectorEnv([fn] * n, max_processes=max(1, n // 2), **vec_kwargs)
+    if kind == "ray":
+        from gem_core.vector.ray import RayVectorEnv
+
+        # the layout of the process kinds: every actor start costs seconds
+        return RayVectorEnv([fn] * n, num_cpus=0.5, envs_per_actor=-(-n // max(1, n // 2)), **vec_kwargs)
     sync_envs = "inline" if kind == "async-inline" else "thread"
-    return AsyncVectorEnv([functools.partial(make_count_env, episode_length)] * n, sync_envs=sync_envs, **vec_kwargs)
+    return AsyncVectorEnv([fn] * n, sync_envs=sync_envs, **vec_kwargs)
 
 
 @pytest.fixture(params=KINDS, ids=KINDS)
 def kind(request: pytest.FixtureRequest) -> str:
+    if request.param == "ray":
+        request.getfixturevalue("ray_instance")
+    return str(request.param)
+
+
+@pytest.fixture(params=REMOTE_KINDS, ids=REMOTE_KINDS)
+def remote_kind(request: pytest.FixtureRequest) -> str:
+    if request.param == "ray":
+        request.getfixturevalue("ray_instance")
     return str(request.param)
 
 
 @pytest.fixture
-def vec_factory(kind: str) -> Any:
+def vec_factory(kind: str) -> Iterator[Callable[..., VectorEnv]]:
     made: list[VectorEnv] = []
 
     def factory(**kwargs: Any) -> VectorEnv:
@@ -150,7 +180,8 @@ def test_whole_run_replays_from_one_seed(vec_factory: Callable[..., VectorEnv], 
     assert len({tag_of(o) for o in first[0]}) == 3  # envs get different seeds
 
 
-def test_every_class_replays_the_same_run() -> None:
+@pytest.mark.usefixtures("ray_instance")
+def test_every_backend_replays_the_same_run() -> None:
     traces = []
     for kind in KINDS:
         with build(kind, n=2, episode_length=2, autoreset_mode="same_step") as vec:
@@ -164,14 +195,6 @@ def test_unseeded_reset_records_a_root_seed_that_replays(vec_factory: Callable[.
     assert vec.root_seed is not None
     again = vec_factory(n=2)
     assert again.reset(seed=vec.root_seed)[0] == obs
-
-
-def test_episode_seed_matches_seed_sequence_spawning() -> None:
-    words = np.random.SeedSequence(9, spawn_key=(2, 1)).generate_state(64, np.uint64)
-    assert episode_seed(9, 2, 64 + 5) == int(words[5]) >> 1
-    assert len({episode_seed(9, i, k) for i in range(4) for k in range(100)}) == 400
-    stream = episode_seeds(9, 3)
-    assert [next(stream) for _ in range(130)] == [episode_seed(9, 3, k) for k in range(130)]
 
 
 def test_failed_env_is_reported_and_others_keep_state(vec_factory: Callable[..., VectorEnv]) -> None:
@@ -281,14 +304,33 @@ pytestmark_linux = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reas
 
 @pytestmark_linux
 def test_close_leaves_no_threads_or_processes(kind: str) -> None:
+    resource_tracker.ensure_running()  # one per interpreter, started by the first spawn: not the vector env's
     threads_before = set(threading.enumerate())
     children_before = child_pids()
     vec = build(kind, n=3)
     vec.reset(seed=0)
     vec.step(["a"] * 3)
+    if kind == "ray":  # Ray's own threads and processes belong to the Ray instance, not to the vector env
+        actors = [host.actor for host in vec.actors]  # type: ignore[attr-defined]
+        vec.close()
+        assert all(actor_is_dead(actor) for actor in actors)
+        return
     vec.close()
     assert wait_until(lambda: set(threading.enumerate()) <= threads_before), threading.enumerate()
     assert wait_until(lambda: child_pids() <= children_before)
+
+
+@pytest.mark.parametrize("backend", [k for k in KINDS if k != "async-native"])  # the failing env is a sync env
+def test_close_never_raises_and_keeps_the_envs_errors(
+    backend: str, request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture
+) -> None:
+    if backend == "ray":
+        request.getfixturevalue("ray_instance")
+    vec = build(backend, n=2, factory=make_close_failing_env)
+    vec.reset(seed=0)
+    vec.close()
+    assert [str(e) for e in vec.close_errors] == ["close failed", "close failed"]
+    assert "close failed" in caplog.text
 
 
 @pytestmark_linux
@@ -303,6 +345,129 @@ def test_close_kills_processes_started_by_worker_envs() -> None:
     assert wait_until(lambda: not any(alive(p) for p in grandchildren + workers)), "leaked processes"
 
 
+# ---------------------------------------------------------------------- crashes of workers and actors
+
+
+def hosts_of(vec: VectorEnv, index: int) -> list[int]:
+    """The env indices sharing ``index``'s worker process or actor."""
+    hosts = vec.actors if hasattr(vec, "actors") else vec.workers  # type: ignore[attr-defined]
+    return next(h.indices for h in hosts if index in h.indices)
+
+
+def test_env_that_kills_its_worker_takes_only_its_host(remote_kind: str) -> None:
+    with build(remote_kind, n=4, episode_length=5) as vec:
+        vec.reset(seed=8)
+        vec.step(["a"] * 4)
+        lost = hosts_of(vec, 1)
+        with pytest.raises(VectorEnvError, match="env 1: EnvWorkerCrashed") as caught:
+            vec.step(["a", "exit", "a", "a"])
+        assert sorted(caught.value.failures) == lost
+        assert all(isinstance(e, EnvWorkerCrashed) for e in caught.value.failures.values())
+        running = "while env 1 was running" if remote_kind != "ray" else f"while serving envs {lost}"
+        assert running in str(caught.value.failures[1])  # an actor cannot say which of its envs killed it
+        obs = caught.value.results[0]  # type: ignore[index]
+        for i in set(range(4)) - set(lost):
+            assert obs[i].endswith("t 2 a")  # the other hosts' envs carried on
+        with pytest.raises(ResetNeeded, match="raised an error"):
+            vec.step(["b"] * 4)
+        vec.reset(indices=lost)  # the replacement host serves them again
+        obs, *_ = vec.step(["c"] * 4)
+        assert [o.split()[3] for o in obs] == ["1" if i in lost else "3" for i in range(4)]
+
+
+def test_crash_with_on_error_reset_starts_new_episodes(remote_kind: str) -> None:
+    with build(remote_kind, n=4, episode_length=5, on_error="reset") as vec:
+        vec.reset(seed=9)
+        obs, rew, term, trunc, infos = vec.step(["a", "exit", "a", "a"])
+        lost = hosts_of(vec, 1)
+        for i in range(4):
+            if i in lost:
+                assert obs[i].startswith("start ") and trunc[i] and not term[i] and rew[i] == 0.0
+                assert infos[i]["env_error"]["type"] == "EnvWorkerCrashed"
+            else:
+                assert obs[i].endswith("t 1 a") and "env_error" not in infos[i]
+        obs, *_ = vec.step(["b"] * 4)
+        assert [o.split()[3] for o in obs] == ["1" if i in lost else "2" for i in range(4)]
+
+
+def test_crash_replays_the_seeds_of_a_run_without_it(remote_kind: str) -> None:
+    # the crashed env's next episode gets the seed it would have had after an ordinary failure
+    ref = build("sync", n=2, episode_length=5, on_error="reset")
+    vec = build(remote_kind, n=2, episode_length=5, on_error="reset")
+    with ref, vec:
+        ref.reset(seed=3)
+        vec.reset(seed=3)
+        expected = ref.step(["a", "boom"])
+        got = vec.step(["a", "exit"])
+        assert got[0][1] == expected[0][1] and got[4][1]["seed"] == expected[4][1]["seed"]
+
+
+def test_killing_the_host_mid_step_is_recovered(remote_kind: str) -> None:
+    with build(remote_kind, n=2, episode_length=5, on_error="reset") as vec:
+        vec.reset(seed=10)
+        if remote_kind == "ray":
+            ray = pytest.importorskip("ray")
+            actor = next(h.actor for h in vec.actors if 1 in h.indices)  # type: ignore[attr-defined]
+            kill = functools.partial(ray.kill, actor)
+        else:
+            pid = next(w.process.pid for w in vec.workers if 1 in w.indices)  # type: ignore[attr-defined]
+            kill = functools.partial(os.kill, pid, signal.SIGKILL)
+        timer = threading.Timer(0.5, kill)
+        timer.start()
+        obs, _, _, trunc, infos = vec.step({1: "sleep"})
+        timer.join()
+        assert obs[0].startswith("start ") and trunc[0]
+        assert infos[0]["env_error"]["type"] == "EnvWorkerCrashed"
+        obs, _, _, trunc, _ = vec.step(["x", "x"])
+        assert obs[1].endswith("t 1 x")
+        if 0 in hosts_of(vec, 1):  # lost with the host: recovered on its next step
+            assert obs[0].startswith("start ") and trunc[0]
+        else:
+            assert obs[0].endswith("t 1 x")
+
+
+def test_close_after_a_crash_does_not_raise(remote_kind: str) -> None:
+    vec = build(remote_kind, n=2)
+    vec.reset(seed=0)
+    with pytest.raises(VectorEnvError):
+        vec.step(["exit", "exit"])
+    vec.close()
+    vec.close()
+
+
+@pytest.mark.parametrize("backend", ["sync", "async-thread", "process", "async-process", "ray"])
+def test_build_errors_surface_as_themselves(backend: str, request: pytest.FixtureRequest) -> None:
+    if backend == "ray":
+        request.getfixturevalue("ray_instance")
+    with pytest.raises(ConfigError, match="broken_env: bad config") as caught:
+        build(backend, n=2, factory=make_broken_env)
+    if backend in REMOTE_KINDS:
+        assert any("while building env" in note for note in getattr(caught.value, "__notes__", []))
+
+
+@pytest.mark.parametrize("backend", ["process", "ray"])
+def test_worker_dying_while_building_is_named(backend: str, request: pytest.FixtureRequest) -> None:
+    if backend == "ray":
+        request.getfixturevalue("ray_instance")
+    with pytest.raises(EnvWorkerCrashed, match="died while building env 0"):
+        build(backend, n=1, factory=make_exiting_env)
+
+
+def test_unpicklable_process_env_fails_clearly() -> None:
+    env = CountEnv()
+    with pytest.raises(ConfigError, match="must pickle"):
+        AsyncVectorEnv([ProcessEnv(lambda: env)], max_processes=1)
+    with pytest.raises(ConfigError, match="must pickle"):
+        ProcessVectorEnv([lambda: env], max_processes=1)
+
+
+def test_process_backend_spreads_envs_over_workers() -> None:
+    with ProcessVectorEnv([functools.partial(make_count_env, 3)] * 5, max_processes=2) as vec:
+        assert [w.indices for w in vec.workers] == [[0, 1, 2], [3, 4]]
+    with pytest.raises(ConfigError, match="max_processes"):
+        ProcessVectorEnv([make_count_env], max_processes=0)
+
+
 # ---------------------------------------------------------------------- make_vec
 
 
@@ -310,14 +475,16 @@ def test_close_kills_processes_started_by_worker_envs() -> None:
 def registry() -> Registry:
     reg = Registry()
     reg.add(EnvSpec(id="test:Count-v0", entry_point="gem_vector_testenvs:CountEnv", kwargs={"episode_length": 2}))
-    reg.add(EnvSpec(id="test:Count-v0-heavy", entry_point="gem_vector_testenvs:CountEnv", cpu_bound=True))
+    reg.add(
+        EnvSpec(id="test:Count-v0-heavy", entry_point="gem_vector_testenvs:CountEnv", cpu_bound=True, num_cpus=0.25)
+    )
     reg.add(EnvSpec(id="test:AsyncCount-v0", entry_point="gem_vector_testenvs:AsyncCountEnv"))
     return reg
 
 
 def test_make_vec_cycles_ids_and_picks_how_each_env_runs(registry: Registry) -> None:
     ids = ["test:Count-v0", "test:Count-v0-heavy", "test:AsyncCount-v0"]
-    with make_vec(ids, 4, vectorization="async", registry=registry, max_processes=1) as vec:
+    with make_vec(ids, 4, backend="async", registry=registry, max_processes=1) as vec:
         assert isinstance(vec, AsyncVectorEnv)
         assert vec.member_kinds == ["thread", "process", "async", "thread"]
         obs, _ = vec.reset(seed=0)
@@ -325,6 +492,52 @@ def test_make_vec_cycles_ids_and_picks_how_each_env_runs(registry: Registry) -> 
     with make_vec("test:Count-v0", 2, registry=registry, episode_length=4) as sync_vec:
         assert isinstance(sync_vec, SyncVectorEnv)
         assert [e.episode_length for e in sync_vec.envs] == [4, 4]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("backend", ["sync", "async", "process", "ray"])
+def test_make_vec_backends_replay_the_same_run(
+    backend: str, registry: Registry, request: pytest.FixtureRequest
+) -> None:
+    if backend == "ray":
+        request.getfixturevalue("ray_instance")
+    with make_vec("test:Count-v0", 3, registry=registry, autoreset_mode="same_step") as ref:
+        expected = run_trace(ref, seed=11, steps=5)
+    with make_vec("test:Count-v0", 3, backend=backend, registry=registry, autoreset_mode="same_step") as vec:  # type: ignore[arg-type]
+        assert run_trace(vec, seed=11, steps=5) == expected
+
+
+@pytest.mark.usefixtures("ray_instance")
+def test_make_vec_ray_reserves_cpus_from_the_spec(registry: Registry) -> None:
+    from gem_core.vector.ray import RayVectorEnv
+
+    with make_vec(
+        ["test:Count-v0-heavy", "test:Count-v0"], 4, backend="ray", registry=registry, envs_per_actor=2
+    ) as vec:
+        assert isinstance(vec, RayVectorEnv)
+        assert [(h.indices, h.num_cpus) for h in vec.actors] == [([0, 1], 1.25), ([2, 3], 1.25)]
+    with make_vec("test:Count-v0", 2, backend="ray", registry=registry, num_cpus=0.5) as vec:
+        assert [h.num_cpus for h in vec.actors] == [0.5, 0.5]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("old", "backend", "kinds"),
+    [
+        ({"vectorization": "sync"}, SyncVectorEnv, None),
+        ({"vectorization": "async"}, AsyncVectorEnv, ["thread", "process"]),
+        ({"vectorization": "async", "processes": False}, AsyncVectorEnv, ["thread", "thread"]),
+        ({"vectorization": "async", "processes": True}, ProcessVectorEnv, None),
+    ],
+    ids=["sync", "async", "async-no-processes", "async-processes"],
+)
+def test_make_vec_old_arguments_still_work_with_a_warning(
+    registry: Registry, old: dict[str, Any], backend: type, kinds: list[str] | None
+) -> None:
+    with pytest.warns(DeprecationWarning, match="use make_vec\\(..., backend="):
+        vec = make_vec(["test:Count-v0", "test:Count-v0-heavy"], registry=registry, max_processes=1, **old)
+    with vec:
+        assert type(vec) is backend
+        if kinds is not None:
+            assert vec.member_kinds == kinds  # type: ignore[attr-defined]
 
 
 def test_make_vec_applies_wrappers_by_name(registry: Registry) -> None:
@@ -341,15 +554,13 @@ def test_make_vec_applies_wrappers_by_name(registry: Registry) -> None:
 def test_make_vec_rejects_bad_arguments(registry: Registry) -> None:
     with pytest.raises(ConfigError, match="num_envs"):
         make_vec("test:Count-v0", 0, registry=registry)
-    with pytest.raises(ConfigError, match="vectorization"):
+    with pytest.raises(ConfigError, match="backend must be one of"):
+        make_vec("test:Count-v0", 1, backend="threads", registry=registry)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="vectorization must be"):
         make_vec("test:Count-v0", 1, vectorization="threads", registry=registry)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="autoreset_mode"):
         make_vec("test:Count-v0", 1, autoreset_mode="sometimes", registry=registry)
     with pytest.raises(ConfigError, match="processes=True needs"):
         make_vec("test:Count-v0", 1, processes=True, registry=registry)
-
-
-def test_unpicklable_process_env_fails_clearly() -> None:
-    env = CountEnv()
-    with pytest.raises(ConfigError, match="cannot build env 0 in a worker process"):
-        AsyncVectorEnv([ProcessEnv(lambda: env)], max_processes=1)
+    with pytest.raises(ConfigError, match="pass backend= alone"):
+        make_vec("test:Count-v0", 1, backend="sync", vectorization="sync", registry=registry)

@@ -1,0 +1,299 @@
+"""One sub-env and its per-env logic: autoreset, seeds, error recovery (defined once, here).
+
+A vector env sends each sub-env a typed request, :class:`Step` or :class:`Reset`, and gets
+back an *outcome*: the ``step``/``reset`` tuple of the batch entry, or a :class:`Failure`.
+A :class:`Member` turns one request into the env calls it needs (a step, then a reset
+when the episode ends in ``same_step`` mode; a reset instead of the step in ``next_step``
+mode; a recovery reset after an error with ``on_error="reset"``). The same class runs in
+every backend: in the caller's thread, on an event loop (:class:`AsyncMember`), in a
+worker process or in a Ray actor. Backends only move requests and outcomes around.
+"""
+
+from __future__ import annotations
+
+import enum
+import pickle
+import traceback
+from typing import Any, Generic, Literal, NamedTuple, TypeVar, Union
+
+from gem_core.core import AsyncEnv, Env
+from gem_core.errors import ConfigError
+from gem_core.seeding import SeedStream
+
+__all__ = [
+    "AsyncMember",
+    "AutoresetMode",
+    "Failure",
+    "Member",
+    "MemberState",
+    "OnError",
+    "Outcome",
+    "RemoteEnvError",
+    "Request",
+    "Reset",
+    "Step",
+    "portable",
+]
+
+OnError = Literal["raise", "reset"]
+
+
+class AutoresetMode(enum.Enum):
+    """What ``step`` does with an env whose episode just ended (Gymnasium's three modes).
+
+    * ``NEXT_STEP``: the step that ends an episode returns its final observation and info
+      as usual; the *next* ``step`` of that env ignores its action, resets the env and
+      returns ``(first_obs, 0.0, False, False, reset_info)``.
+    * ``SAME_STEP``: the env is reset within the step that ended it. That step returns the
+      new episode's first observation with the final step's reward and flags, and an info
+      that is the reset info plus ``final_obs`` and ``final_info`` of the finished episode.
+    * ``DISABLED``: nothing is reset; stepping a finished env raises
+      :class:`~gem_core.errors.ResetNeeded` until ``reset(indices=[i])``.
+    """
+
+    NEXT_STEP = "next_step"
+    SAME_STEP = "same_step"
+    DISABLED = "disabled"
+
+    @classmethod
+    def parse(cls, value: AutoresetMode | str) -> AutoresetMode:
+        """Accept the enum, its value, or Gymnasium's spelling (``"NextStep"``)."""
+        if isinstance(value, cls):
+            return value
+        key = str(value).replace("_", "").replace("-", "").lower()
+        for mode in cls:
+            if mode.value.replace("_", "") == key:
+                return mode
+        raise ConfigError(f"unknown autoreset_mode {value!r}; choose one of {[m.value for m in cls]}")
+
+
+class Step(NamedTuple):
+    """Request: step the env with ``action`` (or autoreset it, see :class:`AutoresetMode`)."""
+
+    action: str
+
+
+class Reset(NamedTuple):
+    """Request: start a new episode with the next seed of the env's stream.
+
+    Attributes:
+        root: The run's root seed.
+        restart: Start the stream over at episode 0 of ``root`` (a seeded full reset).
+        options: Passed to ``env.reset``.
+    """
+
+    root: int
+    restart: bool
+    options: dict[str, Any] | None
+
+
+Request = Union[Step, Reset]
+
+
+class RemoteEnvError(RuntimeError):
+    """An env in a worker raised an exception that could not be sent back as itself."""
+
+
+def portable(exc: BaseException) -> BaseException:
+    """``exc`` if it pickles (with the remote traceback as a note), else a :class:`RemoteEnvError` describing it."""
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        clone: BaseException = pickle.loads(pickle.dumps(exc))
+    except Exception:
+        return RemoteEnvError(f"{type(exc).__name__}: {exc}\n(raised remotely)\n{tb}")
+    clone.__traceback__ = None
+    if hasattr(clone, "add_note"):
+        clone.add_note(f"raised in a gem_core vector worker:\n{tb}")
+    return clone
+
+
+class Failure:
+    """A sub-env request that raised: the env index, the exception and its formatted traceback."""
+
+    __slots__ = ("error", "index", "traceback")
+
+    def __init__(self, index: int, error: BaseException, tb: str | None = None) -> None:
+        self.index = index
+        self.error = error
+        self.traceback = (
+            tb if tb is not None else "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """A plain dict for ``info["env_error"]``: index, type, message, traceback."""
+        return {
+            "index": self.index,
+            "type": type(self.error).__name__,
+            "message": str(self.error),
+            "traceback": self.traceback,
+        }
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # crosses process boundaries: the exception travels as a picklable copy
+        return (Failure, (self.index, portable(self.error), self.traceback))
+
+
+#: What a request yields: a reset tuple ``(obs, info)``, a step tuple, or a :class:`Failure`.
+Outcome = Union[tuple[Any, ...], Failure]
+
+
+class MemberState(NamedTuple):
+    """What a member's replacement needs after its host (worker, actor) died."""
+
+    root: int | None
+    episodes: int
+    lost: Failure | None
+
+
+class _Stage(enum.Enum):
+    RESET = 0  # explicit reset: the outcome is the reset tuple
+    STEP = 1  # the env's step
+    AUTORESET = 2  # NEXT_STEP: reset instead of the step
+    FINAL_RESET = 3  # SAME_STEP: reset after the final step
+    RECOVER = 4  # on_error="reset": reset after a failure
+
+
+class _EnvReset(NamedTuple):
+    seed: int
+    options: dict[str, Any] | None
+
+
+_EnvCall = Union[str, _EnvReset]  # a str is an action to step with
+_E = TypeVar("_E", Env, AsyncEnv)
+
+
+class _Logic(Generic[_E]):
+    """The per-env state machine; :class:`Member` and :class:`AsyncMember` add the env calls."""
+
+    def __init__(
+        self,
+        index: int,
+        env: _E,
+        autoreset_mode: AutoresetMode,
+        on_error: OnError,
+        state: MemberState | None = None,
+    ) -> None:
+        self.index = index
+        self.env: _E = env
+        self.mode = autoreset_mode
+        self.on_error = on_error
+        self.seeds = SeedStream(index, state.root if state else None, state.episodes if state else 0)
+        self.pending_reset = False  # NEXT_STEP: the last step ended the episode
+        # set when the env was rebuilt after its host died: its episode is gone
+        self.lost: Failure | None = state.lost if state else None
+        self._stage = _Stage.STEP
+        self._held: Any = None  # the final step (FINAL_RESET) or the failure (RECOVER)
+        self.outcome: Outcome = ()
+
+    @property
+    def state(self) -> MemberState:
+        return MemberState(self.seeds.root, self.seeds.episodes, self.lost)
+
+    def _begin(self, request: Request) -> _EnvCall | None:
+        if type(request) is Step:
+            if self.lost is not None:
+                failure, self.lost = self.lost, None
+                return self._fail(failure)
+            if self.pending_reset:
+                self.pending_reset = False
+                self._stage = _Stage.AUTORESET
+                return _EnvReset(self.seeds.take(), None)
+            self._stage = _Stage.STEP
+            return request.action
+        assert type(request) is Reset
+        if request.restart or self.seeds.root != request.root:
+            self.seeds.restart(request.root)
+        self.pending_reset = False
+        self.lost = None
+        self._stage = _Stage.RESET
+        return _EnvReset(self.seeds.take(), request.options)
+
+    def _advance(self, value: Any) -> _EnvCall | None:
+        stage = self._stage
+        if stage is _Stage.STEP:
+            self.outcome = value
+            if value[2] or value[3]:
+                if self.mode is AutoresetMode.SAME_STEP:
+                    self._held = value
+                    self._stage = _Stage.FINAL_RESET
+                    return _EnvReset(self.seeds.take(), None)
+                self.pending_reset = self.mode is AutoresetMode.NEXT_STEP
+            return None
+        obs, info = value
+        if stage is _Stage.RESET:
+            self.outcome = value
+        elif stage is _Stage.AUTORESET:
+            self.outcome = (obs, 0.0, False, False, info)
+        elif stage is _Stage.FINAL_RESET:
+            last = self._held
+            self.outcome = (obs, last[1], last[2], last[3], {**info, "final_obs": last[0], "final_info": last[4]})
+        else:
+            self.outcome = (obs, 0.0, False, True, {**info, "env_error": self._held.describe()})
+        self._held = None
+        return None
+
+    def _raised(self, exc: Exception) -> _EnvCall | None:
+        return self._fail(Failure(self.index, exc))
+
+    def _fail(self, failure: Failure) -> _EnvCall | None:
+        # Recovery resets only failed *steps*; a failed explicit reset or recovery is reported.
+        if self.on_error == "reset" and self._stage not in (_Stage.RESET, _Stage.RECOVER):
+            self.pending_reset = False
+            self._held = failure
+            self._stage = _Stage.RECOVER
+            return _EnvReset(self.seeds.take(), None)
+        self.pending_reset = False
+        self._held = None
+        self.outcome = failure
+        return None
+
+
+class Member(_Logic[Env]):
+    """A sync env with its per-env logic; :meth:`handle` serves one request."""
+
+    def handle(self, request: Request) -> Outcome:
+        return self._run(self._begin(request))
+
+    def step(self, action: str) -> Outcome:
+        """:meth:`handle` of ``Step(action)``, without building the request (the hot path of cheap envs)."""
+        if self.lost is not None or self.pending_reset:
+            return self._run(self._begin(Step(action)))
+        try:
+            value = self.env.step(action)
+        except Exception as exc:
+            self._stage = _Stage.STEP
+            return self._run(self._raised(exc))
+        if value[2] or value[3]:
+            self._stage = _Stage.STEP
+            return self._run(self._advance(value))
+        return value
+
+    def _run(self, call: _EnvCall | None) -> Outcome:
+        env = self.env
+        while call is not None:
+            try:
+                value = env.step(call) if type(call) is str else env.reset(seed=call.seed, options=call.options)  # type: ignore[union-attr]
+            except Exception as exc:
+                call = self._raised(exc)
+                continue
+            call = self._advance(value)
+        return self.outcome
+
+
+class AsyncMember(_Logic[AsyncEnv]):
+    """An async env with its per-env logic; :meth:`handle` serves one request on an event loop."""
+
+    async def handle(self, request: Request) -> Outcome:
+        env = self.env
+        call = self._begin(request)
+        while call is not None:
+            try:
+                if type(call) is str:
+                    value: Any = await env.step(call)
+                else:
+                    value = await env.reset(seed=call.seed, options=call.options)  # type: ignore[union-attr]
+            except Exception as exc:
+                call = self._raised(exc)
+                continue
+            call = self._advance(value)
+        return self.outcome
