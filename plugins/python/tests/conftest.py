@@ -1,3 +1,5 @@
+"""Fixtures of the python tool's tests."""
+
 from __future__ import annotations
 
 import sys
