@@ -11,6 +11,7 @@ one rank) under oat's feedback collector, deepspeed's strategy object.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import sys
 import threading
@@ -39,6 +40,25 @@ THIRD_PARTY_WARNINGS = [
     # ... and its start_plasma_store kills the store process without waiting for it on shutdown.
     r"ignore:subprocess \d+ is still running:ResourceWarning",
 ]
+
+
+def oat_python_note() -> str:
+    """Which Python runs the tests, against oat-llm's declared ``<3.11`` (tox falls back to 3.11)."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro}"
+    if sys.version_info < (3, 11):
+        return f"Python {version}, inside oat-llm's declared Requires-Python"
+    return f"Python {version}: fallback, no Python 3.10 found; oat-llm installed with --ignore-requires-python"
+
+
+@pytest.fixture(scope="session")
+def oat_python() -> str:
+    """The line the report header shows: which Python runs the tests, inside oat's range or not."""
+    return oat_python_note()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    torch = importlib.metadata.version("torch")
+    return [f"gem-oat: {oat_python_note()}; torch {torch}"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
