@@ -2,8 +2,8 @@
 
 oat's trainer modules import vLLM and launchpad at module level. vLLM needs a GPU, so
 ``standins/inference`` (a vLLM whose "model" is a policy the test registers) goes first
-on ``sys.path``; dm-launchpad has no wheel for this Python, so ``standins/launcher`` is
-used when it is not installed.
+on ``sys.path``; the env does not install dm-launchpad (oat asks for its TensorFlow extra,
+and it has no Python 3.11 wheel), so ``standins/launcher`` is used when it is missing.
 Everything else is oat's real code and its real dependencies: the plasma store of
 pyarrow 11 that carries episodes from actor to learner, ``torch.distributed`` (gloo,
 one rank) under oat's feedback collector, deepspeed's strategy object.
