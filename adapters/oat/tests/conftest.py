@@ -2,8 +2,8 @@
 
 oat's trainer modules import vLLM and launchpad at module level. vLLM needs a GPU, so
 ``standins/inference`` (a vLLM whose "model" is a policy the test registers) goes first
-on ``sys.path``; dm-launchpad has no wheel for this Python, so ``standins/launcher`` is
-used when it is not installed.
+on ``sys.path``; the env does not install dm-launchpad (oat asks for its TensorFlow extra,
+and it has no Python 3.11 wheel), so ``standins/launcher`` is used when it is missing.
 Everything else is oat's real code and its real dependencies: the plasma store of
 pyarrow 11 that carries episodes from actor to learner, ``torch.distributed`` (gloo,
 one rank) under oat's feedback collector, deepspeed's strategy object.
@@ -11,6 +11,7 @@ one rank) under oat's feedback collector, deepspeed's strategy object.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import sys
 import threading
@@ -39,6 +40,25 @@ THIRD_PARTY_WARNINGS = [
     # ... and its start_plasma_store kills the store process without waiting for it on shutdown.
     r"ignore:subprocess \d+ is still running:ResourceWarning",
 ]
+
+
+def oat_python_note() -> str:
+    """Which Python runs the tests, against oat-llm's declared ``<3.11`` (tox falls back to 3.11)."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro}"
+    if sys.version_info < (3, 11):
+        return f"Python {version}, inside oat-llm's declared Requires-Python"
+    return f"Python {version}: fallback, no Python 3.10 found; oat-llm installed with --ignore-requires-python"
+
+
+@pytest.fixture(scope="session")
+def oat_python() -> str:
+    """The line the report header shows: which Python runs the tests, inside oat's range or not."""
+    return oat_python_note()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    torch = importlib.metadata.version("torch")
+    return [f"gem-oat: {oat_python_note()}; torch {torch}"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
