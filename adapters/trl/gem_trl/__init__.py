@@ -1,11 +1,13 @@
 """gem-trl: train LLM agents on gem environments with TRL's ``GRPOTrainer``.
 
-* :class:`GemRollout`: a ``rollout_func`` that plays whole multi-turn episodes with
-  the trainer's model (``model.generate`` or TRL's vLLM engine) and returns them in
-  the core's token-in/token-out layout, with ``env_mask`` on the env's tokens.
+* :class:`GemRollout`: a ``rollout_func`` whose episodes the core's episode engine plays
+  with the trainer's model (``model.generate`` or TRL's vLLM engine), returned token in,
+  token out, with ``env_mask`` on the env's tokens.
 * :func:`make_prompt_dataset`: the training dataset, from env ids and seeds.
 * :class:`GemGRPOTrainer` / :class:`GemGRPOConfig`: per-turn ReBN advantages (or GRPO).
 * :func:`build_tiny_model` / :func:`build_tiny_tokenizer`: a local toy model for tests and the demo.
+* ``gem-trl`` (:mod:`gem_trl.cli`): the command that trains from a ``trl grpo`` YAML plus env keys.
+* :mod:`gem_trl.contract`: the TRL internals the adapter uses, checked at start-up.
 
 The trainer classes import TRL (seconds); they load on first use, so the rollout and the
 advantage helpers stay light.

@@ -1,16 +1,21 @@
-"""Multi-turn gem episodes as a TRL ``rollout_func``.
+"""Multi-turn gem episodes as a TRL ``rollout_func``: TRL's generate in, TRL's format out.
 
 TRL's ``GRPOTrainer`` calls ``rollout_func(prompts, trainer)`` with this process's
 prompts (already repeated ``num_generations`` times) and expects one completion per
 prompt. :class:`GemRollout` reads each prompt as an *episode key* (env id and seed,
-see :func:`make_prompt_dataset`), plays one whole episode per key with the trainer's
-model and returns the episode in the core's token-in/token-out layout
-(:func:`gem_core.rl.layouts.episode_to_sequence`): the first observation is the
-prompt, every later token is the completion, and ``env_mask`` is 1 exactly on the
-tokens the model generated.
+see :func:`make_prompt_dataset`) and has the core's episode engine
+(:class:`gem_core.episode.EpisodeEngine`) play one episode per key. All the adapter
+does is:
 
-Generation is batched across the episodes still running: each turn, all of them go to
-``model.generate`` together (or to TRL's vLLM engine when ``use_vllm=True``).
+1. **generate**: one batched call per turn for every episode still running, through
+   the trainer's ``model.generate`` (:func:`hf_generate`) or TRL's vLLM engine
+   (:func:`vllm_generate`); both return the sampled ids and whether the reply was cut
+   at its token limit;
+2. **convert**: each finished episode's token context becomes TRL's ``prompt_ids``,
+   ``completion_ids``, ``env_mask`` (1 exactly on generated tokens) and ``logprobs``.
+
+History, chat template bridges, budgets, cut replies, truncation flags and
+``start_state_id`` are the engine's.
 """
 
 from __future__ import annotations
@@ -18,35 +23,43 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 import gem_core
 from gem_core.core import AsyncEnv, Env, to_sync
-from gem_core.errors import ConfigError
+from gem_core.episode import (
+    BatchGenerate,
+    CutPolicy,
+    EpisodeEngine,
+    EpisodeJob,
+    EpisodeLimits,
+    EpisodeSession,
+    Generation,
+    TurnRequest,
+    cut_at_stop,
+)
+from gem_core.errors import ConfigError, TemplatePrefixError, TrajectoryError
 from gem_core.registry import WrapperRef
-from gem_core.rl.layouts import EpisodeSequence, episode_to_sequence, render_ids
 from gem_core.rl.returns import check_gamma, discounted_returns
-from gem_core.rl.types import Episode, Message, Turn
 
 __all__ = [
     "EPISODE_KEY_SEPARATOR",
     "GemRollout",
-    "GenerateFn",
     "RolloutTimings",
     "episode_key",
     "episode_return_reward",
+    "hf_generate",
     "make_prompt_dataset",
     "parse_episode_key",
+    "trainer_tokenizer",
+    "vllm_generate",
 ]
 
 #: Joins env id and seed in an episode key: ``"core:NumberGuess-v0#17"``. Env ids never contain it.
 EPISODE_KEY_SEPARATOR = "#"
-
-#: ``(contexts, max_new_tokens) -> [(generated_ids, logprobs or None), ...]``, one entry per context.
-GenerateFn = Callable[[list[list[int]], int], list[tuple[list[int], list[float] | None]]]
 
 
 def episode_key(env_id: str, seed: int) -> str:
@@ -126,6 +139,12 @@ def episode_return_reward(
     return [float(r) for r in episode_return]
 
 
+def trainer_tokenizer(trainer: Any) -> Any:
+    """The trainer's tokenizer (a multimodal processor wraps its tokenizer)."""
+    processor = trainer.processing_class
+    return getattr(processor, "tokenizer", processor)
+
+
 @dataclass
 class RolloutTimings:
     """Seconds spent in one call, split by who spent them."""
@@ -139,21 +158,6 @@ class RolloutTimings:
     @property
     def total(self) -> float:
         return self.generate + self.env + self.adapter
-
-
-@dataclass
-class _Running:
-    """One episode being played."""
-
-    env: Env
-    env_id: str
-    seed: int
-    messages: list[Message]
-    context: list[int]
-    observation: str
-    turns: list[Turn] = field(default_factory=list)
-    done: bool = False
-    cut_by_budget: bool = False
 
 
 class _EnvPool:
@@ -182,7 +186,7 @@ class _EnvPool:
 
 
 class GemRollout:
-    """A TRL ``rollout_func`` that plays one whole gem episode per prompt.
+    """A TRL ``rollout_func`` that plays one whole gem episode per prompt with the core's episode engine.
 
     Args:
         wrappers: Wrappers added to every env (registered names, ``(name, kwargs)`` or callables).
@@ -190,8 +194,12 @@ class GemRollout:
         max_turns: Stop an episode after this many turns (``None``: the env decides).
         max_turn_tokens: Most tokens the model may generate in one turn.
         max_completion_length: Most completion tokens (generated plus env replies) per
-            episode; ``None`` takes the trainer's ``max_completion_length``. An episode that
-            would exceed it ends after its current turn (``truncated``).
+            episode; ``None`` takes the trainer's ``max_completion_length``. An episode whose
+            next env reply would leave no room for another generated token ends after its
+            current turn (``truncated``).
+        on_cut: What a reply cut at its token limit becomes: ``"invalid"`` (GEM's rule:
+            the env gets an invalid action and gives its penalty), ``"pass"`` (the cut text
+            is sent) or ``"truncate"`` (the episode ends there).
         system_prompt: Optional system message before the first observation.
         env_kwargs: Constructor overrides passed to every ``gem_core.make``.
         chat_template_kwargs: Extra arguments for ``apply_chat_template``; ``None`` takes the trainer's.
@@ -202,7 +210,7 @@ class GemRollout:
     :class:`~gem_trl.trainer.GemGRPOTrainer`: ``episode`` (the core's
     :class:`~gem_core.rl.types.Episode`), ``turn_rewards``, ``turn_spans`` (``[start,
     end)`` of each turn's generated tokens in the completion), ``episode_return``,
-    ``num_turns``, ``success``, ``terminated``, ``truncated``.
+    ``num_turns``, ``success``, ``terminated``, ``truncated``, ``end_reason``, ``cut_turns``.
     """
 
     def __init__(
@@ -213,217 +221,177 @@ class GemRollout:
         max_turns: int | None = None,
         max_turn_tokens: int = 64,
         max_completion_length: int | None = None,
+        on_cut: CutPolicy = "invalid",
         system_prompt: str | None = None,
         env_kwargs: Mapping[str, Any] | None = None,
         chat_template_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         self.gamma = check_gamma(gamma)
-        if max_turns is not None and max_turns < 1:
-            raise ConfigError(f"max_turns must be >= 1 or None, got {max_turns}")
-        if max_turn_tokens < 1:
-            raise ConfigError(f"max_turn_tokens must be >= 1, got {max_turn_tokens}")
-        if max_completion_length is not None and max_completion_length < 1:
-            raise ConfigError(f"max_completion_length must be >= 1 or None, got {max_completion_length}")
-        self.max_turns = max_turns
-        self.max_turn_tokens = max_turn_tokens
         self.max_completion_length = max_completion_length
-        self.system_prompt = system_prompt
+        # Validates the limits now (ConfigError naming the field); the episode budget is set in setup().
+        self.limits = EpisodeLimits(
+            max_turns=max_turns,
+            max_turn_tokens=max_turn_tokens,
+            max_episode_tokens=max_completion_length,
+            on_cut=on_cut,
+            system_prompt=system_prompt,
+        )
         self.chat_template_kwargs = chat_template_kwargs
         self.pool = _EnvPool(wrappers, env_kwargs or {})
+        self.engine: EpisodeEngine | None = None
         #: Timings of the latest call (read by benchmarks and logged as ``gem/time_*``).
         self.last_timings = RolloutTimings()
+
+    # ------------------------------------------------------------------ set-up
+
+    def setup(self, trainer: Any) -> EpisodeEngine:
+        """Build the episode engine for ``trainer``'s tokenizer once, probing its chat template.
+
+        :class:`~gem_trl.trainer.GemGRPOTrainer` calls this in its constructor, so a
+        template that cannot be bridged fails before training starts; a stock
+        ``GRPOTrainer`` gets it on the first rollout.
+
+        Raises:
+            TemplatePrefixError: The chat template cannot be cut into per-turn bridges; names the template.
+        """
+        kwargs = self.chat_template_kwargs if self.chat_template_kwargs is not None else trainer.chat_template_kwargs
+        budget = self.max_completion_length or trainer.max_completion_length
+        limits = EpisodeLimits(
+            max_turns=self.limits.max_turns,
+            max_turn_tokens=self.limits.max_turn_tokens,
+            max_episode_tokens=budget,
+            on_cut=self.limits.on_cut,
+            system_prompt=self.limits.system_prompt,
+        )
+        try:
+            self.engine = EpisodeEngine(trainer_tokenizer(trainer), limits, chat_template_kwargs=kwargs)
+        except TemplatePrefixError as exc:
+            raise TemplatePrefixError(
+                f"gem_trl: {exc} TRL trains one sequence per episode, so re-rendering every turn is not an "
+                "option here: give the trainer a processing_class whose chat template renders earlier messages "
+                "independently of later ones, or chat_template_kwargs that make it do so."
+            ) from exc
+        return self.engine
 
     # ------------------------------------------------------------------ TRL entry point
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
         """Play one episode per prompt with ``trainer``'s model; TRL's ``rollout_func`` signature."""
-        tokenizer = trainer.processing_class
-        tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a multimodal processor wraps its tokenizer
-        generate = vllm_generate_fn(trainer) if trainer.use_vllm else hf_generate_fn(trainer)
-        limit = self.max_completion_length or trainer.max_completion_length
-        kwargs = self.chat_template_kwargs if self.chat_template_kwargs is not None else trainer.chat_template_kwargs
+        if self.engine is None:
+            self.setup(trainer)
+        generate = vllm_generate(trainer) if trainer.use_vllm else hf_generate(trainer)
         sync = _turn_sync(trainer) if trainer.use_vllm else None
-        episodes = self.play([parse_episode_key(p) for p in prompts], generate, tokenizer, limit, kwargs, sync)
+        sessions = self.play([parse_episode_key(p) for p in prompts], generate, batch_size_across_ranks=sync)
         started = time.perf_counter()
-        out = self.to_trl(episodes)
+        out = self.to_trl(sessions)
         self.last_timings.adapter += time.perf_counter() - started
         self._log(trainer, out)
         return out
 
-    # ------------------------------------------------------------------ episode loop
+    # ------------------------------------------------------------------ generate
 
     def play(
         self,
         keys: Sequence[tuple[str, int]],
-        generate: GenerateFn,
-        tokenizer: Any,
-        max_completion_length: int,
-        chat_template_kwargs: Mapping[str, Any] | None = None,
+        generate: BatchGenerate,
+        *,
         batch_size_across_ranks: Callable[[int], int] | None = None,
-    ) -> list[Episode]:
-        """Play one episode per ``(env_id, seed)`` and return them, in order.
+    ) -> list[EpisodeSession]:
+        """Play one episode per ``(env_id, seed)`` with a batched ``generate``; return the sessions, in order.
 
         Args:
             keys: Env id and reset seed of each episode.
-            generate: Generation backend; gets the token contexts of all running episodes.
-            tokenizer: Renders observations with its chat template and decodes actions.
-            max_completion_length: Completion token budget per episode.
-            chat_template_kwargs: Extra ``apply_chat_template`` arguments.
+            generate: ``generate(requests) -> generations``, one call per turn for every running episode.
             batch_size_across_ranks: For collective backends (TRL's vLLM server, or colocated
                 vLLM with tensor parallelism), which need the same number of prompts from every
                 rank: called once per turn with this rank's running episodes, returns the most
-                on any rank. Short ranks fill up with a copy of a prompt and drop its answers;
+                on any rank. Short ranks fill up with a copy of a request and drop its answers;
                 ranks stop together when no rank has an episode left.
         """
+        if self.engine is None:
+            raise RuntimeError("call setup(trainer) before play(), or call the rollout as TRL does")
         timings = self.last_timings = RolloutTimings()
         started = time.perf_counter()
-        running = [self._start(env_id, seed, tokenizer, chat_template_kwargs, timings) for env_id, seed in keys]
-        timings.adapter += time.perf_counter() - started - timings.env
-        filler = running[0].context if running else []
-        while True:
-            active = [ep for ep in running if not ep.done]
-            wanted = len(active) if batch_size_across_ranks is None else batch_size_across_ranks(len(active))
-            if wanted == 0:
-                break
-            turn_started = time.perf_counter()
-            contexts = [ep.context for ep in active] + [filler] * (wanted - len(active))
-            outputs = generate(contexts, self.max_turn_tokens)[: len(active)]
-            timings.generate += time.perf_counter() - turn_started
-            env_before = timings.env
-            adapter_started = time.perf_counter()
-            for ep, (ids, logprobs) in zip(active, outputs, strict=True):
-                self._advance(ep, ids, logprobs, tokenizer, max_completion_length, chat_template_kwargs, timings)
-            timings.adapter += time.perf_counter() - adapter_started - (timings.env - env_before)
-            timings.turns += 1
-        started = time.perf_counter()
-        episodes = []
-        for ep in running:
-            self.pool.release(ep.env_id, ep.env)
-            episodes.append(
-                Episode(
-                    turns=ep.turns,
-                    start_state_id=episode_key(ep.env_id, ep.seed),
-                    episode_id=f"{episode_key(ep.env_id, ep.seed)}/{len(episodes)}",
-                    env_id=ep.env_id,
-                    seed=ep.seed,
-                    metadata={"cut_by_budget": ep.cut_by_budget},
-                )
-            )
-        timings.adapter += time.perf_counter() - started
-        return episodes
+        timed = _Timed(generate, timings, batch_size_across_ranks)
+        envs = [self.pool.acquire(env_id) for env_id, _ in keys]
+        jobs = [EpisodeJob(env=env, env_id=env_id, seed=seed) for env, (env_id, seed) in zip(envs, keys, strict=True)]
+        try:
+            sessions = self.engine.play_batch(jobs, timed)
+            timed.drain()
+        finally:
+            for env, (env_id, _) in zip(envs, keys, strict=True):
+                self.pool.release(env_id, env)
+        timings.env = sum(sum(s.episode().metadata["env_s"]) for s in sessions)
+        timings.adapter += time.perf_counter() - started - timings.generate - timings.env
+        return sessions
 
-    def _start(
-        self,
-        env_id: str,
-        seed: int,
-        tokenizer: Any,
-        kwargs: Mapping[str, Any] | None,
-        timings: RolloutTimings,
-    ) -> _Running:
-        env = self.pool.acquire(env_id)
-        env_started = time.perf_counter()
-        observation, _ = env.reset(seed=seed)
-        timings.env += time.perf_counter() - env_started
-        messages: list[Message] = (
-            [] if self.system_prompt is None else [{"role": "system", "content": self.system_prompt}]
-        )
-        messages.append({"role": "user", "content": observation})
-        context = render_ids(tokenizer, messages, add_generation_prompt=True, chat_template_kwargs=kwargs)
-        return _Running(env=env, env_id=env_id, seed=seed, messages=messages, context=context, observation=observation)
+    # ------------------------------------------------------------------ convert
 
-    def _advance(
-        self,
-        ep: _Running,
-        generated: list[int],
-        logprobs: list[float] | None,
-        tokenizer: Any,
-        budget: int,
-        kwargs: Mapping[str, Any] | None,
-        timings: RolloutTimings,
-    ) -> None:
-        """Send one generated answer to the env and extend the episode's context."""
-        prompt_length = len(ep.turns[0].prompt_token_ids or []) if ep.turns else len(ep.context)
-        room = budget - (len(ep.context) - prompt_length)
-        generated = list(generated[: max(room, 1)])
-        logprobs = None if logprobs is None else list(logprobs[: len(generated)])
-        timings.generated_tokens += len(generated)
-        action = tokenizer.decode(generated, skip_special_tokens=True)
-        env_started = time.perf_counter()
-        observation, reward, terminated, truncated, info = ep.env.step(action)
-        timings.env += time.perf_counter() - env_started
-        ep.turns.append(
-            Turn(
-                observation=ep.observation,
-                action=action,
-                reward=float(reward),
-                terminated=bool(terminated),
-                truncated=bool(truncated),
-                next_observation=observation,
-                info=dict(info),
-                prompt_messages=list(ep.messages),
-                prompt_token_ids=list(ep.context),
-                action_token_ids=generated,
-                action_logprobs=logprobs,
-            )
-        )
-        ep.observation = observation
-        if terminated or truncated or (self.max_turns is not None and len(ep.turns) >= self.max_turns):
-            ep.done = True
-            return
-        messages = [*ep.messages, {"role": "assistant", "content": action}, {"role": "user", "content": observation}]
-        between = self._between_turns(ep, generated, messages, tokenizer, kwargs)
-        if len(ep.context) + len(generated) + len(between) - prompt_length >= budget:
-            # No room for another answer: end here, as TRL wants, on the model's own tokens.
-            ep.done = ep.cut_by_budget = True
-            return
-        ep.context = [*ep.context, *generated, *between]
-        ep.messages = messages
+    def to_trl(self, sessions: Sequence[EpisodeSession]) -> dict[str, Any]:
+        """Lay out finished episodes the way ``GRPOTrainer`` takes a ``rollout_func``'s output.
 
-    def _between_turns(
-        self,
-        ep: _Running,
-        generated: list[int],
-        messages: list[Message],
-        tokenizer: Any,
-        kwargs: Mapping[str, Any] | None,
-    ) -> list[int]:
-        """Tokens the chat template puts between this answer and the next (end of answer, observation, header).
-
-        Computed by the core's layout on a two-turn probe episode, so the rollout and the
-        training sequence share one definition of the env's tokens.
+        The completion is the session's token context after the first prompt: the
+        generated ids as sampled and the template's bridges with the env's replies. O(tokens) per episode.
         """
-        probe = Episode(
-            turns=[
-                Turn(observation="", action="", reward=0.0, prompt_messages=ep.messages, action_token_ids=generated),
-                Turn(observation="", action="", reward=0.0, prompt_messages=messages, action_token_ids=[0]),
-            ],
-            start_state_id="probe",
-        )
-        sequence = episode_to_sequence(probe, tokenizer, chat_template_kwargs=kwargs)
-        (_, end), (next_start, _) = sequence.turn_spans
-        return sequence.input_ids[end:next_start].tolist()
-
-    # ------------------------------------------------------------------ TRL output
-
-    def to_trl(self, episodes: Sequence[Episode]) -> dict[str, Any]:
-        """Lay out finished episodes the way ``GRPOTrainer`` takes a ``rollout_func``'s output."""
-        sequences: list[EpisodeSequence] = [episode_to_sequence(ep) for ep in episodes]
-        with_logprobs = all(s.token_logprobs is not None for s in sequences)
-        out: dict[str, Any] = {
-            "prompt_ids": [s.input_ids[: s.prompt_length].tolist() for s in sequences],
-            "completion_ids": [s.input_ids[s.prompt_length :].tolist() for s in sequences],
-            "logprobs": [s.token_logprobs[s.prompt_length :].tolist() for s in sequences] if with_logprobs else None,  # type: ignore[index]
-            "env_mask": [s.loss_mask[s.prompt_length :].astype(int).tolist() for s in sequences],
-            "episode": list(episodes),
-            "turn_rewards": [ep.rewards.tolist() for ep in episodes],
-            "turn_spans": [[[a - s.prompt_length, b - s.prompt_length] for a, b in s.turn_spans] for s in sequences],
-            "episode_return": [float(discounted_returns(ep, self.gamma)[0]) for ep in episodes],
-            "num_turns": [ep.num_turns for ep in episodes],
-            "success": [bool(ep.turns[-1].info.get("success", False)) for ep in episodes],
-            "terminated": [ep.terminated for ep in episodes],
-            "truncated": [not ep.terminated for ep in episodes],
+        out: dict[str, list[Any]] = {
+            key: []
+            for key in (
+                "prompt_ids",
+                "completion_ids",
+                "env_mask",
+                "episode",
+                "turn_rewards",
+                "turn_spans",
+                "episode_return",
+                "num_turns",
+                "success",
+                "terminated",
+                "truncated",
+                "end_reason",
+                "cut_turns",
+            )
         }
-        return out
+        logprobs: list[list[float]] | None = []
+        for session in sessions:
+            episode = session.episode()
+            if not episode.turns or session.context is None:
+                raise TrajectoryError(
+                    f"episode {episode.episode_id} ended without a turn ({session.end_reason}); TRL needs at least "
+                    "one generated token per completion"
+                )
+            start = session.prompt_length
+            completion = session.context[start:]
+            mask = [0] * len(completion)
+            token_logprobs: list[float] | None = [0.0] * len(completion)
+            spans = []
+            for turn in episode.turns:
+                generated = turn.action_token_ids or []
+                begin = len(turn.prompt_token_ids or []) - start
+                end = begin + len(generated)
+                spans.append([begin, end])
+                mask[begin:end] = [1] * len(generated)
+                if token_logprobs is not None and turn.action_logprobs is not None:
+                    token_logprobs[begin:end] = turn.action_logprobs
+                else:
+                    token_logprobs = None
+            out["prompt_ids"].append(session.context[:start])
+            out["completion_ids"].append(completion)
+            out["env_mask"].append(mask)
+            out["episode"].append(episode)
+            out["turn_rewards"].append([t.reward for t in episode.turns])
+            out["turn_spans"].append(spans)
+            out["episode_return"].append(float(discounted_returns(episode, self.gamma)[0]))
+            out["num_turns"].append(episode.num_turns)
+            out["success"].append(bool(episode.turns[-1].info.get("success", False)))
+            out["terminated"].append(episode.terminated)
+            out["truncated"].append(episode.truncated)
+            out["end_reason"].append(session.end_reason)
+            out["cut_turns"].append(session.cut_turns)
+            if logprobs is not None and token_logprobs is not None:
+                logprobs.append(token_logprobs)
+            else:
+                logprobs = None
+        return {**out, "logprobs": logprobs}
 
     def _log(self, trainer: Any, out: Mapping[str, Any]) -> None:
         log = getattr(trainer, "_log_metric", None)  # TRL averages these across processes per step
@@ -433,6 +401,8 @@ class GemRollout:
         log("gem/episode_return", float(np.mean(out["episode_return"])))
         log("gem/num_turns", float(np.mean(out["num_turns"])))
         log("gem/success", float(np.mean(out["success"])))
+        log("gem/truncated", float(np.mean(out["truncated"])))
+        log("gem/cut_turns", float(np.mean(out["cut_turns"])))
         log("gem/time_generate", t.generate)
         log("gem/time_env", t.env)
         log("gem/time_adapter", t.adapter)
@@ -442,36 +412,70 @@ class GemRollout:
         self.pool.close()
 
 
+class _Timed:
+    """Wraps a batched generate: times it, counts tokens, and keeps collective backends in step across ranks."""
+
+    def __init__(
+        self, generate: BatchGenerate, timings: RolloutTimings, batch_size_across_ranks: Callable[[int], int] | None
+    ) -> None:
+        self.generate = generate
+        self.timings = timings
+        self.sync = batch_size_across_ranks
+        self.filler: TurnRequest | None = None
+
+    def __call__(self, requests: list[TurnRequest]) -> list[Generation]:
+        self.filler = self.filler or requests[0]
+        wanted = len(requests) if self.sync is None else self.sync(len(requests))
+        started = time.perf_counter()
+        generations = list(self.generate([*requests, *[self.filler] * (wanted - len(requests))]))[: len(requests)]
+        self.timings.generate += time.perf_counter() - started
+        self.timings.turns += 1
+        self.timings.generated_tokens += sum(len(g.token_ids or []) for g in generations if isinstance(g, Generation))
+        return generations  # type: ignore[return-value]
+
+    def drain(self) -> None:
+        """Join the other ranks' collective calls until no rank has an episode left."""
+        if self.sync is None:
+            return
+        while (wanted := self.sync(0)) > 0:
+            assert self.filler is not None  # every rank plays at least one turn
+            self.generate([self.filler] * wanted)
+
+
 # ---------------------------------------------------------------------- generation backends
 
 
-def _cut_at_stop(ids: list[int], stop_ids: set[int]) -> list[int]:
-    """Keep tokens up to and including the first stop token."""
-    for i, token in enumerate(ids):
-        if token in stop_ids:
-            return ids[: i + 1]
-    return ids
+def _turn_limit(requests: Sequence[TurnRequest], trainer: Any) -> int:
+    return max(r.max_tokens or trainer.max_completion_length for r in requests)
 
 
-def hf_generate_fn(trainer: Any) -> GenerateFn:
-    """Batched ``model.generate`` with the trainer's sampling settings (``use_vllm=False``)."""
+def hf_generate(trainer: Any) -> BatchGenerate:
+    """One batched ``model.generate`` per turn with the trainer's sampling settings (``use_vllm=False``).
+
+    Contexts are left-padded so every row's next token lands in one column. The call
+    generates up to the largest token limit of the batch; each row is then cut at its
+    first stop token and at its own limit (:func:`~gem_core.episode.cut_at_stop`: no stop
+    token within the limit means the reply was cut, ``finish_reason="length"``).
+    """
     import torch
     from trl.models.utils import unwrap_model_for_generation
 
-    tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
+    tokenizer = trainer_tokenizer(trainer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     stop_ids = set(trainer.eos_token_ids)
     device = trainer.accelerator.device
     configs: dict[int, Any] = {}  # the trainer's sampling settings, with a turn's token limit
 
-    def generate(contexts: list[list[int]], max_new_tokens: int) -> list[tuple[list[int], list[float] | None]]:
-        if max_new_tokens not in configs:
-            configs[max_new_tokens] = copy.deepcopy(trainer.generation_config)
-            configs[max_new_tokens].max_new_tokens = max_new_tokens
+    def generate(requests: list[TurnRequest]) -> list[Generation]:
+        limit = _turn_limit(requests, trainer)
+        if limit not in configs:
+            configs[limit] = copy.deepcopy(trainer.generation_config)
+            configs[limit].max_new_tokens = limit
+        contexts = [r.prompt_ids or [] for r in requests]
         width = max(len(c) for c in contexts)
         input_ids = torch.full((len(contexts), width), pad_id, dtype=torch.long)
         attention_mask = torch.zeros((len(contexts), width), dtype=torch.long)
-        for row, context in enumerate(contexts):  # left padding: every row's next token lands in one column
+        for row, context in enumerate(contexts):
             input_ids[row, width - len(context) :] = torch.tensor(context)
             attention_mask[row, width - len(context) :] = 1
         with (
@@ -487,34 +491,45 @@ def hf_generate_fn(trainer: Any) -> GenerateFn:
             sequences = model.generate(
                 input_ids=input_ids.to(device),
                 attention_mask=attention_mask.to(device),
-                generation_config=configs[max_new_tokens],
+                generation_config=configs[limit],
             )
         new = sequences[:, width:].tolist()
-        return [(_cut_at_stop(row, stop_ids), None) for row in new]
+        return [
+            cut_at_stop(row[: r.max_tokens or limit], stop_ids, r.max_tokens or limit)
+            for row, r in zip(new, requests, strict=True)
+        ]
 
     return generate
 
 
-def vllm_generate_fn(trainer: Any) -> GenerateFn:
-    """Generation through TRL's vLLM engine (``use_vllm=True``, server or colocate), with sampling logprobs."""
+def vllm_generate(trainer: Any) -> BatchGenerate:
+    """One call to TRL's vLLM engine per turn (``use_vllm=True``, server or colocate), with sampling logprobs.
+
+    The engine reads its token limit from ``max_completion_length`` at call time; it is
+    set to the turn's limit for the call and restored. The reply was cut when it holds no
+    stop token and used its whole limit.
+    """
     engine = trainer.vllm_generation
     stop_ids = set(trainer.eos_token_ids)
 
-    def generate(contexts: list[list[int]], max_new_tokens: int) -> list[tuple[list[int], list[float] | None]]:
-        # The engine reads its token limit at call time; a turn needs the per-turn limit, not the episode's.
+    def generate(requests: list[TurnRequest]) -> list[Generation]:
+        limit = _turn_limit(requests, trainer)
         saved = engine.max_completion_length
-        engine.max_completion_length = max_new_tokens
+        engine.max_completion_length = limit
         try:
-            _, completion_ids, logprobs, _ = engine.generate(prompts=contexts, images=None, num_generations=1)
+            _, completion_ids, logprobs, _ = engine.generate(
+                prompts=[r.prompt_ids or [] for r in requests], images=None, num_generations=1
+            )
         finally:
             engine.max_completion_length = saved
-        out: list[tuple[list[int], list[float] | None]] = []
-        for i, ids in enumerate(completion_ids):
-            ids = _cut_at_stop(list(ids), stop_ids)
-            lps = None
-            if logprobs is not None:
-                lps = [float("nan") if top[0] is None else float(top[0]) for top in logprobs[i][: len(ids)]]
-            out.append((ids, lps))
+        out = []
+        for i, (ids, request) in enumerate(zip(completion_ids, requests, strict=True)):
+            own = request.max_tokens or limit
+            # vLLM's logprob is None where it is NaN; TRL maps that back to NaN, and so does this.
+            lps = (
+                None if logprobs is None else [float("nan") if top[0] is None else float(top[0]) for top in logprobs[i]]
+            )
+            out.append(cut_at_stop(list(ids)[:own], stop_ids, own, None if lps is None else lps[:own]))
         return out
 
     return generate

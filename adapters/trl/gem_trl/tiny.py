@@ -71,9 +71,9 @@ def warm_up(
     steps on episodes played with ``env.sample_random_action()`` fix the format (not the
     play), which gives RL episodes of several turns with rewards that differ.
 
-    Episodes are laid out with the core's token-in/token-out layout, and the loss covers
-    exactly the tokens the layout masks in. ``max_turns=1`` (first moves only) keeps the
-    sequences short; the format carries over to later turns.
+    Episodes are played by the core's episode engine and laid out token in, token out;
+    the loss covers exactly the tokens the layout masks in. ``max_turns=1`` (first moves
+    only) keeps the sequences short; the format carries over to later turns.
 
     Returns:
         The training loss of each step.
@@ -82,37 +82,22 @@ def warm_up(
     import torch
 
     import gem_core
+    from gem_core.episode import EpisodeEngine, EpisodeJob, Generation, TurnRequest
     from gem_core.rl.layouts import episode_to_sequence
-    from gem_core.rl.types import Episode, Turn
 
-    env = gem_core.make(env_id)
-    sequences = []
-    for episode_seed in range(seed, seed + 4 * batch_size):
-        observation, _ = env.reset(seed=episode_seed)
-        messages: list[dict[str, str]] = [{"role": "user", "content": observation}]
-        turns = []
-        for _ in range(max_turns):
-            action = env.sample_random_action()
-            next_observation, reward, terminated, truncated, _ = env.step(action)
-            ids = [*tokenizer.encode(action, add_special_tokens=False), tokenizer.eos_token_id]
-            turns.append(
-                Turn(
-                    observation,
-                    action,
-                    reward,
-                    terminated,
-                    truncated,
-                    next_observation,
-                    prompt_messages=list(messages),
-                    action_token_ids=ids,
-                )
-            )
-            if terminated or truncated:
-                break
-            messages += [{"role": "assistant", "content": action}, {"role": "user", "content": next_observation}]
-            observation = next_observation
-        sequences.append(episode_to_sequence(Episode(turns, start_state_id=f"{env_id}#{episode_seed}"), tokenizer))
-    env.close()
+    jobs = [EpisodeJob(env=gem_core.make(env_id), seed=s) for s in range(seed, seed + 4 * batch_size)]
+
+    def random_legal_moves(requests: list[TurnRequest]) -> list[Generation]:
+        moves = [jobs[r.episode_index].env.sample_random_action() for r in requests]
+        return [
+            Generation(token_ids=[*tokenizer.encode(m, add_special_tokens=False), tokenizer.eos_token_id])
+            for m in moves
+        ]
+
+    sessions = EpisodeEngine(tokenizer, max_turns=max_turns).play_batch(jobs, random_legal_moves)
+    sequences = [episode_to_sequence(session.episode()) for session in sessions]
+    for job in jobs:
+        job.env.close()
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate)
     rng = np.random.default_rng(seed)

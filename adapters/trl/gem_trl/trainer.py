@@ -14,15 +14,18 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
+import torch
 from trl import GRPOConfig, GRPOTrainer
 
+from gem_core.episode import CutPolicy
 from gem_core.errors import ConfigError
 from gem_core.registry import WrapperRef
 from gem_core.rl.returns import check_gamma
 from gem_core.rl.types import Episode
-from gem_trl.advantages import rebn_token_advantages
+from gem_trl.advantages import completion_spans, rebn_token_advantages
+from gem_trl.contract import check_trl_api
 from gem_trl.rollout import GemRollout, episode_return_reward
 
 __all__ = ["ADVANTAGE_ESTIMATORS", "GemGRPOConfig", "GemGRPOTrainer"]
@@ -47,6 +50,13 @@ class GemGRPOConfig(GRPOConfig):
     gamma: float = field(default=1.0, metadata={"help": "Per-turn discount of the returns, in [0, 1]."})
     max_turns: int | None = field(default=None, metadata={"help": "End episodes after this many turns."})
     max_turn_tokens: int = field(default=64, metadata={"help": "Most tokens the model generates in one turn."})
+    on_cut: str = field(
+        default="invalid",
+        metadata={
+            "help": "A reply cut at its token limit: 'invalid' (the env gets an invalid action, GEM's rule), "
+            "'pass' (the cut text is sent) or 'truncate' (the episode ends there)."
+        },
+    )
     rebn_eps: float = field(default=1e-9, metadata={"help": "Added to the std in ReBN."})
 
     def __post_init__(self) -> None:
@@ -63,6 +73,8 @@ class GemGRPOConfig(GRPOConfig):
             raise ConfigError(f"max_turns must be >= 1 or None, got {self.max_turns}")
         if self.max_turn_tokens < 1:
             raise ConfigError(f"max_turn_tokens must be >= 1, got {self.max_turn_tokens}")
+        if self.on_cut not in ("invalid", "pass", "truncate"):
+            raise ConfigError(f"on_cut must be 'invalid', 'pass' or 'truncate', got {self.on_cut!r}")
 
 
 class GemGRPOTrainer(GRPOTrainer):
@@ -95,12 +107,14 @@ class GemGRPOTrainer(GRPOTrainer):
     ) -> None:
         if not isinstance(args, GemGRPOConfig):
             raise ConfigError(f"args must be a GemGRPOConfig, got {type(args).__name__}")
+        check_trl_api()  # the TRL internals used below are still there
         if rollout_func is None:
             rollout_func = GemRollout(
                 wrappers=wrappers,
                 gamma=args.gamma,
                 max_turns=args.max_turns,
                 max_turn_tokens=args.max_turn_tokens,
+                on_cut=cast(CutPolicy, args.on_cut),
                 system_prompt=system_prompt,
                 env_kwargs=env_kwargs,
             )
@@ -112,6 +126,9 @@ class GemGRPOTrainer(GRPOTrainer):
             rollout_func=rollout_func,
             **kwargs,
         )
+        check_trl_api(self)
+        if isinstance(rollout_func, GemRollout):
+            rollout_func.setup(self)  # the template probe: fail now, not in the middle of train()
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         output: dict[str, Any] = super()._generate_and_score_completions(inputs)
@@ -122,11 +139,42 @@ class GemGRPOTrainer(GRPOTrainer):
         if not inputs or "episode" not in inputs[0]:
             raise ConfigError("ReBN needs the 'episode' field of gem_trl.GemRollout; use it as rollout_func")
         episodes: list[Episode] = [x["episode"] for x in inputs]
+        # A turn none of whose tokens reach the loss (mask_truncated_completions, ...) stays out of the statistics.
+        loss_mask = output["completion_mask"]
+        if "tool_mask" in output:
+            loss_mask = loss_mask * output["tool_mask"]
+        in_loss = loss_mask.bool().cpu()
+        keep = [[bool(in_loss[row, a:b].any()) for a, b in completion_spans(ep)] for row, ep in enumerate(episodes)]
         # Every rank takes part: the statistics are all-reduced over the whole batch.
         advantages, _ = rebn_token_advantages(
-            episodes, self.args.gamma, output["completion_ids"].shape[1], distributed=True, eps=self.args.rebn_eps
+            episodes,
+            self.args.gamma,
+            output["completion_ids"].shape[1],
+            keep=keep,
+            distributed=True,
+            eps=self.args.rebn_eps,
         )
-        output["advantages"] = advantages.to(output["completion_ids"].device)
+        advantages = advantages.to(output["completion_ids"].device) * loss_mask
+        output["advantages"] = advantages
+        self._log_used_advantages(advantages, loss_mask, keep)
         mode = "train" if self.model.training else "eval"
         self._metrics[mode]["gem/time_advantages"].append(time.perf_counter() - started)
         return output
+
+    def _log_used_advantages(self, advantages: torch.Tensor, loss_mask: torch.Tensor, keep: list[list[bool]]) -> None:
+        """Replace the GRPO advantages TRL logged for this batch by the ReBN ones the loss uses.
+
+        TRL's completions log (``log_completions``) holds one number per completion: here
+        the mean advantage over the completion's loss tokens.
+        """
+        from accelerate.utils import gather_object
+
+        weight = loss_mask.sum(dim=1).clamp(min=1)
+        per_row = ((advantages * loss_mask).sum(dim=1) / weight).tolist()
+        gathered = gather_object(per_row)
+        logged = self._logs["advantages"]
+        for _ in range(min(len(gathered), len(logged))):
+            logged.pop()
+        logged.extend(gathered)
+        mode = "train" if self.model.training else "eval"
+        self._metrics[mode]["gem/turns_out_of_loss"].append(float(sum(not k for row in keep for k in row)))

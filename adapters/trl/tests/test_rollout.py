@@ -1,4 +1,4 @@
-"""GemRollout without a trainer: episode loop, token layout, limits, the vLLM path, ReBN across ranks."""
+"""GemRollout without a trainer: the engine drives it, the adapter converts; limits, templates, vLLM, ReBN."""
 
 from __future__ import annotations
 
@@ -8,12 +8,15 @@ from typing import Any
 import numpy as np
 import pytest
 from gem_trl import GemRollout, build_tiny_tokenizer, episode_key, make_prompt_dataset, parse_episode_key
+from gem_trl.advantages import completion_spans, rebn_token_advantages
 from gem_trl.rollout import RolloutTimings
 
-from gem_core.errors import ConfigError, EnvNotFound
+from gem_core.episode import INVALID_ACTION, Generation, TurnRequest
+from gem_core.errors import ConfigError, EnvNotFound, TemplatePrefixError
 from gem_core.rl.advantages import rebn
-from gem_core.rl.layouts import render_ids
+from gem_core.rl.layouts import episode_to_sequence
 from gem_core.rl.returns import discounted_returns
+from gem_core.testing_tokenizers import build_chat_tokenizer
 
 ENV_ID = "core:NumberGuess-v0"
 
@@ -23,21 +26,32 @@ def tokenizer() -> Any:
     return build_tiny_tokenizer()
 
 
+def trainer_like(tokenizer: Any, max_completion_length: int = 512, **extra: Any) -> Any:
+    """The attributes of GRPOTrainer that GemRollout.setup reads."""
+    return SimpleNamespace(
+        processing_class=tokenizer, chat_template_kwargs={}, max_completion_length=max_completion_length, **extra
+    )
+
+
+def rollout_for(tokenizer: Any, max_completion_length: int = 512, **settings: Any) -> GemRollout:
+    rollout = GemRollout(**settings)
+    rollout.setup(trainer_like(tokenizer, max_completion_length))
+    return rollout
+
+
 def scripted(tokenizer: Any, answers: list[str], *, stop: bool = True) -> Any:
     """A stand-in for the model: turn k of every episode answers ``answers[k]`` (then the stop token)."""
-    calls: list[list[list[int]]] = []
+    calls: list[list[TurnRequest]] = []
 
-    def generate(contexts: list[list[int]], max_new_tokens: int) -> list[tuple[list[int], list[float] | None]]:
-        calls.append([list(c) for c in contexts])
+    def generate(requests: list[TurnRequest]) -> list[Generation]:
+        calls.append(list(requests))
         out = []
-        for context in contexts:
-            turn = (
-                context.count(tokenizer.convert_tokens_to_ids("<|im_start|>")) // 2 - 1
-            )  # user + assistant header per turn
-            ids = tokenizer.encode(answers[min(turn, len(answers) - 1)], add_special_tokens=False)
-            if stop:
-                ids = [*ids, tokenizer.eos_token_id]
-            out.append((ids[:max_new_tokens], None))
+        for r in requests:
+            ids = tokenizer.encode(answers[min(r.turn, len(answers) - 1)], add_special_tokens=False)
+            ids = [*ids, tokenizer.eos_token_id] if stop else ids
+            limit = r.max_tokens or len(ids)
+            reason = "length" if len(ids) > limit or (not stop and len(ids) >= limit) else "stop"
+            out.append(Generation(token_ids=ids[:limit], finish_reason=reason))
         return out
 
     generate.calls = calls  # type: ignore[attr-defined]
@@ -78,58 +92,104 @@ def test_prompt_dataset_rejects_unknown_env_before_training() -> None:
         make_prompt_dataset("core:NumberGues-v0", 2)
 
 
-def test_episode_is_laid_out_token_in_token_out(tokenizer: Any) -> None:
-    rollout = GemRollout(max_turn_tokens=8, env_kwargs={"max_turns": 4})
-    generate = scripted(tokenizer, ["guess 1", "no idea", "2"])
-    (episode,) = rollout.play([(ENV_ID, 3)], generate, tokenizer, max_completion_length=512)
-    out = rollout.to_trl([episode])
-    # turn 0 saw exactly the templated first observation
-    first = [{"role": "user", "content": episode.turns[0].observation}]
-    assert out["prompt_ids"][0] == render_ids(tokenizer, first, add_generation_prompt=True)
-    # every turn was prompted with the full sequence so far: prompt + completion up to its span
-    full = out["prompt_ids"][0] + out["completion_ids"][0]
-    prompt_length = len(out["prompt_ids"][0])
+@pytest.mark.parametrize("template", ["chatml", "chatml_drop_think"])
+def test_episode_is_laid_out_token_in_token_out(template: str) -> None:
+    tokenizer = build_chat_tokenizer(template)
+    rollout = rollout_for(tokenizer, max_turn_tokens=24, env_kwargs={"max_turns": 4})
+    answers = ["<think>\nlow\n</think>\n\nMy guess is 1", "no idea", "<think>\nx\n</think>\n\nMy guess is 2"]
+    (session,) = rollout.play([(ENV_ID, 3)], scripted(tokenizer, answers))
+    out = rollout.to_trl([session])
+    episode = out["episode"][0]
+    assert episode.start_state_id == f"{ENV_ID}/seed=3"  # the core's start state id
+    # the layout is the core's: the same sequence, mask and spans as episode_to_sequence
+    sequence = episode_to_sequence(episode)
+    assert out["prompt_ids"][0] + out["completion_ids"][0] == sequence.input_ids.tolist()
+    assert out["env_mask"][0] == sequence.loss_mask[sequence.prompt_length :].astype(int).tolist()
+    p = sequence.prompt_length
+    assert out["turn_spans"][0] == [[a - p, b - p] for a, b in sequence.turn_spans]
+    assert out["turn_spans"][0] == [list(s) for s in completion_spans(episode)]
     for turn, (start, end) in zip(episode.turns, out["turn_spans"][0], strict=True):
-        assert turn.prompt_token_ids == full[: prompt_length + start]
-        assert out["completion_ids"][0][start:end] == turn.action_token_ids
-    mask = out["env_mask"][0]
-    assert sum(mask) == sum(len(t.action_token_ids or []) for t in episode.turns)
-    assert [i for i, m in enumerate(mask) if m] == [i for a, b in out["turn_spans"][0] for i in range(a, b)]
+        assert out["completion_ids"][0][start:end] == turn.action_token_ids  # as sampled, never re-encoded
     assert out["turn_rewards"][0] == [t.reward for t in episode.turns]
     assert episode.turns[1].reward == pytest.approx(-0.1)  # "no idea" is a format error
     assert out["logprobs"] is None
+    # the earlier <think> block stays in the context even where the template would drop it from history
+    assert "<think>\nlow\n</think>" in tokenizer.decode(out["completion_ids"][0])
+
+
+def test_history_is_never_re_rendered() -> None:
+    """Per turn the template renders a small, constant amount, at turn 2 as at turn 15."""
+    inner = build_chat_tokenizer("chatml")
+    rendered: list[int] = []
+
+    class Counting:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(inner, name)
+
+        def apply_chat_template(self, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
+            rendered.append(sum(len(m["content"]) for m in messages))
+            return inner.apply_chat_template(messages, **kwargs)
+
+    rollout = rollout_for(Counting(), 4096, max_turn_tokens=12, max_turns=16, env_kwargs={"max_turns": 20})
+    rendered.clear()  # the start-up probe
+    per_turn: list[int] = []
+    generate = scripted(inner, ["My guess is 0"])
+
+    def counting(requests: list[TurnRequest]) -> list[Generation]:
+        per_turn.append(sum(rendered))
+        rendered.clear()
+        return generate(requests)
+
+    (session,) = rollout.play([(ENV_ID, 1)], counting)
+    assert session.episode().num_turns == 16
+    assert max(per_turn[2:]) <= per_turn[1] * 1.5  # flat, not growing with the history
 
 
 def test_generation_is_batched_across_running_episodes(tokenizer: Any) -> None:
-    rollout = GemRollout(max_turn_tokens=8, max_turns=3, env_kwargs={"max_turns": 5})
+    rollout = rollout_for(tokenizer, max_turn_tokens=8, max_turns=3, env_kwargs={"max_turns": 5})
     generate = scripted(tokenizer, ["100"])
-    episodes = rollout.play([(ENV_ID, s) for s in range(5)], generate, tokenizer, max_completion_length=512)
+    sessions = rollout.play([(ENV_ID, s) for s in range(5)], generate)
     assert [len(c) for c in generate.calls] == [5, 5, 5]  # one call per turn, all episodes together
-    assert all(ep.num_turns == 3 and not ep.terminated for ep in episodes)
-    assert rollout.to_trl(episodes)["truncated"] == [True] * 5
+    out = rollout.to_trl(sessions)
+    assert out["num_turns"] == [3] * 5
+    assert out["truncated"] == [True] * 5 == [ep.truncated for ep in out["episode"]]
+    assert out["terminated"] == [False] * 5
     assert rollout.last_timings.turns == 3
 
 
 def test_finished_episodes_leave_the_batch(tokenizer: Any) -> None:
     # guessing 1, 2, ..., 8 finds every target in [1, 8] at turn `target`
-    rollout = GemRollout(max_turn_tokens=8, env_kwargs={"high": 8, "max_turns": 8})
+    rollout = rollout_for(tokenizer, 4096, max_turn_tokens=8, env_kwargs={"high": 8, "max_turns": 8})
     generate = scripted(tokenizer, ["1", "2", "3", "4", "5", "6", "7", "8"])
-    episodes = rollout.play([(ENV_ID, s) for s in range(12)], generate, tokenizer, max_completion_length=4096)
-    assert all(ep.terminated and ep.turns[-1].info["success"] for ep in episodes)
+    out = rollout.to_trl(rollout.play([(ENV_ID, s) for s in range(12)], generate))
+    assert all(out["terminated"]) and all(out["success"]) and not any(out["truncated"])
     sizes = [len(c) for c in generate.calls]
-    assert sizes == [sum(ep.num_turns > turn for ep in episodes) for turn in range(len(sizes))]
+    assert sizes == [sum(n > turn for n in out["num_turns"]) for turn in range(len(sizes))]
     assert sizes[-1] < sizes[0] == 12
 
 
 def test_completion_budget_ends_episode_on_model_tokens(tokenizer: Any) -> None:
-    rollout = GemRollout(max_turn_tokens=8, env_kwargs={"max_turns": 10})
-    generate = scripted(tokenizer, ["nothing"], stop=False)
-    (episode,) = rollout.play([(ENV_ID, 1)], generate, tokenizer, max_completion_length=80)
-    out = rollout.to_trl([episode])
+    rollout = rollout_for(tokenizer, 80, max_turn_tokens=8, env_kwargs={"max_turns": 10})
+    (session,) = rollout.play([(ENV_ID, 1)], scripted(tokenizer, ["nothing"]))
+    out = rollout.to_trl([session])
     assert len(out["completion_ids"][0]) <= 80
-    assert episode.metadata["cut_by_budget"]
+    assert out["end_reason"] == ["budget"] and out["truncated"] == [True]
     assert out["env_mask"][0][-1] == 1  # the completion ends with the model's own tokens
-    assert 1 < episode.num_turns < 10
+    assert 1 < out["num_turns"][0] < 10
+
+
+@pytest.mark.parametrize(
+    ("on_cut", "action"), [("invalid", INVALID_ACTION), ("pass", "My guess")], ids=["invalid", "pass"]
+)
+def test_cut_reply_is_not_a_valid_move_by_default(tokenizer: Any, on_cut: str, action: str) -> None:
+    rollout = rollout_for(tokenizer, max_turn_tokens=3, max_turns=2, on_cut=on_cut)
+    (session,) = rollout.play([(ENV_ID, 0)], scripted(tokenizer, ["My guess is 12"]))
+    out = rollout.to_trl([session])
+    episode = out["episode"][0]
+    assert episode.turns[0].stop_reason == "length" and out["cut_turns"] == [2]
+    assert episode.turns[0].action.startswith(action)
+    if on_cut == "invalid":
+        assert episode.turns[0].reward < 0  # the env's penalty for a malformed action
 
 
 def test_bad_settings_raise_config_errors() -> None:
@@ -137,40 +197,59 @@ def test_bad_settings_raise_config_errors() -> None:
         GemRollout(max_turn_tokens=0)
     with pytest.raises(ConfigError, match="max_turns"):
         GemRollout(max_turns=0)
+    with pytest.raises(ConfigError, match="on_cut"):
+        GemRollout(on_cut="drop")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="gamma"):
         GemRollout(gamma=1.5)
+
+
+def test_template_that_cannot_be_bridged_fails_at_setup_naming_it() -> None:
+    inner = build_chat_tokenizer("chatml")
+
+    class CountsMessages:
+        name_or_path = "tiny/counts-messages"
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(inner, name)
+
+        def apply_chat_template(self, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
+            return f"[{len(messages)}]" + inner.apply_chat_template(messages, **kwargs)
+
+    with pytest.raises(TemplatePrefixError, match=r"tiny/counts-messages.*processing_class"):
+        GemRollout().setup(trainer_like(CountsMessages()))
 
 
 class FakeVLLMEngine:
     """Stands in for TRL's VLLMGeneration (needs a GPU): answers in its output format, records each call."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Any, text: str = "12") -> None:
         self.tokenizer = tokenizer
+        self.text = text
         self.max_completion_length = 4096
         self.seen_limits: list[int] = []
 
     def generate(self, prompts: list[list[int]], images: Any, num_generations: int) -> tuple[Any, ...]:
         assert images is None and num_generations == 1
         self.seen_limits.append(self.max_completion_length)
-        completions, logprobs = [], []
+        completions, logprobs, token_ids = [], [], []
         for _ in prompts:
-            ids = [*self.tokenizer.encode("12", add_special_tokens=False), self.tokenizer.eos_token_id]
+            ids = [*self.tokenizer.encode(self.text, add_special_tokens=False), self.tokenizer.eos_token_id]
             ids = ids[: self.max_completion_length]
             completions.append(ids)
-            logprobs.append([[-0.5 - i, -9.0] for i in range(len(ids))])  # top-k lists, sampled token first
-        return prompts, completions, logprobs, None
+            logprobs.append([[-0.5 - i] for i in range(len(ids))])  # sampled token's logprob (logprobs=0)
+            token_ids.append([[t] for t in ids])
+        return prompts, completions, logprobs, token_ids
 
 
 def test_vllm_path_passes_turn_limit_and_keeps_sampling_logprobs(tokenizer: Any) -> None:
     engine = FakeVLLMEngine(tokenizer)
     logged: dict[str, float] = {}
-    trainer = SimpleNamespace(
-        processing_class=tokenizer,
+    trainer = trainer_like(
+        tokenizer,
+        256,
         use_vllm=True,
         vllm_generation=engine,
         eos_token_ids=[tokenizer.eos_token_id],
-        max_completion_length=256,
-        chat_template_kwargs={},
         accelerator=SimpleNamespace(num_processes=1),
         _log_metric=logged.__setitem__,
     )
@@ -181,10 +260,26 @@ def test_vllm_path_passes_turn_limit_and_keeps_sampling_logprobs(tokenizer: Any)
     for logprobs, mask in zip(out["logprobs"], out["env_mask"], strict=True):
         assert len(logprobs) == len(mask)
         on_generated = [lp for lp, m in zip(logprobs, mask, strict=True) if m]
-        assert on_generated[:3] == [-0.5, -1.5, -2.5]
+        assert on_generated[:2] == [-0.5, -1.5]
         assert all(lp == 0.0 for lp, m in zip(logprobs, mask, strict=True) if not m)
     assert out["completion_ids"][0] == out["completion_ids"][1]  # same key, same deterministic answers
     assert set(logged) >= {"gem/episode_return", "gem/time_generate", "gem/time_env", "gem/time_adapter"}
+
+
+def test_vllm_reply_without_stop_token_at_the_limit_is_cut(tokenizer: Any) -> None:
+    engine = FakeVLLMEngine(tokenizer, text="My guess is 123456789")
+    trainer = trainer_like(
+        tokenizer,
+        256,
+        use_vllm=True,
+        vllm_generation=engine,
+        eos_token_ids=[tokenizer.eos_token_id],
+        accelerator=SimpleNamespace(num_processes=1),
+    )
+    out = GemRollout(max_turn_tokens=4, max_turns=1)([episode_key(ENV_ID, 0)], trainer)
+    (turn,) = out["episode"][0].turns
+    assert turn.stop_reason == "length" and turn.action == INVALID_ACTION
+    assert len(out["completion_ids"][0]) == 4
 
 
 RANK_SCRIPT = """
@@ -247,9 +342,22 @@ def test_rebn_is_normalised_over_the_turns_of_every_rank(tmp_path: Any) -> None:
     assert tokens[-1][2] == 0.0  # the env's token between the turns
 
 
+def test_turns_left_out_of_the_loss_are_left_out_of_the_statistics(tokenizer: Any) -> None:
+    rollout = rollout_for(tokenizer, max_turn_tokens=8, max_turns=3)
+    out = rollout.to_trl(rollout.play([(ENV_ID, s) for s in range(4)], scripted(tokenizer, ["3", "no", "9"])))
+    episodes = out["episode"]
+    keep = [[True] * ep.num_turns for ep in episodes]
+    keep[1] = [False] * episodes[1].num_turns  # e.g. TRL's mask_truncated_completions dropped episode 1
+    tokens, per_turn = rebn_token_advantages(episodes, 0.9, 256, keep=keep, distributed=False)
+    kept = [discounted_returns(ep, 0.9) for i, ep in enumerate(episodes) if i != 1]
+    expected = np.split(rebn(np.concatenate(kept)), np.cumsum([len(r) for r in kept])[:-1])
+    np.testing.assert_allclose(np.concatenate([per_turn[0], *per_turn[2:]]), np.concatenate(expected), atol=1e-9)
+    assert not per_turn[1].any() and not tokens[1].any()
+
+
 def test_timings_add_up(tokenizer: Any) -> None:
-    rollout = GemRollout(max_turn_tokens=8, max_turns=2)
-    rollout.play([(ENV_ID, 0)], scripted(tokenizer, ["4"]), tokenizer, max_completion_length=512)
+    rollout = rollout_for(tokenizer, max_turn_tokens=8, max_turns=2)
+    rollout.play([(ENV_ID, 0)], scripted(tokenizer, ["4"]))
     t = rollout.last_timings
     assert isinstance(t, RolloutTimings) and t.generate > 0 and t.env > 0 and t.adapter > 0
     assert t.generated_tokens == 2 * 2  # "4" and the stop token, two turns
@@ -265,8 +373,8 @@ def test_collective_backend_gets_the_same_batch_size_on_every_rank(tokenizer: An
         return agreed[-1]
 
     generate = scripted(tokenizer, ["5"])
-    rollout = GemRollout(max_turn_tokens=4, max_turns=2)
-    (episode,) = rollout.play([(ENV_ID, 0)], generate, tokenizer, 512, batch_size_across_ranks=most_on_any_rank)
+    rollout = rollout_for(tokenizer, max_turn_tokens=4, max_turns=2)
+    (session,) = rollout.play([(ENV_ID, 0)], generate, batch_size_across_ranks=most_on_any_rank)
     assert [len(c) for c in generate.calls] == [3, 3, 3, 3, 3]  # padded, and kept in step after it finished
     assert agreed == [3, 3, 3, 3, 3, 0]
-    assert episode.num_turns == 2
+    assert session.episode().num_turns == 2

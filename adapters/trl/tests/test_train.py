@@ -1,4 +1,4 @@
-"""A real ``GRPOTrainer.train()`` on the CPU: tiny local model, multi-turn env, ReBN advantages."""
+"""A real ``GRPOTrainer.train()`` on the CPU: tiny local model, multi-turn env, a history-rewriting template, ReBN."""
 
 from __future__ import annotations
 
@@ -9,10 +9,14 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from gem_trl import GemGRPOConfig, GemGRPOTrainer, build_tiny_model, build_tiny_tokenizer, make_prompt_dataset
+from gem_trl import GemGRPOConfig, GemGRPOTrainer, build_tiny_model, episode_key, make_prompt_dataset
+from gem_trl.testing import scripted_model_generate
 
+from gem_core.conformance import ConformanceCase
+from gem_core.episode import EpisodeLimits
 from gem_core.rl.advantages import rebn
 from gem_core.rl.returns import discounted_returns
+from gem_core.testing_tokenizers import build_chat_tokenizer
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -55,7 +59,8 @@ def _config(tmp_path: Any, **overrides: Any) -> GemGRPOConfig:
 
 
 def _train(tmp_path: Any, **overrides: Any) -> RecordingTrainer:
-    tokenizer = build_tiny_tokenizer()
+    # Qwen3-style: drops earlier <think> blocks from the history, which the engine never re-renders
+    tokenizer = build_chat_tokenizer("chatml_drop_think")
     model = build_tiny_model(tokenizer, seed=0)
     trainer = RecordingTrainer(
         model=model,
@@ -90,10 +95,15 @@ def test_weights_changed(trained: Any) -> None:
     assert changed, "no parameter moved during training"
 
 
-def test_episodes_are_multi_turn(trained: Any) -> None:
+def test_episodes_are_multi_turn_with_a_history_rewriting_template(trained: Any) -> None:
     trainer, _ = trained
+    assert trainer.rollout_func.engine.renderer.rewrites_history
     turns = [x["num_turns"] for inputs, _ in trainer.records for x in inputs]
     assert max(turns) > 1
+    for inputs, _ in trainer.records:
+        for x in inputs:
+            assert x["episode"].start_state_id == x["prompt"].replace("#", "/seed=")
+            assert x["truncated"] == x["episode"].truncated
 
 
 def test_advantages_are_core_rebn_of_per_turn_returns(trained: Any) -> None:
@@ -109,6 +119,14 @@ def test_advantages_are_core_rebn_of_per_turn_returns(trained: Any) -> None:
             for (start, end), a in zip(x["turn_spans"], adv, strict=True):
                 expected[start:end] = float(a)
             torch.testing.assert_close(advantages[row], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_logged_advantages_are_the_ones_used(trained: Any) -> None:
+    trainer, _ = trained
+    _, out = trainer.records[-1]  # TRL's completions log holds the latest generation batch
+    mask = (out["completion_mask"] * out["tool_mask"]).float()
+    used = (out["advantages"] * mask).sum(1) / mask.sum(1).clamp(min=1)
+    assert list(trainer._logs["advantages"]) == pytest.approx(used.tolist(), abs=1e-6)
 
 
 def test_env_mask_is_one_exactly_on_generated_tokens(trained: Any) -> None:
@@ -141,3 +159,57 @@ def test_grpo_stays_selectable(tmp_path: Any) -> None:
     grouped = returns.view(-1, 2)
     expected = (grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-4)
     torch.testing.assert_close(out["advantages"], expected.flatten().float(), rtol=1e-4, atol=1e-5)
+
+
+def _reply_cut_when_higher(turn: int, text: str) -> str:
+    """Guess 8 and stop; after "higher" the next reply runs past its token limit (cut), after "lower" it stops."""
+    if turn == 0:
+        return "My guess is 8"
+    return "My guess is 1111111111111111" if "higher" in text else "My guess is 4"
+
+
+MASK_CASE = ConformanceCase(
+    name="cut-last-turn",
+    env_id=ENV_ID,
+    seeds=tuple(range(8)),
+    template="chatml",
+    limits=EpisodeLimits(max_turns=2, max_turn_tokens=12, max_episode_tokens=128),
+    gamma=0.9,
+    reply=_reply_cut_when_higher,
+)
+
+
+@pytest.mark.parametrize("mask_truncated", [True, False], ids=["masked", "not-masked"])
+def test_mask_truncated_completions_and_rebn_statistics_agree(tmp_path: Any, mask_truncated: bool) -> None:
+    """Episodes TRL drops from the loss (last turn cut) are dropped from the ReBN mean and std too."""
+    tokenizer = MASK_CASE.tokenizer()
+    n = len(MASK_CASE.seeds)
+    args = _config(
+        tmp_path,
+        per_device_train_batch_size=n,
+        num_generations=n,
+        max_turns=2,
+        max_turn_tokens=12,
+        max_completion_length=128,
+        mask_truncated_completions=mask_truncated,
+    )
+    dataset = make_prompt_dataset(ENV_ID, n)
+    trainer = GemGRPOTrainer(
+        model=build_tiny_model(tokenizer), args=args, train_dataset=dataset, processing_class=tokenizer
+    )
+    trainer.model.train()
+    trainer.model.generate = scripted_model_generate(MASK_CASE, tokenizer)  # type: ignore[method-assign]
+    inputs = [{"prompt": episode_key(ENV_ID, seed)} for seed in MASK_CASE.seeds]
+    out = trainer._generate_and_score_completions(inputs)
+    cut_last = [x["episode"].turns[-1].stop_reason == "length" for x in inputs]
+    assert 0 < sum(cut_last) < n  # a mix: some episodes end on a cut reply
+    in_loss = (out["completion_mask"] * out["tool_mask"]).sum(1) > 0
+    assert in_loss.tolist() == [not (mask_truncated and c) for c in cut_last]
+    kept = [discounted_returns(x["turn_rewards"], 0.9) for x, k in zip(inputs, in_loss, strict=True) if k]
+    expected = iter(np.split(rebn(np.concatenate(kept)), np.cumsum([len(r) for r in kept])[:-1]))
+    for row, x in enumerate(inputs):
+        if not in_loss[row]:
+            assert not out["advantages"][row].any()
+            continue
+        for (start, end), a in zip(x["turn_spans"], next(expected), strict=True):
+            torch.testing.assert_close(out["advantages"][row, start:end], torch.full((end - start,), float(a)))
