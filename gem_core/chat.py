@@ -34,6 +34,7 @@ from typing import Any, Protocol
 from gem_core.errors import TemplatePrefixError
 
 __all__ = [
+    "HISTORY_PROBE",
     "ChatRenderer",
     "ChatTokenizer",
     "Message",
@@ -139,8 +140,8 @@ _PROBES: tuple[tuple[Message, ...], ...] = (
         {"role": "user", "content": "Correct."},
     ),
 )
-# A conversation whose assistant turns carry <think> blocks, to tell whether a template rewrites history.
-_HISTORY_PROBE: tuple[Message, ...] = (
+#: A conversation whose assistant turns carry ``<think>`` blocks, to tell whether a template rewrites history.
+HISTORY_PROBE: tuple[Message, ...] = (
     {"role": "system", "content": "You are playing a game."},
     {"role": "user", "content": "Guess a number between 1 and 16."},
     {"role": "assistant", "content": "<think>\nStart in the middle.\n</think>\n\nMy guess is 8."},
@@ -271,8 +272,8 @@ class ChatRenderer:
     def _probe_rewrites(self) -> bool:
         try:
             # the history as the model saw it after answering, then once the env has replied
-            before = self.render(_HISTORY_PROBE[:3], add_generation_prompt=False)
-            after = self.render(_HISTORY_PROBE[:4], add_generation_prompt=True)
+            before = self.render(HISTORY_PROBE[:3], add_generation_prompt=False)
+            after = self.render(HISTORY_PROBE[:4], add_generation_prompt=True)
         except Exception:  # a template that cannot render the probe tells nothing about rewriting
             return False
         return not after.startswith(before)

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gem_core.chat import ChatRenderer, ChatTokenizer, Message, render_ids
+from gem_core.chat import HISTORY_PROBE, ChatRenderer, ChatTokenizer, Message, render_ids
 from gem_core.errors import RLInputError, TemplatePrefixError, TrajectoryError
 from gem_core.rl.types import Episode, Turn
 
@@ -394,14 +394,8 @@ def episodes_to_sequences(
     ]
 
 
-_PROBE_CONVERSATION: list[Message] = [
-    {"role": "system", "content": "You are playing a game."},
-    {"role": "user", "content": "Guess a number between 1 and 16."},
-    {"role": "assistant", "content": "<think>\nStart in the middle.\n</think>\n\nMy guess is 8."},
-    {"role": "user", "content": "Lower than 8."},
-    {"role": "assistant", "content": "<think>\nHalve again.\n</think>\n\nMy guess is 4."},
-    {"role": "tool", "content": "Higher than 4."},
-]
+# The chat module's history probe (assistant turns with <think> blocks), ending in a tool reply.
+_PROBE_CONVERSATION: list[Message] = [*HISTORY_PROBE[:-1], {**HISTORY_PROBE[-1], "role": "tool"}]
 
 
 def check_template_prefix(

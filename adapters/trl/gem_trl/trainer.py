@@ -7,6 +7,11 @@ replaces it by ReBN (GEM, arXiv 2510.01051): per-turn discounted returns
 processes), each turn's advantage placed on that turn's generated tokens. TRL's loss
 accepts such ``(batch, tokens)`` advantages as they are. ``advantage_estimator="grpo"``
 keeps TRL's group advantage of the (discounted) episode return.
+
+A turn none of whose tokens is in TRL's loss mask (``mask_truncated_completions`` drops
+a completion whose last reply was cut) is left out of the ReBN mean and std and gets
+advantage 0, so what the loss ignores does not shift the others. TRL's completions log
+gets the advantages the loss uses.
 """
 
 from __future__ import annotations
