@@ -45,6 +45,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--loss-type", default="dapo", help="TRL's loss_type (dapo: mean over generated tokens)")
     parser.add_argument("--max-turns", type=int, default=None, help="default: the env's own turn limit")
     parser.add_argument("--turn-tokens", type=int, default=8, help="tokens the model may generate per turn")
+    parser.add_argument(
+        "--episode-tokens",
+        type=int,
+        default=1024,
+        help="token budget of an episode after its first prompt, env replies included (about 170 per turn here)",
+    )
     parser.add_argument("--hidden", type=int, default=64, help="width of the tiny model")
     parser.add_argument("--layers", type=int, default=2, help="decoder layers of the tiny model")
     parser.add_argument("--warmup-steps", type=int, default=60, help="supervised steps on random legal moves")
@@ -178,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, float]]:
         gamma=args.gamma,
         max_turns=max_turns,
         max_turn_tokens=args.turn_tokens,
-        max_completion_length=64 * max_turns,
+        max_completion_length=args.episode_tokens,
         per_device_train_batch_size=args.batch,
         num_generations=args.generations,
         max_steps=args.steps,
