@@ -63,6 +63,7 @@ def warm_up(
     learning_rate: float = 3e-3,
     max_turns: int = 1,
     seed: int = 0,
+    env_kwargs: dict[str, Any] | None = None,
 ) -> list[float]:
     """Teach a random model an env's answer format by imitating random legal moves (a short SFT).
 
@@ -73,7 +74,19 @@ def warm_up(
 
     Episodes are played by the core's episode engine and laid out token in, token out;
     the loss covers exactly the tokens the layout masks in. ``max_turns=1`` (first moves
-    only) keeps the sequences short; the format carries over to later turns.
+    only) keeps the sequences short; the format carries over to later turns. The
+    demo warms up on whole episodes, so that later turns start at chance too.
+
+    Args:
+        model: The causal LM to train in place.
+        tokenizer: Its chat tokenizer.
+        env_id: Env whose ``sample_random_action`` gives the moves.
+        steps: Optimizer steps.
+        batch_size: Episodes per step (``4 * batch_size`` episodes are played once and sampled from).
+        learning_rate: AdamW's learning rate.
+        max_turns: Turns per warm-up episode.
+        seed: First env seed, and the seed of the batch sampling.
+        env_kwargs: Env constructor overrides (as for ``gem_core.make``).
 
     Returns:
         The training loss of each step.
@@ -85,7 +98,8 @@ def warm_up(
     from gem_core.episode import EpisodeEngine, EpisodeJob, Generation, TurnRequest
     from gem_core.rl.layouts import episode_to_sequence
 
-    jobs = [EpisodeJob(env=gem_core.make(env_id), seed=s) for s in range(seed, seed + 4 * batch_size)]
+    kwargs = env_kwargs or {}
+    jobs = [EpisodeJob(env=gem_core.make(env_id, **kwargs), seed=s) for s in range(seed, seed + 4 * batch_size)]
 
     def random_legal_moves(requests: list[TurnRequest]) -> list[Generation]:
         moves = [jobs[r.episode_index].env.sample_random_action() for r in requests]
