@@ -1,10 +1,13 @@
-"""Seed lists for dataset builders: ``"0-99"``, ``"1,5,9"`` or a mix like ``"0-9,100"``."""
+"""Command-line values the adapters' dataset builders share: seed lists and JSON-object options."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from gem_core.errors import ConfigError
 
-__all__ = ["parse_seeds"]
+__all__ = ["parse_json_object", "parse_seeds"]
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -28,3 +31,20 @@ def parse_seeds(text: str) -> list[int]:
     if not seeds:
         raise ConfigError(f"no seeds in {text!r}")
     return seeds
+
+
+def parse_json_object(text: str | None, flag: str) -> dict[str, Any] | None:
+    """Parse an option given as a JSON object (``--env-kwargs '{"high": 50}'``); ``None`` stays ``None``.
+
+    Raises:
+        ConfigError: Not JSON, or not an object; the message names ``flag``.
+    """
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{flag} is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{flag} must be a JSON object, got {type(value).__name__}")
+    return value

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -69,11 +70,9 @@ async def evaluate(backend: Backend, settings: EvalSettings, progress: Progress 
     flushed) the moment its episode ends; with ``resume`` the episodes already in it are
     skipped and returned first.
     """
-    from gem_core.api import make
+    from gem_core.api import make, spec
 
     for env_id in settings.env_ids:
-        from gem_core.api import spec
-
         spec(env_id)  # an unknown id fails before any episode starts
     engine = EpisodeEngine(backend.tokenizer, settings.limits)
     done: list[dict[str, Any]] = []
@@ -120,22 +119,18 @@ async def evaluate(backend: Backend, settings: EvalSettings, progress: Progress 
             return _record(env_id, seed, session, error, time.perf_counter() - started, described)
 
     tasks = [asyncio.ensure_future(one(env_id, seed)) for env_id, seed in todo]
-    writer = TraceWriter(settings.trace_path) if settings.trace_path else None
     try:
-        if writer is not None:
-            writer.__enter__()
-        for finished in asyncio.as_completed(tasks):
-            record = await finished
-            if writer is not None:
-                writer.write(record)
-            done.append(record)
-            if progress is not None:
-                progress(record["env_id"], record)
+        with TraceWriter(settings.trace_path) if settings.trace_path else contextlib.nullcontext() as writer:
+            for finished in asyncio.as_completed(tasks):
+                record = await finished
+                if writer is not None:
+                    writer.write(record)
+                done.append(record)
+                if progress is not None:
+                    progress(record["env_id"], record)
     finally:
         for task in tasks:
             task.cancel()
-        if writer is not None:
-            writer.__exit__()
     order = {env_id: i for i, env_id in enumerate(settings.env_ids)}
     return sorted(done, key=lambda r: (order.get(r["env_id"], len(order)), r["seed"]))
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -93,8 +92,3 @@ def _plain(value: Any) -> Any:
     if callable(tolist):
         return tolist()
     return str(value)
-
-
-def iter_records(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
-    """Records of a trace file, in order."""
-    yield from read_trace(path)

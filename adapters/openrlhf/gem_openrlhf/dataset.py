@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import gem_core
 from gem_core.errors import ConfigError
-from gem_core.seeds import parse_seeds
+from gem_core.seeds import parse_json_object, parse_seeds
 
 __all__ = ["EpisodeRequest", "check_rows", "main", "make_rows", "write_jsonl"]
 
@@ -167,18 +167,6 @@ def write_jsonl(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike[str])
     return target
 
 
-def _json_object(text: str | None, flag: str) -> dict[str, Any] | None:
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{flag} is not valid JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise ConfigError(f"{flag} must be a JSON object, got {type(value).__name__}")
-    return value
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """``gem-openrlhf-dataset``: write a prompt JSONL file of env episodes for OpenRLHF."""
     parser = argparse.ArgumentParser(prog="gem-openrlhf-dataset", description=(__doc__ or "").split("\n\n")[0])
@@ -192,8 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = make_rows(
         args.env_id,
         parse_seeds(args.seeds),
-        options=_json_object(args.options, "--options"),
-        env_kwargs=_json_object(args.env_kwargs, "--env-kwargs"),
+        options=parse_json_object(args.options, "--options"),
+        env_kwargs=parse_json_object(args.env_kwargs, "--env-kwargs"),
         system_prompt=args.system_prompt,
     )
     print(f"wrote {len(rows)} rows to {write_jsonl(rows, args.out)}")

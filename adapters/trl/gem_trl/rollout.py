@@ -546,7 +546,7 @@ def _turn_sync(trainer: Any) -> Callable[[int], int] | None:
     if accelerator.num_processes == 1:
         return None
     engine = trainer.vllm_generation
-    if engine.mode != "server" and getattr(engine, "tensor_parallel_size", 1) == 1:
+    if engine.mode != "server" and engine.tensor_parallel_size == 1:
         return None
     import torch
 

@@ -51,6 +51,7 @@ class ScriptedVLLMGeneration:
         self.tokenizer = tokenizer
         self.max_completion_length = 16
         self.mode = "colocate"
+        self.tensor_parallel_size = 1  # TRL's default; the rollout reads it to decide on per-turn syncing
         self.syncs = 0
 
     def sync_weights(self) -> None:

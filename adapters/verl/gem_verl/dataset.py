@@ -21,7 +21,7 @@ from typing import Any
 
 import gem_core
 from gem_core.errors import ConfigError
-from gem_core.seeds import parse_seeds
+from gem_core.seeds import parse_json_object, parse_seeds
 from gem_verl.plugin import AGENT_NAME  # the plugin module imports no verl
 
 __all__ = ["main", "make_rows", "parse_seeds", "write_parquet"]
@@ -124,22 +124,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--start-index", type=int, default=0)
     args = parser.parse_args(argv)
 
-    def parse_json(text: str | None, flag: str) -> dict[str, Any] | None:
-        if text is None:
-            return None
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{flag} is not valid JSON: {exc}") from None
-        if not isinstance(value, dict):
-            raise ConfigError(f"{flag} must be a JSON object, got {type(value).__name__}")
-        return value
-
     rows = make_rows(
         args.env_id,
         parse_seeds(args.seeds),
-        options=parse_json(args.options, "--options"),
-        env_kwargs=parse_json(args.env_kwargs, "--env-kwargs"),
+        options=parse_json_object(args.options, "--options"),
+        env_kwargs=parse_json_object(args.env_kwargs, "--env-kwargs"),
         system_prompt=args.system_prompt,
         start_index=args.start_index,
     )
