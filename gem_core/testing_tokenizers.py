@@ -61,12 +61,17 @@ _CORPUS = [
 ]
 
 
-def build_chat_tokenizer(template: str = "chatml", *, vocab_size: int = 400) -> Any:
+def build_chat_tokenizer(
+    template: str = "chatml", *, vocab_size: int = 400, corpus: Sequence[str] | None = None
+) -> Any:
     """Build a byte-level BPE ``PreTrainedTokenizerFast`` with a ChatML chat template.
 
     Args:
         template: A key of :data:`CHAT_TEMPLATES`.
         vocab_size: BPE vocabulary size (the 256 byte symbols plus merges plus specials).
+        corpus: Texts to learn the merges from; defaults to a small fixed corpus. Any text
+            still encodes (byte-level), a corpus only decides how short it gets: trained on
+            an env's own messages, a word or a number is one token.
 
     Returns:
         A ``transformers.PreTrainedTokenizerFast`` with ``eos_token="<|im_end|>"`` and
@@ -86,7 +91,7 @@ def build_chat_tokenizer(template: str = "chatml", *, vocab_size: int = 400) -> 
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    backend.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    backend.train_from_iterator(list(corpus) if corpus is not None else _CORPUS * 4, trainer=trainer)
     return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=backend,
         eos_token="<|im_end|>",

@@ -166,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, float]]:
 
     # 1. The policy: random weights, then the answer format from random legal moves over whole episodes.
     started = time.perf_counter()
-    tokenizer = build_tiny_tokenizer()
+    tokenizer = build_tiny_tokenizer(args.env)
     model = build_tiny_model(tokenizer, seed=args.seed, hidden_size=args.hidden, num_layers=args.layers)
     losses = warm_up(model, tokenizer, args.env, steps=args.warmup_steps, max_turns=max_turns, seed=10_000 * args.seed)
     print(

@@ -10,14 +10,47 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["build_tiny_model", "build_tiny_tokenizer", "warm_up"]
+__all__ = ["build_tiny_model", "build_tiny_tokenizer", "env_corpus", "warm_up"]
 
 
-def build_tiny_tokenizer() -> Any:
-    """The core's ChatML test tokenizer (``eos="<|im_end|>"``, ``pad="<|endoftext|>"``)."""
+def build_tiny_tokenizer(env_id: str | None = None, *, vocab_size: int | None = None, episodes: int = 64) -> Any:
+    """A ChatML test tokenizer (``eos="<|im_end|>"``, ``pad="<|endoftext|>"``), trained in code.
+
+    Args:
+        env_id: When given, the BPE merges are learned from this env's own messages and
+            moves (``episodes`` games of random legal moves), so that each of its words and
+            numbers is one token: episodes get several times shorter, which a tiny model
+            trains on faster and attends over more easily. Other text still encodes, byte
+            by byte. ``None``: the core's fixed test corpus.
+        vocab_size: BPE vocabulary size; defaults to 400 (core corpus) or 1000 (env corpus).
+        episodes: Random games whose text makes the env corpus.
+    """
     from gem_core.testing_tokenizers import build_chat_tokenizer
 
-    return build_chat_tokenizer("chatml")
+    if env_id is None:
+        return build_chat_tokenizer("chatml", vocab_size=vocab_size or 400)
+    return build_chat_tokenizer("chatml", vocab_size=vocab_size or 1000, corpus=env_corpus(env_id, episodes=episodes))
+
+
+def env_corpus(env_id: str, *, episodes: int = 64, seed: int = 0) -> list[str]:
+    """Texts of ``episodes`` games of ``env_id`` played with random legal moves: observations and moves."""
+    import gem_core
+
+    texts: list[str] = ["system\n", "user\n", "assistant\n"]  # the chat template's role headers
+    env = gem_core.make(env_id)
+    try:
+        for episode in range(episodes):
+            observation, _ = env.reset(seed=seed + episode)
+            texts.append(observation)
+            done = False
+            while not done:
+                action = env.sample_random_action()
+                observation, _, terminated, truncated, _ = env.step(action)
+                texts += [action, observation]
+                done = terminated or truncated
+    finally:
+        env.close()
+    return texts
 
 
 def build_tiny_model(tokenizer: Any, *, seed: int = 0, hidden_size: int = 64, num_layers: int = 2) -> Any:
