@@ -62,7 +62,11 @@ _CORPUS = [
 
 
 def build_chat_tokenizer(
-    template: str = "chatml", *, vocab_size: int = 400, corpus: Sequence[str] | None = None
+    template: str = "chatml",
+    *,
+    vocab_size: int = 400,
+    corpus: Sequence[str] | None = None,
+    split_digits: bool = False,
 ) -> Any:
     """Build a byte-level BPE ``PreTrainedTokenizerFast`` with a ChatML chat template.
 
@@ -72,6 +76,9 @@ def build_chat_tokenizer(
         corpus: Texts to learn the merges from; defaults to a small fixed corpus. Any text
             still encodes (byte-level), a corpus only decides how short it gets: trained on
             an env's own messages, a word or a number is one token.
+        split_digits: Keep runs of digits apart from the text around them, so that a
+            number is the same token after a space ("higher than 5") as inside an answer
+            ("\\boxed{5}"); a small model then needs to learn each number once.
 
     Returns:
         A ``transformers.PreTrainedTokenizerFast`` with ``eos_token="<|im_end|>"`` and
@@ -83,7 +90,12 @@ def build_chat_tokenizer(
     if template not in CHAT_TEMPLATES:
         raise ValueError(f"unknown template {template!r}; choose one of {sorted(CHAT_TEMPLATES)}")
     backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.pre_tokenizer = (
+        pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=False), byte_level])
+        if split_digits
+        else byte_level
+    )
     backend.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

@@ -37,6 +37,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=0, help="seeds the model, the warm-up, the env seeds and TRL")
     parser.add_argument("--env", default="game:GuessTheNumber-v0-easy", help="registered env id (see `gem list`)")
+    parser.add_argument("--env-kwargs", default=None, help="env constructor overrides as JSON, e.g. '{\"high\": 7}'")
     parser.add_argument("--steps", type=int, default=60, help="RL optimizer steps")
     parser.add_argument("--batch", type=int, default=32, help="episodes per step")
     parser.add_argument("--generations", type=int, default=8, help="episodes per start state (TRL's num_generations)")
@@ -54,6 +55,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--hidden", type=int, default=64, help="width of the tiny model")
     parser.add_argument("--layers", type=int, default=2, help="decoder layers of the tiny model")
     parser.add_argument("--warmup-steps", type=int, default=60, help="supervised steps on random legal moves")
+    parser.add_argument("--warmup-batch", type=int, default=8, help="episodes per warm-up step (4x as many are played)")
+    parser.add_argument("--warmup-lr", type=float, default=3e-3, help="learning rate of the warm-up")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the rollouts")
+    parser.add_argument(
+        "--iterations", type=int, default=1, help="optimizer passes over each batch (TRL's num_iterations)"
+    )
     parser.add_argument("--output-dir", default="runs/demo", help="metrics.jsonl and metrics.png go here")
     return parser.parse_args(argv)
 
@@ -143,7 +150,10 @@ def _progress_callback(metrics_path: Path) -> Any:
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, float]]:
     """Run the demo; returns the per-step records it wrote to ``metrics.jsonl``."""
+    from gem_core.seeds import parse_json_object
+
     args = parse_args(argv)
+    env_kwargs = parse_json_object(args.env_kwargs, "--env-kwargs") or {}
     import numpy as np
     import torch
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
@@ -160,15 +170,25 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, float]]:
     output_dir.mkdir(parents=True, exist_ok=True)
     max_turns = args.max_turns
     if max_turns is None:
-        probe = gem_core.make(args.env)
+        probe = gem_core.make(args.env, **env_kwargs)
         max_turns = int(getattr(probe.unwrapped, "params", probe).max_turns)
         probe.close()
 
     # 1. The policy: random weights, then the answer format from random legal moves over whole episodes.
     started = time.perf_counter()
-    tokenizer = build_tiny_tokenizer(args.env)
+    tokenizer = build_tiny_tokenizer(args.env, env_kwargs=env_kwargs)
     model = build_tiny_model(tokenizer, seed=args.seed, hidden_size=args.hidden, num_layers=args.layers)
-    losses = warm_up(model, tokenizer, args.env, steps=args.warmup_steps, max_turns=max_turns, seed=10_000 * args.seed)
+    losses = warm_up(
+        model,
+        tokenizer,
+        args.env,
+        steps=args.warmup_steps,
+        learning_rate=args.warmup_lr,
+        batch_size=args.warmup_batch,
+        max_turns=max_turns,
+        seed=10_000 * args.seed,
+        env_kwargs=env_kwargs,
+    )
     print(
         f"warm-up: {len(losses)} supervised steps on random legal moves, loss {losses[0]:.2f} -> {losses[-1]:.2f} "
         f"({time.perf_counter() - started:.1f}s)",
@@ -191,6 +211,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, float]]:
         learning_rate=args.lr,
         lr_scheduler_type="constant",
         loss_type=args.loss_type,
+        temperature=args.temperature,
+        num_iterations=args.iterations,
         logging_steps=1,
         save_strategy="no",
         report_to="none",
@@ -201,7 +223,12 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, float]]:
     )
     progress = _progress_callback(output_dir / "metrics.jsonl")
     trainer = GemGRPOTrainer(
-        model=model, args=config, train_dataset=dataset, processing_class=tokenizer, callbacks=[progress]
+        model=model,
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[progress],
+        env_kwargs=env_kwargs,
     )
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)

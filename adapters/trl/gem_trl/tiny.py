@@ -13,31 +13,46 @@ from typing import Any
 __all__ = ["build_tiny_model", "build_tiny_tokenizer", "env_corpus", "warm_up"]
 
 
-def build_tiny_tokenizer(env_id: str | None = None, *, vocab_size: int | None = None, episodes: int = 64) -> Any:
+def build_tiny_tokenizer(
+    env_id: str | None = None,
+    *,
+    vocab_size: int | None = None,
+    episodes: int = 64,
+    env_kwargs: dict[str, Any] | None = None,
+) -> Any:
     """A ChatML test tokenizer (``eos="<|im_end|>"``, ``pad="<|endoftext|>"``), trained in code.
 
     Args:
         env_id: When given, the BPE merges are learned from this env's own messages and
             moves (``episodes`` games of random legal moves), so that each of its words and
-            numbers is one token: episodes get several times shorter, which a tiny model
+            numbers is one token (a number is the same token in a message and in a move):
+            episodes get several times shorter, which a tiny model
             trains on faster and attends over more easily. Other text still encodes, byte
             by byte. ``None``: the core's fixed test corpus.
         vocab_size: BPE vocabulary size; defaults to 400 (core corpus) or 1000 (env corpus).
         episodes: Random games whose text makes the env corpus.
+        env_kwargs: Env constructor overrides (as for ``gem_core.make``).
     """
     from gem_core.testing_tokenizers import build_chat_tokenizer
 
     if env_id is None:
         return build_chat_tokenizer("chatml", vocab_size=vocab_size or 400)
-    return build_chat_tokenizer("chatml", vocab_size=vocab_size or 1000, corpus=env_corpus(env_id, episodes=episodes))
+    return build_chat_tokenizer(
+        "chatml",
+        vocab_size=vocab_size or 1000,
+        corpus=env_corpus(env_id, episodes=episodes, env_kwargs=env_kwargs),
+        split_digits=True,
+    )
 
 
-def env_corpus(env_id: str, *, episodes: int = 64, seed: int = 0) -> list[str]:
+def env_corpus(
+    env_id: str, *, episodes: int = 64, seed: int = 0, env_kwargs: dict[str, Any] | None = None
+) -> list[str]:
     """Texts of ``episodes`` games of ``env_id`` played with random legal moves: observations and moves."""
     import gem_core
 
     texts: list[str] = ["system\n", "user\n", "assistant\n"]  # the chat template's role headers
-    env = gem_core.make(env_id)
+    env = gem_core.make(env_id, **(env_kwargs or {}))
     try:
         for episode in range(episodes):
             observation, _ = env.reset(seed=seed + episode)
