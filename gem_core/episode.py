@@ -65,6 +65,8 @@ __all__ = [
     "Generation",
     "TurnRequest",
     "cut_at_stop",
+    "env_error_report",
+    "failed_by_env",
 ]
 
 #: Sent to ``env.step`` in place of a cut generation (GEM's sentinel); envs treat it as a malformed action.
@@ -770,6 +772,39 @@ class EpisodeEngine:
         _mark_failed(session, exc, phase)
         if self.limits.on_env_error == "raise":
             raise exc
+
+
+def failed_by_env(episode: Episode | Mapping[str, Any]) -> bool:
+    """Whether an env error ended ``episode`` (``on_env_error="end"``): the adapters keep it out of training.
+
+    Takes an :class:`~gem_core.rl.types.Episode` or its metadata (a mapping with
+    ``end_reason`` and ``error_phase``, e.g. a per-sample summary an adapter stored).
+    """
+    meta = episode.metadata if isinstance(episode, Episode) else episode
+    return meta.get("end_reason") == "error" and meta.get("error_phase") in ("reset", "step")
+
+
+def env_error_report(episodes: Sequence[Episode | Mapping[str, Any]], *, shown: int = 5) -> str | None:
+    """The one warning line of a batch in which env errors ended episodes; ``None`` when none did.
+
+    Names env id, seed, phase and error of the first ``shown`` failed episodes, e.g.
+    ``"2 of 16 episodes ended by an env error (no loss weight, left out of the advantage
+    statistics): core:Maze-v0 seed=3 in step: TimeoutError: grader timed out; ..."``.
+    Takes episodes, or mappings with ``env_id``, ``seed`` and the metadata keys.
+    """
+    rows = [{"env_id": e.env_id, "seed": e.seed, **e.metadata} if isinstance(e, Episode) else e for e in episodes]
+    failed = [row for row in rows if failed_by_env(row)]
+    if not failed:
+        return None
+    named = "; ".join(
+        f"{row.get('env_id')} seed={row.get('seed')} in {row.get('error_phase')}: {row.get('error')}"
+        for row in failed[:shown]
+    )
+    more = f"; and {len(failed) - shown} more" if len(failed) > shown else ""
+    return (
+        f"{len(failed)} of {len(rows)} episodes ended by an env error (no loss weight, left out of the "
+        f"advantage statistics): {named}{more}"
+    )
 
 
 def add_note(exc: BaseException, note: str) -> None:
