@@ -784,13 +784,16 @@ def failed_by_env(episode: Episode | Mapping[str, Any]) -> bool:
     return meta.get("end_reason") == "error" and meta.get("error_phase") in ("reset", "step")
 
 
-def env_error_report(episodes: Sequence[Episode | Mapping[str, Any]], *, shown: int = 5) -> str | None:
+def env_error_report(
+    episodes: Sequence[Episode | Mapping[str, Any]], *, total: int | None = None, shown: int = 5
+) -> str | None:
     """The one warning line of a batch in which env errors ended episodes; ``None`` when none did.
 
     Names env id, seed, phase and error of the first ``shown`` failed episodes, e.g.
     ``"2 of 16 episodes ended by an env error (no loss weight, left out of the advantage
     statistics): core:Maze-v0 seed=3 in step: TimeoutError: grader timed out; ..."``.
-    Takes episodes, or mappings with ``env_id``, ``seed`` and the metadata keys.
+    Takes episodes, or mappings with ``env_id``, ``seed`` and the metadata keys;
+    ``total`` is the batch size when ``episodes`` holds only some of them (the failed ones).
     """
     rows = [{"env_id": e.env_id, "seed": e.seed, **e.metadata} if isinstance(e, Episode) else e for e in episodes]
     failed = [row for row in rows if failed_by_env(row)]
@@ -802,7 +805,7 @@ def env_error_report(episodes: Sequence[Episode | Mapping[str, Any]], *, shown: 
     )
     more = f"; and {len(failed) - shown} more" if len(failed) > shown else ""
     return (
-        f"{len(failed)} of {len(rows)} episodes ended by an env error (no loss weight, left out of the "
+        f"{len(failed)} of {len(rows) if total is None else total} episodes ended by an env error (no loss weight, left out of the "
         f"advantage statistics): {named}{more}"
     )
 
