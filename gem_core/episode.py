@@ -804,8 +804,9 @@ def env_error_report(
         for row in failed[:shown]
     )
     more = f"; and {len(failed) - shown} more" if len(failed) > shown else ""
+    batch = len(rows) if total is None else total
     return (
-        f"{len(failed)} of {len(rows) if total is None else total} episodes ended by an env error (no loss weight, left out of the "
+        f"{len(failed)} of {batch} episodes ended by an env error (no loss weight, left out of the "
         f"advantage statistics): {named}{more}"
     )
 

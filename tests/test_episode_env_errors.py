@@ -19,7 +19,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gem_core.core import Env
-from gem_core.episode import EpisodeEngine, EpisodeJob, EpisodeSession, Generation, TurnRequest
+from gem_core.episode import (
+    EpisodeEngine,
+    EpisodeJob,
+    Generation,
+    TurnRequest,
+    env_error_report,
+    failed_by_env,
+)
 from gem_core.errors import ConfigError, EnvCheckError, ToolError, TrajectoryError
 from gem_core.testing import FaultyEnv, GenericTestEnv, NumberGuessEnv
 
@@ -85,8 +92,8 @@ def job(seed: int, failure: tuple[int, type[BaseException]] | None) -> EpisodeJo
     return EpisodeJob(env=env_for(seed, failure), env_id=ENV_ID, seed=seed, episode_id=f"episode-{seed}")
 
 
-def play_concurrently(engine: EpisodeEngine, jobs: list[EpisodeJob]) -> list[EpisodeSession]:
-    async def main() -> list[EpisodeSession]:
+def play_concurrently(engine: EpisodeEngine, jobs: list[EpisodeJob]) -> list[Any]:
+    async def main() -> list[Any]:
         plays = [
             engine.play(j.env, generate_one, env_id=j.env_id, seed=j.seed, episode_id=j.episode_id, index=i)
             for i, j in enumerate(jobs)
@@ -102,7 +109,7 @@ DRIVERS = {
 }
 
 
-def record(session: EpisodeSession) -> tuple[Any, ...]:
+def record(session: Any) -> tuple[Any, ...]:
     """What a trainer reads of an episode (timings and batch position left out)."""
     return (session.episode_id, session.start_state_id, session.end_reason, session.turns, session.context)
 
@@ -220,3 +227,30 @@ def test_the_runner_collects_a_failed_episode_and_replaces_its_env() -> None:
 def test_on_env_error_is_checked() -> None:
     with pytest.raises(ConfigError, match="on_env_error must be one of"):
         EpisodeEngine(None, on_env_error="ignore")
+
+
+def test_the_batch_report_names_failed_episodes_only() -> None:
+    engine = EpisodeEngine(tokenizer(), max_turns=MAX_TURNS, on_env_error="end")
+    jobs = [job(seed, (0, GraderCrashed) if seed % 2 else None) for seed in range(14)]
+    episodes = [s.episode() for s in engine.play_batch(jobs, generate_batch)]
+    assert [failed_by_env(e) for e in episodes] == [bool(seed % 2) for seed in range(14)]
+    report = env_error_report(episodes, shown=2)
+    assert report is not None and report.startswith("7 of 14 episodes ended by an env error")
+    assert f"{ENV_ID} seed=1 in reset: GraderCrashed: FaultyEnv: injected failure in reset (seed=1)" in report
+    assert "seed=5" not in report and report.endswith("; and 5 more")
+    assert env_error_report(episodes[:1]) is None
+    assert env_error_report([e.metadata | {"env_id": e.env_id, "seed": e.seed} for e in episodes[1:2]], total=9)
+    assert "1 of 9 episodes" in str(env_error_report([episodes[1]], total=9))
+
+
+def test_a_generate_error_is_not_an_env_error() -> None:
+    engine = EpisodeEngine(tokenizer(), max_turns=MAX_TURNS, on_env_error="end")
+    session = engine.session(env_id=ENV_ID, seed=0)
+
+    async def broken(request: TurnRequest) -> Generation:
+        raise ConnectionError("inference server down")
+
+    with pytest.raises(ConnectionError):
+        asyncio.run(engine.play(NumberGuessEnv(), broken, seed=0, session=session))
+    assert session.end_reason == "error" and session.metadata["error_phase"] == "generate"
+    assert not failed_by_env(session.episode())
