@@ -16,6 +16,12 @@ Everything between a trainer's "generate" and its sample format lives here, once
   episode there (reward 0, truncated) without stepping the env;
 * **truncation flags** (the env's, ``max_turns``, the episode budget) and the
   ``start_state_id`` (:func:`~gem_core.rl.types.start_state_id`);
+* **env errors**: an exception from ``env.reset`` or ``env.step`` (a flaky grader, a tool
+  server that died) either propagates (``on_env_error="raise"``, the default) or ends
+  only that episode (``"end"``, what the trainer adapters use): ``end_reason == "error"``,
+  the error kept in its metadata, its finished turns kept, every other episode of the
+  batch untouched. ``generate`` errors (the trainer's own inference) always propagate;
+  ``KeyboardInterrupt`` and ``asyncio.CancelledError`` are never caught;
 * the records: :class:`~gem_core.rl.types.Turn` and :class:`~gem_core.rl.types.Episode`.
 
 An episode is an :class:`EpisodeSession`, a small state machine::
@@ -35,8 +41,8 @@ one batched ``generate`` call per turn: TRL) and :class:`gem_core.runner.Episode
 
 from __future__ import annotations
 
-import asyncio
 import time
+import traceback
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args
@@ -51,6 +57,7 @@ __all__ = [
     "AsyncGenerate",
     "BatchGenerate",
     "CutPolicy",
+    "EnvErrorPolicy",
     "EpisodeEngine",
     "EpisodeJob",
     "EpisodeLimits",
@@ -58,6 +65,8 @@ __all__ = [
     "Generation",
     "TurnRequest",
     "cut_at_stop",
+    "env_error_report",
+    "failed_by_env",
 ]
 
 #: Sent to ``env.step`` in place of a cut generation (GEM's sentinel); envs treat it as a malformed action.
@@ -65,6 +74,10 @@ INVALID_ACTION = "<\uff5cINVALID_ACTION\uff5c>"  # fullwidth bars, as GEM writes
 
 #: What to do with a generation cut at its token limit.
 CutPolicy = Literal["invalid", "pass", "truncate"]
+#: What an exception from ``env.reset`` / ``env.step`` does: ``"raise"`` propagates it out of
+#: the driver (after marking the session failed); ``"end"`` ends that episode only, with
+#: ``end_reason == "error"`` and the error in its metadata.
+EnvErrorPolicy = Literal["raise", "end"]
 #: How the context grows: ``"delta"`` appends per-turn bridges (token in, token out);
 #: ``"rerender"`` re-renders the whole history every turn (fallback for templates that
 #: cannot be bridged; contexts then do not extend each other, so per-transition samples only).
@@ -162,6 +175,14 @@ class EpisodeLimits:
             (OpenRLHF's ``max_len``); enforced like ``max_episode_tokens``. Token mode only.
         on_cut: What a generation cut at its token limit becomes (see the module doc).
         system_prompt: A system message opening every conversation.
+        on_env_error: What an exception from ``env.reset`` or ``env.step`` (or an env
+            reply the engine cannot take, e.g. a first prompt over ``max_context_tokens``)
+            does. ``"raise"`` (default): the driver marks the session failed and re-raises
+            it. ``"end"``: the episode ends right there (``end_reason == "error"``, the
+            finished turns kept, the turn whose step raised dropped, the error in
+            :attr:`EpisodeSession.metadata`) and the driver goes on with the other
+            episodes exactly as if this one had ended normally. Errors of ``generate``
+            always propagate.
     """
 
     max_turns: int | None = None
@@ -170,6 +191,7 @@ class EpisodeLimits:
     max_context_tokens: int | None = None
     on_cut: CutPolicy = "invalid"
     system_prompt: str | None = None
+    on_env_error: EnvErrorPolicy = "raise"
 
     def __post_init__(self) -> None:
         for name in ("max_turns", "max_turn_tokens", "max_episode_tokens", "max_context_tokens"):
@@ -178,6 +200,8 @@ class EpisodeLimits:
                 raise ConfigError(f"{name} must be an int >= 1 or None, got {value!r}")
         if self.on_cut not in get_args(CutPolicy):
             raise ConfigError(f"on_cut must be one of {get_args(CutPolicy)}, got {self.on_cut!r}")
+        if self.on_env_error not in get_args(EnvErrorPolicy):
+            raise ConfigError(f"on_env_error must be one of {get_args(EnvErrorPolicy)}, got {self.on_env_error!r}")
 
 
 @dataclass(slots=True)
@@ -213,7 +237,13 @@ class EpisodeSession:
         generations: The policy's :class:`Generation` per turn (for ``extra`` fields).
         done: The episode ended.
         end_reason: Why it ended: ``"env"`` (terminated or truncated by the env),
-            ``"max_turns"``, ``"budget"``, ``"cut"`` (``on_cut="truncate"``), ``"abort"``.
+            ``"max_turns"``, ``"budget"``, ``"cut"`` (``on_cut="truncate"``), ``"abort"``,
+            ``"error"`` (an exception, see :meth:`fail`).
+        metadata: Extra facts copied into the episode's metadata; after :meth:`fail`:
+            ``error`` (``"Type: message"``), ``error_type``, ``error_message``,
+            ``error_traceback`` (the last frames, short) and ``error_phase``
+            (``"reset"``, ``"step"`` or ``"generate"``).
+        error: The exception that ended the episode, or ``None``.
     """
 
     def __init__(
@@ -241,6 +271,7 @@ class EpisodeSession:
         self.done = False
         self.end_reason: str | None = None
         self.metadata: dict[str, Any] = {}
+        self.error: BaseException | None = None
         self._observation: str | None = None
         self._used = 0  # tokens after the first prompt
         self._pending: dict[str, Any] | None = None
@@ -391,9 +422,37 @@ class EpisodeSession:
                 self._used += len(bridge)
         self._observation = observation
 
-    def fail(self, exc: BaseException) -> None:
-        """Mark the episode as ended by an error (the driver re-raises it)."""
-        self.metadata["error"] = f"{type(exc).__name__}: {exc}"
+    def fail(self, exc: BaseException, phase: str | None = None) -> None:
+        """End the episode because of ``exc``: keep the finished turns, drop the turn that was waiting for the env.
+
+        Idempotent: a session that already failed keeps its first error.
+
+        Args:
+            exc: The exception.
+            phase: Where it happened: ``"reset"``, ``"step"`` or ``"generate"``.
+        """
+        if self.end_reason == "error":
+            return
+        pending, self._pending = self._pending, None
+        if pending is not None:  # accepted, but the env never answered: no reward, so no turn
+            self.generations.pop()
+            self._policy_s.pop()
+            self.messages.pop()
+            ids = pending["ids"]
+            if self.context is not None and ids is not None:
+                del self.context[len(self.context) - len(ids) :]
+                self._used -= len(ids)
+        frames = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-_TRACEBACK_FRAMES)
+        self.error = exc
+        self.metadata.update(
+            {
+                "error": f"{type(exc).__name__}: {exc}",
+                "error_type": type(exc).__name__,
+                "error_message": str(exc),
+                "error_traceback": "".join(frames)[-_TRACEBACK_CHARS:],
+                "error_phase": phase,
+            }
+        )
         self._finish("error")
 
     @property
@@ -479,6 +538,11 @@ class EpisodeSession:
     def _finish(self, reason: str) -> None:
         self.done = True
         self.end_reason = reason
+
+
+#: A failed episode keeps the last frames of its traceback, at most this many characters.
+_TRACEBACK_FRAMES = 4
+_TRACEBACK_CHARS = 2000
 
 
 class EpisodeEngine:
@@ -607,8 +671,10 @@ class EpisodeEngine:
                 turns played so far if the episode fails); built here when ``None``.
 
         Raises:
-            Exception: Whatever the env or ``generate`` raised (the session is marked failed
-                and the exception carries a note naming the episode).
+            Exception: Whatever ``generate`` raised, and whatever the env raised under
+                ``on_env_error="raise"`` (the session is marked failed and the exception
+                carries a note naming the episode). Under ``"end"`` an env error ends the
+                episode instead and the failed session is returned.
         """
         aenv = env if isinstance(env, AsyncEnv) else to_async(env, in_thread=True)
         if session is None:
@@ -620,10 +686,13 @@ class EpisodeEngine:
                 system_prompt=system_prompt,
             )
         try:
-            started = time.perf_counter()
-            observation, _ = await aenv.reset(seed=seed, options=options)
-            session.reset_s = time.perf_counter() - started
-            session.begin(observation)
+            try:
+                started = time.perf_counter()
+                observation, _ = await aenv.reset(seed=seed, options=options)
+                session.reset_s = time.perf_counter() - started
+                session.begin(observation)
+            except Exception as exc:
+                self._env_failed(session, exc, "reset")
             while not session.done:
                 if before_generate is not None:
                     await before_generate()
@@ -631,12 +700,12 @@ class EpisodeEngine:
                 generation = await generate(request)
                 action = session.accept(generation)
                 if action is not None:
-                    session.observe(*await aenv.step(action))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            session.fail(exc)
-            add_note(exc, f"in episode {session.episode_id} ({session.start_state_id}, turn {len(session.turns)})")
+                    try:
+                        session.observe(*await aenv.step(action))
+                    except Exception as exc:
+                        self._env_failed(session, exc, "step")
+        except Exception as exc:  # generate's (or an env's under "raise"); CancelledError is no Exception
+            _mark_failed(session, exc, "generate")
             raise
         return session
 
@@ -648,8 +717,12 @@ class EpisodeEngine:
         drop out. Envs are stepped one after the other in this thread (async envs are
         run to completion through :func:`~gem_core.core.to_sync`).
 
+        Under ``on_env_error="end"`` an episode whose env raises ends there and drops out;
+        the others play on as if it had ended normally.
+
         Raises:
-            Exception: The first error of an env or of ``generate``, with a note naming the episode.
+            Exception: The first error of ``generate`` (or of an env under
+                ``on_env_error="raise"``), with a note naming the episode.
         """
         from gem_core.core import to_sync
 
@@ -664,7 +737,13 @@ class EpisodeEngine:
                 index=index,
                 system_prompt=job.system_prompt,
             )
-            _guarded(session, _reset_call(session, env, job))
+            try:
+                started = time.perf_counter()
+                observation = env.reset(seed=job.seed, options=job.options)[0]
+                session.reset_s = time.perf_counter() - started
+                session.begin(observation)
+            except Exception as exc:
+                self._env_failed(session, exc, "reset")
             sessions.append(session)
             envs.append(env)
         while True:
@@ -676,28 +755,60 @@ class EpisodeEngine:
             if len(generations) != len(requests):
                 raise TrajectoryError(f"generate returned {len(generations)} generations for {len(requests)} requests")
             for session, generation in zip(active, generations, strict=True):
-                env = envs[session.index]
+                try:
+                    action = session.accept(generation)
+                except Exception as exc:  # a generation the engine cannot take: the trainer's side
+                    _mark_failed(session, exc, "generate")
+                    raise
+                if action is None:
+                    continue
+                try:
+                    session.observe(*envs[session.index].step(action))
+                except Exception as exc:
+                    self._env_failed(session, exc, "step")
 
-                _guarded(session, _step_call(session, env, generation))
+    def _env_failed(self, session: EpisodeSession, exc: Exception, phase: str) -> None:
+        """An env raised in ``phase``: end its episode (``on_env_error="end"``) or re-raise."""
+        _mark_failed(session, exc, phase)
+        if self.limits.on_env_error == "raise":
+            raise exc
 
 
-def _reset_call(session: EpisodeSession, env: Env, job: EpisodeJob) -> Callable[[], None]:
-    def reset() -> None:
-        started = time.perf_counter()
-        observation = env.reset(seed=job.seed, options=job.options)[0]
-        session.reset_s = time.perf_counter() - started
-        session.begin(observation)
+def failed_by_env(episode: Episode | Mapping[str, Any]) -> bool:
+    """Whether an env error ended ``episode`` (``on_env_error="end"``): the adapters keep it out of training.
 
-    return reset
+    Takes an :class:`~gem_core.rl.types.Episode` or its metadata (a mapping with
+    ``end_reason`` and ``error_phase``, e.g. a per-sample summary an adapter stored).
+    """
+    meta = episode.metadata if isinstance(episode, Episode) else episode
+    return meta.get("end_reason") == "error" and meta.get("error_phase") in ("reset", "step")
 
 
-def _step_call(session: EpisodeSession, env: Env, generation: Generation | str) -> Callable[[], None]:
-    def step() -> None:
-        action = session.accept(generation)
-        if action is not None:
-            session.observe(*env.step(action))
+def env_error_report(
+    episodes: Sequence[Episode | Mapping[str, Any]], *, total: int | None = None, shown: int = 5
+) -> str | None:
+    """The one warning line of a batch in which env errors ended episodes; ``None`` when none did.
 
-    return step
+    Names env id, seed, phase and error of the first ``shown`` failed episodes, e.g.
+    ``"2 of 16 episodes ended by an env error (no loss weight, left out of the advantage
+    statistics): core:Maze-v0 seed=3 in step: TimeoutError: grader timed out; ..."``.
+    Takes episodes, or mappings with ``env_id``, ``seed`` and the metadata keys;
+    ``total`` is the batch size when ``episodes`` holds only some of them (the failed ones).
+    """
+    rows = [{"env_id": e.env_id, "seed": e.seed, **e.metadata} if isinstance(e, Episode) else e for e in episodes]
+    failed = [row for row in rows if failed_by_env(row)]
+    if not failed:
+        return None
+    named = "; ".join(
+        f"{row.get('env_id')} seed={row.get('seed')} in {row.get('error_phase')}: {row.get('error')}"
+        for row in failed[:shown]
+    )
+    more = f"; and {len(failed) - shown} more" if len(failed) > shown else ""
+    batch = len(rows) if total is None else total
+    return (
+        f"{len(failed)} of {batch} episodes ended by an env error (no loss weight, left out of the "
+        f"advantage statistics): {named}{more}"
+    )
 
 
 def add_note(exc: BaseException, note: str) -> None:
@@ -706,13 +817,12 @@ def add_note(exc: BaseException, note: str) -> None:
         exc.add_note(note)
 
 
-def _guarded(session: EpisodeSession, call: Callable[[], None]) -> None:
-    try:
-        call()
-    except Exception as exc:
-        session.fail(exc)
-        add_note(exc, f"in episode {session.episode_id} ({session.start_state_id}, turn {len(session.turns)})")
-        raise
+def _mark_failed(session: EpisodeSession, exc: BaseException, phase: str) -> None:
+    """Fail ``session`` once and name the episode on ``exc`` (a no-op for an already failed one)."""
+    if session.error is exc:
+        return
+    add_note(exc, f"in episode {session.episode_id} ({session.start_state_id}, turn {len(session.turns)})")
+    session.fail(exc, phase)
 
 
 def _copy(ids: list[int] | None) -> list[int] | None:

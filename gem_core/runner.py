@@ -34,7 +34,7 @@ import numpy as np
 
 from gem_core.chat import ChatTokenizer, Message
 from gem_core.core import AsyncEnv, Env, to_async
-from gem_core.episode import CutPolicy, EpisodeEngine, EpisodeLimits, Generation, TurnRequest, add_note
+from gem_core.episode import CutPolicy, EnvErrorPolicy, EpisodeEngine, EpisodeLimits, Generation, TurnRequest, add_note
 from gem_core.errors import ConfigError
 from gem_core.registry import WrapperRef
 from gem_core.rl.types import Episode, Turn
@@ -78,6 +78,9 @@ class EpisodeRunner:
         max_episode_tokens: Token budget after the first prompt (token mode).
         on_cut: What a generation cut at its token limit becomes: ``"invalid"`` (GEM's
             rule, the env gets :data:`~gem_core.episode.INVALID_ACTION`), ``"pass"``, ``"truncate"``.
+        on_env_error: What an exception from an env does: ``"raise"`` (``collect`` raises
+            it) or ``"end"`` (that episode is collected with ``end_reason == "error"`` and
+            the error in its metadata; its env is replaced when the runner builds them).
         chat_template_kwargs: Extra ``apply_chat_template`` arguments.
         engine: A prebuilt :class:`~gem_core.episode.EpisodeEngine` (then leave out
             ``tokenizer`` and the limits).
@@ -114,6 +117,7 @@ class EpisodeRunner:
         max_turn_tokens: int | None = None,
         max_episode_tokens: int | None = None,
         on_cut: CutPolicy = "invalid",
+        on_env_error: EnvErrorPolicy = "raise",
         chat_template_kwargs: dict[str, Any] | None = None,
         engine: EpisodeEngine | None = None,
         env_kwargs: dict[str, Any] | None = None,
@@ -140,6 +144,7 @@ class EpisodeRunner:
                     max_turn_tokens=max_turn_tokens,
                     max_episode_tokens=max_episode_tokens,
                     on_cut=on_cut,
+                    on_env_error=on_env_error,
                     system_prompt=system_prompt,
                 ),
                 chat_template_kwargs=chat_template_kwargs,
@@ -273,7 +278,7 @@ class EpisodeRunner:
         healthy = False
         try:
             episode = await self._play(env, index, batch)
-            healthy = True
+            healthy = episode.metadata.get("end_reason") != "error"
             self._done.append(episode)
         except asyncio.CancelledError:
             raise

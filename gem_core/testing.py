@@ -11,11 +11,12 @@ Every env package calls :func:`check_env` in its own tests::
 
 from __future__ import annotations
 
+import builtins
 import inspect
 import math
 import random
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -24,8 +25,18 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from gem_core.core import AsyncEnv, Env, ResetReturn, StepReturn, to_sync
 from gem_core.errors import EnvCheckError
 from gem_core.tools.base import Tool, ToolResult
+from gem_core.wrappers.base import Wrapper
 
-__all__ = ["FUZZ_ACTIONS", "EchoTool", "GenericTestEnv", "NumberGuessConfig", "NumberGuessEnv", "check_env"]
+__all__ = [
+    "FUZZ_ACTIONS",
+    "EchoTool",
+    "FaultyEnv",
+    "GenericTestEnv",
+    "NumberGuessConfig",
+    "NumberGuessEnv",
+    "check_env",
+    "faulty_number_guess",
+]
 
 
 class NumberGuessConfig(BaseModel):
@@ -156,6 +167,70 @@ class GenericTestEnv(Env):
 
     def sample_random_action(self) -> str:
         return f"action {int(self.np_random.integers(100))}"
+
+
+class FaultyEnv(Wrapper):
+    """Plays ``env`` normally, then raises at a chosen turn: a flaky grader, a buggy env, a tool server that died.
+
+    For tests of error isolation (``EpisodeLimits(on_env_error="end")`` and the adapters).
+
+    Args:
+        env: The env to wrap.
+        fail_at: ``0`` raises in ``reset``; ``k >= 1`` raises in the ``k``-th ``step`` of an episode.
+        seeds: Fail only episodes reset with one of these seeds (``None``: every episode).
+        error: The exception type to raise, or the name of a builtin one (``"TimeoutError"``);
+            its message names the turn and the seed.
+    """
+
+    def __init__(
+        self,
+        env: Env,
+        *,
+        fail_at: int = 1,
+        seeds: Collection[int] | None = None,
+        error: type[BaseException] | str = RuntimeError,
+    ) -> None:
+        super().__init__(env)
+        if isinstance(error, str):
+            error = getattr(builtins, error, None)  # type: ignore[assignment]
+        if not (isinstance(error, type) and issubclass(error, BaseException)):
+            raise TypeError(f"error must be an exception type or a builtin exception's name, got {error!r}")
+        if fail_at < 0:
+            raise ValueError(f"fail_at must be >= 0 (0 fails reset), got {fail_at}")
+        self.fail_at = fail_at
+        self.seeds = None if seeds is None else frozenset(seeds)
+        self.error: type[BaseException] = error
+        self._seed: int | None = None
+        self._steps = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
+        self._seed, self._steps = seed, 0
+        self._maybe_raise(0)
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action: str) -> StepReturn:
+        self._steps += 1
+        self._maybe_raise(self._steps)
+        return self.env.step(action)
+
+    def _maybe_raise(self, turn: int) -> None:
+        if turn == self.fail_at and (self.seeds is None or self._seed in self.seeds):
+            where = "reset" if turn == 0 else f"step {turn}"
+            raise self.error(f"FaultyEnv: injected failure in {where} (seed={self._seed})")
+
+
+def faulty_number_guess(
+    *,
+    fail_at: int = 1,
+    seeds: Collection[int] | None = None,
+    error: type[BaseException] | str = "RuntimeError",
+    **number_guess: Any,
+) -> FaultyEnv:
+    """:class:`NumberGuessEnv` in a :class:`FaultyEnv`: an entry point for tests to register, e.g.
+
+    ``gem_core.register("test:Faulty-v0", faulty_number_guess, kwargs={"fail_at": 2})``.
+    """
+    return FaultyEnv(NumberGuessEnv(**number_guess), fail_at=fail_at, seeds=seeds, error=error)
 
 
 #: Malformed actions ``step`` must survive: empty, huge, unicode, binary junk, markup fragments.

@@ -11,6 +11,7 @@ running episodes go to vLLM in one ``LLM.generate`` call (through oat's own
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -20,11 +21,21 @@ from oat.algorithms.ppo_multiturn import PPOMultiTurnActor
 from oat.types import Transition
 
 import gem_core
-from gem_core.episode import EpisodeEngine, EpisodeJob, EpisodeSession, Generation, TurnRequest
+from gem_core.episode import (
+    EpisodeEngine,
+    EpisodeJob,
+    EpisodeSession,
+    Generation,
+    TurnRequest,
+    env_error_report,
+    failed_by_env,
+)
 from gem_oat.args import SEED_STRIDE, GemOatArgs, check_args, episode_limits, parse_env_kwargs, parse_env_wrappers
 from gem_oat.convert import generation_from_vllm, session_transitions
 
 __all__ = ["GemOatActor"]
+
+_logger = logging.getLogger(__name__)
 
 
 class GemOatActor(PPOMultiTurnActor):
@@ -53,7 +64,10 @@ class GemOatActor(PPOMultiTurnActor):
         Episode ``k`` of this actor uses env ``env_ids[k % len(env_ids)]`` and seed
         ``env_seed + actor_id * SEED_STRIDE + k``. An episode whose first generation came
         back empty or aborted has no turn to learn from and is left out (counted in
-        ``actor/gem_dropped_episodes``).
+        ``actor/gem_dropped_episodes``). So is an episode an env error ended
+        (``--on_env_error end``): the learner never sees it, so it has no loss weight and is
+        not in ReBN's statistics; it counts in ``actor/gem_env_errors`` (and in the
+        dropped ones), and the step logs one warning naming the failed episodes.
         """
         args = self.args
         jobs = []
@@ -68,11 +82,17 @@ class GemOatActor(PPOMultiTurnActor):
             sessions = self.engine.play_batch(jobs, self.generate_turn)
         finally:
             for job in jobs:
-                job.env.close()
-        episodes = [session_transitions(s, self.tokenizer) for s in sessions]
+                _close(job.env)
+        failed = [failed_by_env(s.episode()) for s in sessions]
+        episodes = [[] if f else session_transitions(s, self.tokenizer) for s, f in zip(sessions, failed, strict=True)]
         kept = [ep for ep in episodes if ep]
         self.last_sessions = sessions
-        return kept, self._metrics(sessions, time.perf_counter() - started, len(episodes) - len(kept))
+        report = env_error_report([s.episode() for s in sessions])
+        if report is not None:
+            _logger.warning("gem_oat actor %s: %s", self.actor_id, report)
+        info = self._metrics(sessions, time.perf_counter() - started, len(episodes) - len(kept))
+        info["actor/gem_env_errors"] = float(sum(failed))
+        return kept, info
 
     # ------------------------------------------------------------------ generation
 
@@ -101,6 +121,13 @@ class GemOatActor(PPOMultiTurnActor):
             "actor/gem_mean_turns": float(np.mean(turns)) if turns else 0.0,
             "actor/gem_cut_turns": float(sum(s.cut_turns for s in sessions)),
         }
-        for reason in ("env", "max_turns", "budget", "cut", "abort"):
+        for reason in ("env", "max_turns", "budget", "cut", "abort", "error"):
             info[f"actor/gem_end_{reason}"] = float(ends.get(reason, 0))
         return info
+
+
+def _close(env: Any) -> None:
+    try:
+        env.close()
+    except Exception as exc:  # an env that raised may not close either; the other episodes are kept
+        _logger.warning("closing a gem env failed: %s: %s", type(exc).__name__, exc)

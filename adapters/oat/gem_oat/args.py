@@ -41,6 +41,13 @@ class GemOatArgs(PPOArgs):
         metadata={"help": "A generation cut at generate_max_length: invalid (GEM's rule), pass or truncate."},
     )
     system_prompt: str = field(default="", metadata={"help": "System message of every episode (empty: none)."})
+    on_env_error: str = field(
+        default="end",
+        metadata={
+            "help": "An env that raises in reset/step: end (only its episode ends; it is not sent to the learner "
+            "and counts in actor/gem_env_errors) or raise (the collect step fails)."
+        },
+    )
 
 
 def _json_flag(text: str, flag: str, kind: type, example: str) -> Any:
@@ -85,6 +92,7 @@ def episode_limits(args: GemOatArgs) -> EpisodeLimits:
         max_episode_tokens=args.max_episode_tokens or None,
         on_cut=args.on_cut,  # type: ignore[arg-type]
         system_prompt=args.system_prompt or None,
+        on_env_error=args.on_env_error,  # type: ignore[arg-type]
     )
 
 
@@ -118,6 +126,8 @@ def check_args(args: GemOatArgs) -> GemOatArgs:
         raise ConfigError(f"--episodes_per_step must be >= 1, got {args.episodes_per_step}")
     if args.on_cut not in ("invalid", "pass", "truncate"):
         raise ConfigError(f"--on_cut must be invalid, pass or truncate, got {args.on_cut!r}")
+    if args.on_env_error not in ("end", "raise"):
+        raise ConfigError(f"--on_env_error must be end or raise, got {args.on_env_error!r}")
     if args.max_turns < 0 or args.max_episode_tokens < 0:
         raise ConfigError("--max_turns and --max_episode_tokens must be >= 0 (0: no limit)")
     parse_env_kwargs(args.env_kwargs)

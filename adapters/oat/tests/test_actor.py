@@ -136,3 +136,65 @@ def test_a_reply_ending_exactly_at_the_cap_is_complete(
     first = episodes[0][0]
     assert first.response_is_truncated is (slack < 0)
     assert first.action == (INVALID_ACTION if slack < 0 else reply)
+
+
+FAULTY = {"test:FaultyReset-v0": 0, "test:FaultyStep-v0": 2}
+
+
+@pytest.fixture
+def faulty_ids() -> list[str]:
+    """NumberGuess envs that raise ``TimeoutError``: in ``reset``, and in the second ``step``."""
+    import gem_core
+    from gem_core.testing import faulty_number_guess
+
+    for env_id, fail_at in FAULTY.items():
+        kwargs = {"fail_at": fail_at, "error": "TimeoutError"}
+        gem_core.register(env_id, faulty_number_guess, kwargs=kwargs, override=True)
+    return list(FAULTY)
+
+
+def test_a_step_with_failing_envs_ships_only_the_others(
+    tmp_path: Path,
+    tokenizer: Any,
+    make_actor: Any,
+    make_learner: Any,
+    faulty_ids: list[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An env that raises ends its own episode; it never reaches the learner, so ReBN runs over the others only."""
+    import numpy as np
+
+    from gem_core.rl.advantages import rebn_advantages
+
+    actor = make_actor(
+        tmp_path, tokenizer, guesser(tokenizer), env_ids=[ENV_ID, *faulty_ids], episodes_per_step=6, max_turns=4
+    )
+    with caplog.at_level("WARNING", logger="gem_oat.actor"):
+        episodes, info = actor.collect_experience()
+    sessions = actor.last_sessions
+    failed = [s for s in sessions if s.end_reason == "error"]
+    assert {s.env_id for s in failed} == set(faulty_ids) and len(failed) >= 3
+    assert all(s.episode().metadata["error_type"] == "TimeoutError" for s in failed)
+    assert all(len(s.turns) == (0 if s.env_id.endswith("Reset-v0") else 1) for s in failed)
+    assert info["actor/gem_env_errors"] == float(len(failed)) == info["actor/gem_end_error"]
+    survivors = [s for s in sessions if s.end_reason != "error"]
+    assert [[t.prompt_ids for t in ep] for ep in episodes] == [[t.prompt_token_ids for t in s.turns] for s in survivors]
+
+    learner = make_learner(gamma=0.9)
+    learner.process_feedback_data(episodes)
+    want = rebn_advantages([np.array([t.rewards for t in ep]) for ep in episodes], 0.9)
+    got = [[t.info["advantages"] for t in ep] for ep in episodes]
+    for g, w in zip(got, want, strict=True):
+        assert g == pytest.approx(list(w), abs=1e-9)
+    (warning,) = [r.getMessage() for r in caplog.records if "env error" in r.getMessage()]
+    assert f"{len(failed)} of 6 episodes" in warning and "test:FaultyReset-v0 seed=1 in reset: TimeoutError" in warning
+
+
+def test_on_env_error_raise_fails_the_step(
+    tmp_path: Path, tokenizer: Any, make_actor: Any, faulty_ids: list[str]
+) -> None:
+    actor = make_actor(
+        tmp_path, tokenizer, guesser(tokenizer), env_ids=[faulty_ids[0]], episodes_per_step=2, on_env_error="raise"
+    )
+    with pytest.raises(TimeoutError, match="injected failure in reset"):
+        actor.collect_experience()

@@ -42,10 +42,20 @@ def test_oat_flags_and_env_flags_parse() -> None:
         (["--env_kwargs", "[1]"], "env_kwargs must be a JSON object"),
         (["--env_wrappers", "{"], "env_wrappers must be a JSON list"),
         (["--on_cut", "skip"], "on_cut"),
+        (["--on_env_error", "ignore"], "on_env_error"),
         (["--critic_type", "ppo"], "critic"),
         (["--episodes_per_step", "0"], "episodes_per_step"),
     ],
-    ids=["whiten-adv", "unknown-env", "bad-env-kwargs", "bad-wrappers", "bad-on-cut", "ppo-critic", "no-episodes"],
+    ids=[
+        "whiten-adv",
+        "unknown-env",
+        "bad-env-kwargs",
+        "bad-wrappers",
+        "bad-on-cut",
+        "bad-on-env-error",
+        "ppo-critic",
+        "no-episodes",
+    ],
 )
 def test_bad_flags_get_a_config_error_naming_them(extra: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):

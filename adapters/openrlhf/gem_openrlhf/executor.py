@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 import gem_core
 from gem_core.chat import ChatRenderer
 from gem_core.core import to_async
-from gem_core.episode import EpisodeEngine, EpisodeLimits, EpisodeSession, Generation, TurnRequest
+from gem_core.episode import EpisodeEngine, EpisodeLimits, EpisodeSession, Generation, TurnRequest, failed_by_env
 from gem_core.errors import ConfigError, TrajectoryError
 from gem_openrlhf.dataset import EpisodeRequest
 
@@ -49,8 +49,9 @@ __all__ = [
 #: Environment variable holding the executor settings (JSON text or a JSON file path).
 CONFIG_ENV = "GEM_OPENRLHF_CONFIG"
 
-#: ``extra_logs`` keys of every sample (OpenRLHF batches them per key, so every sample has all of them).
-EXTRA_LOG_KEYS = ("gem_turns", "gem_cut_turns", "gem_terminated", "gem_truncated")
+#: ``extra_logs`` keys of every sample (OpenRLHF batches them per key, so every sample has all of them;
+#: it logs their mean over the batch's samples: ``gem_env_errors`` is the share an env error ended).
+EXTRA_LOG_KEYS = ("gem_turns", "gem_cut_turns", "gem_terminated", "gem_truncated", "gem_env_errors")
 
 
 class ExecutorConfig(BaseModel):
@@ -69,6 +70,10 @@ class ExecutorConfig(BaseModel):
         wrappers: Wrappers for every env: registered names or ``[name, {kwargs}]``.
         system_prompt: A system message before every first observation (rows may override it).
         chat_template_kwargs: Extra ``apply_chat_template`` arguments (e.g. ``{"enable_thinking": false}``).
+        on_env_error: ``"end"`` (default): an env that raises in ``reset`` or ``step`` ends
+            only its episode, returned as a sample with no action token (empty
+            ``action_ranges``, reward 0) that ReBN leaves out; ``"raise"``: the error
+            propagates out of ``execute`` (and OpenRLHF's rollout fails).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -80,6 +85,7 @@ class ExecutorConfig(BaseModel):
     wrappers: list[str | tuple[str, dict[str, Any]]] = Field(default_factory=list)
     system_prompt: str | None = None
     chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
+    on_env_error: Literal["end", "raise"] = "end"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ExecutorConfig:
@@ -125,6 +131,11 @@ class EpisodeLabel(BaseModel):
         truncated: It was cut (by the env, ``max_turns`` or the token budget).
         end_reason: Why it ended (:attr:`gem_core.episode.EpisodeSession.end_reason`).
         label: The dataset row's own label, unchanged.
+        env_error: ``"Type: message"`` of the env error that ended the episode
+            (``on_env_error="end"``); the turn lists are then empty (nothing to train on)
+            and ``error_phase`` says where (``reset`` or ``step``).
+        env_id: The env id (names the failed episode in the batch's warning).
+        seed: The reset seed.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -137,6 +148,10 @@ class EpisodeLabel(BaseModel):
     truncated: bool
     end_reason: str | None = None
     label: Any = None
+    env_error: str | None = None
+    error_phase: str | None = None
+    env_id: str | None = None
+    seed: int | None = None
 
     @classmethod
     def parse(cls, label: Any) -> EpisodeLabel:
@@ -208,6 +223,7 @@ class GemAgentExecutor(AgentExecutorBase):
             max_context_tokens=int(max_length),
             on_cut=self.config.on_cut,
             system_prompt=system_prompt,
+            on_env_error=self.config.on_env_error,
         )
 
     async def execute(
@@ -236,10 +252,12 @@ class GemAgentExecutor(AgentExecutorBase):
             ``action_ranges``, ``rollout_log_probs``, ``reward`` and ``scores`` (the sum of
             turn rewards), ``truncated`` (the last turn was cut at its token limit),
             ``extra_logs`` (:data:`EXTRA_LOG_KEYS`), ``images`` and ``mm_train_inputs``.
+            An episode an env error ended has no ``action_ranges`` (no token is trained on).
 
         Raises:
             ConfigError: The prompt names no gem episode, or the env cannot be made.
-            Exception: What the env raised, noted with the episode it happened in.
+            Exception: What ``llm_engine`` raised, or the env under ``on_env_error="raise"``,
+                noted with the episode it happened in.
         """
         request = EpisodeRequest.from_prompt(prompt)
         wants_logprobs = getattr(sampling_params, "logprobs", None) is not None
@@ -277,27 +295,36 @@ class GemAgentExecutor(AgentExecutorBase):
     @staticmethod
     def sample(session: EpisodeSession, prompt: Any, label: Any, wants_logprobs: bool) -> dict[str, Any]:
         """OpenRLHF's sample dict for a finished session (see :meth:`execute`)."""
+        episode = session.episode()
+        failed = failed_by_env(episode)
         context = list(session.context or [])
+        if not context:  # the env failed in reset: a sample still needs a token
+            eos = session.engine.stop_token_ids
+            context = [min(eos) if eos else 0]
         ranges: list[tuple[int, int]] = []
         log_probs: list[float] | None = [0.0] * len(context) if wants_logprobs else None
-        for turn in session.turns:
+        turns = [] if failed else session.turns  # a failed episode trains nothing: no action range, no reward
+        for turn in turns:
             start = len(turn.prompt_token_ids or [])
             ids = turn.action_token_ids or []
             ranges.append((start, start + len(ids)))
             if log_probs is not None and turn.action_logprobs is not None:
                 log_probs[start : start + len(ids)] = turn.action_logprobs
-        episode = session.episode()
-        rewards = [float(t.reward) for t in session.turns]
+        rewards = [float(t.reward) for t in turns]
         total = float(sum(rewards))
         episode_label = EpisodeLabel(
             start_state_id=session.start_state_id,
             turn_rewards=rewards,
-            turn_actions=[t.action for t in session.turns],
+            turn_actions=[t.action for t in turns],
             turn_ranges=ranges,
             terminated=episode.terminated,
             truncated=episode.truncated,
             end_reason=session.end_reason,
             label=label,
+            env_error=episode.metadata["error"] if failed else None,
+            error_phase=episode.metadata["error_phase"] if failed else None,
+            env_id=session.env_id,
+            seed=session.seed,
         )
         return {
             "prompt": prompt,
@@ -311,11 +338,12 @@ class GemAgentExecutor(AgentExecutorBase):
             "rollout_log_probs": log_probs,
             "reward": total,
             "scores": total,
-            "truncated": bool(session.turns) and session.turns[-1].stop_reason == "length",
+            "truncated": bool(turns) and turns[-1].stop_reason == "length",
             "extra_logs": {
                 "gem_turns": float(len(session.turns)),
                 "gem_cut_turns": float(session.cut_turns),
                 "gem_terminated": float(episode.terminated),
                 "gem_truncated": float(episode.truncated),
+                "gem_env_errors": float(failed),
             },
         }

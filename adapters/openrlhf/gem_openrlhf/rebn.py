@@ -16,18 +16,22 @@ each generated token of turn ``t``. The numbers are :func:`gem_core.rl.advantage
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
+from gem_core.episode import env_error_report
 from gem_core.errors import ConfigError, TrajectoryError
 from gem_core.rl.advantages import rebn_advantages
 from gem_core.rl.returns import check_gamma, discounted_returns
 from gem_openrlhf.executor import EpisodeLabel
 
 __all__ = ["compute_advantages_and_returns", "rebn_token_advantages"]
+
+_logger = logging.getLogger(__name__)
 
 
 def _turn_spans(label: EpisodeLabel, width: int) -> list[tuple[int, int]]:
@@ -82,7 +86,10 @@ def compute_advantages_and_returns(self: Any, experiences: list[Any]) -> list[An
     Sets each experience's ``advantages`` and ``returns`` (``[B, A]``, like
     ``action_mask``), ``info["return"]`` (the undiscounted episode return per sample)
     and clears ``kl`` as OpenRLHF does. Normalisation runs over every turn of every
-    sample in ``experiences`` (the whole rollout batch).
+    sample in ``experiences`` (the whole rollout batch). A sample whose episode an env
+    error ended has no turn (no action token): it is in no statistic, its advantage is 0,
+    its per-sample ``info`` means (``kl``, ``logprobs_diff``: 0/0 over an empty mask) are
+    set to 0, and the batch logs one warning naming the failed episodes.
 
     Raises:
         ConfigError: KL is folded into the reward (ReBN has no per-token reward to fold it
@@ -117,6 +124,21 @@ def compute_advantages_and_returns(self: Any, experiences: list[Any]) -> list[An
             labels.append(label)
             widths.append(mask.shape[1])
     advantages, returns = rebn_token_advantages(labels, widths, gamma)
+    failed = [lb.env_error is not None for lb in labels]
+    report = env_error_report(
+        [
+            {
+                "env_id": lb.env_id,
+                "seed": lb.seed,
+                "end_reason": lb.end_reason,
+                "error": lb.env_error,
+                "error_phase": lb.error_phase,
+            }
+            for lb in labels
+        ]
+    )
+    if report is not None:
+        _logger.warning("gem_openrlhf: %s", report)
     index = 0
     for experience in experiences:
         rows = experience.action_mask.shape[0]
@@ -130,6 +152,11 @@ def compute_advantages_and_returns(self: Any, experiences: list[Any]) -> list[An
         )
         if experience.rewards is not None:
             experience.rewards = experience.rewards.to(dtype)
+        rows_failed = torch.tensor(failed[index : index + rows], device=device)
+        for key in ("kl", "logprobs_diff"):
+            value = experience.info.get(key)
+            if isinstance(value, torch.Tensor) and value.shape == rows_failed.shape:
+                experience.info[key] = torch.where(rows_failed, torch.zeros_like(value), value)
         experience.kl = None
         index += rows
     return experiences

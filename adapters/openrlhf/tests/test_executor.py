@@ -6,6 +6,7 @@ import json
 import threading
 
 import pytest
+import torch
 from gem_openrlhf.dataset import EpisodeRequest
 from gem_openrlhf.executor import CONFIG_ENV, EXTRA_LOG_KEYS, EpisodeLabel, ExecutorConfig, GemAgentExecutor
 from harness import (
@@ -197,3 +198,79 @@ def test_an_unknown_env_id_names_the_id(tokenizer, bisect_llm) -> None:
     actor = rollout_actor(bisect_llm)
     with pytest.raises(EnvNotFound, match="core:NoSuchGame-v0"):
         generate_responses(actor, prompt_for(0, "core:NoSuchGame-v0"), tokenizer, max_len=200)
+
+
+FAULTY = "test:Faulty-v0"
+
+
+@pytest.fixture
+def faulty() -> str:
+    """NumberGuess that raises ``TimeoutError`` at the turn a row's ``env_kwargs`` names (0: in reset)."""
+    from gem_core.testing import faulty_number_guess
+
+    gem_core.register(FAULTY, faulty_number_guess, kwargs={"error": "TimeoutError"}, override=True)
+    return FAULTY
+
+
+def test_a_batch_with_failing_envs_trains_only_on_the_others(
+    tokenizer, bisect_llm, faulty: str, rebn_patched, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An env that raises ends its own episode: no action token, out of ReBN's statistics, counted and named."""
+    from harness import experience_maker_for
+    from openrlhf.models.loss import aggregate_loss
+    from openrlhf.models.utils import masked_mean
+    from openrlhf.utils.loss_utils import iter_grad_accum_global_norm
+
+    actor = rollout_actor(bisect_llm)
+    good = [prompt_for(seed) for seed in (1, 2)]
+    failing = {
+        EpisodeRequest(env_id=faulty, seed=3, env_kwargs={"fail_at": 0}).to_prompt(): "reset",
+        EpisodeRequest(env_id=faulty, seed=4, env_kwargs={"fail_at": 2}).to_prompt(): "step",
+    }
+    params = sampling_params(logprobs=True)
+    responses = {p: generate_responses(actor, p, tokenizer, max_len=400, params=params)[0] for p in [*good, *failing]}
+    for prompt, phase in failing.items():
+        response = responses[prompt]
+        label = EpisodeLabel.parse(response["label"])
+        assert response["action_ranges"] == [] and response["reward"] == 0.0 and response["observation_tokens"]
+        assert label.error_phase == phase and label.env_error.startswith("TimeoutError: FaultyEnv")
+        assert response["extra_logs"]["gem_env_errors"] == 1.0
+
+    args = trainer_args(micro_batch_size=2)
+
+    def advantages_of(prompts: list[str]) -> tuple[dict[str, torch.Tensor], list[float]]:
+        maker = experience_maker_for(args, tokenizer)
+        experiences = maker.split_rollout_samples(to_experiences([responses[p] for p in prompts], args, 400))
+        for e in experiences:  # make_experience's per-sample KL mean (no reference model here: KL 0)
+            e.info["kl"] = masked_mean(torch.zeros_like(e.action_mask, dtype=torch.float32), e.action_mask, dim=-1)
+        experiences = maker.compute_advantages_and_returns(experiences)
+        rows = [(e, r) for e in experiences for r in range(e.action_mask.shape[0])]
+        assert all(torch.isfinite(e.advantages).all() and torch.isfinite(e.info["kl"]).all() for e in experiences)
+        # OpenRLHF's loss reduction over one optimizer step (its own normalisers), in both modes
+        losses = []
+        for token_level in (True, False):
+            window = iter_grad_accum_global_norm(experiences, None, len(experiences), lambda e: e.action_mask)
+            total = sum(
+                aggregate_loss(e.advantages, e.action_mask, token_level_loss=token_level, **info) for e, info in window
+            )
+            losses.append(float(total) / len(experiences))  # DeepSpeed scales each micro-batch by 1 / gas
+        return {p: e.advantages[r][e.action_mask[r].bool()] for p, (e, r) in zip(prompts, rows, strict=True)}, losses
+
+    with caplog.at_level("WARNING", logger="gem_openrlhf.rebn"):
+        everything, losses = advantages_of([*good, *failing])
+    alone, clean_losses = advantages_of(good)
+    assert losses == pytest.approx(clean_losses, abs=1e-6)  # the failed samples weigh nothing in the loss
+    for prompt in good:  # ReBN's mean and std come from the surviving episodes only
+        torch.testing.assert_close(everything[prompt], alone[prompt])
+    for prompt in failing:
+        assert everything[prompt].numel() == 0
+    (warning,) = [r.getMessage() for r in caplog.records if "env error" in r.getMessage()]
+    assert "2 of 4 episodes" in warning and f"{faulty} seed=4 in step: TimeoutError" in warning
+
+
+def test_on_env_error_raise_propagates(tokenizer, bisect_llm, faulty: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CONFIG_ENV, json.dumps({"on_env_error": "raise"}))
+    actor = rollout_actor(bisect_llm)
+    prompt = EpisodeRequest(env_id=faulty, seed=3, env_kwargs={"fail_at": 1}).to_prompt()
+    with pytest.raises(TimeoutError, match="injected failure in step 1"):
+        generate_responses(actor, prompt, tokenizer, max_len=400)

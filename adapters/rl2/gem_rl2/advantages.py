@@ -13,20 +13,53 @@ runs in sequence order, across all of its sequences. Turn ``k`` gets reward
 advantage ``(G_k - mean(G)) / (std(G) + eps)`` over every turn of the batch
 (:func:`gem_core.rl.advantages.rebn_advantages`), on each of its tokens. RL2 computes
 advantages on rank 0 over the whole batch, so the statistics are global.
+
+**Env errors.** RL2's rollout loop trains on every token it generated, and the env
+module can only hand it a reward. An episode an env error ended
+(``on_env_error="end"``) therefore ends with the reward
+:data:`~gem_rl2.episodes.ENV_ERROR_REWARD` (NaN). Before any estimator runs, gem's
+``compute_advantages`` finds such episodes, sets their ``action_mask`` (the actor's
+loss mask) and rewards to 0, so their tokens weigh nothing in the loss and are in no
+statistic of ``rebn`` (RL2's own estimators see a reward of 0 in their baselines). Their
+sequences still count in RL2's ``avg_level=sequence`` divisor (``eos_mask`` also gives
+RL2 the sequence lengths, so it stays); it counts them as ``gem/env_errors`` (logged to wandb
+when a run is active) and logs one warning per batch naming them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Callable, Collection, Sequence
 from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
+from gem_core.episode import env_error_report
 from gem_core.errors import RLInputError
 from gem_core.rl.advantages import rebn_advantages
 
-__all__ = ["ESTIMATOR", "compute_advantages_with_rebn", "rebn_rl2", "turn_runs"]
+__all__ = [
+    "ENV_ERRORS_METRIC",
+    "ESTIMATOR",
+    "compute_advantages_with_rebn",
+    "drop_failed_episodes",
+    "installed",
+    "rebn_rl2",
+    "turn_runs",
+]
+
+#: The metric counting the batch's episodes an env error ended.
+ENV_ERRORS_METRIC = "gem/env_errors"
+
+_logger = logging.getLogger(__name__)
+_INSTALLED = False
+
+
+def installed() -> bool:
+    """Whether this process's RL2 trainer calls gem's ``compute_advantages`` (which drops failed episodes)."""
+    return _INSTALLED
+
 
 #: The ``adv.estimator`` value this module handles.
 ESTIMATOR = "rebn"
@@ -39,28 +72,58 @@ def turn_runs(mask_row: Sequence[int] | np.ndarray) -> list[tuple[int, int]]:
     return [(int(s), int(e)) for s, e in zip(edges[0::2], edges[1::2], strict=True)]
 
 
-def rebn_rl2(tensor_dict: dict[str, Any], cu_seqs: Any, gamma: float) -> Any:
+def _bounds(cu_seqs: Any, sequences: int) -> list[int]:
+    bounds = [int(b) for b in (cu_seqs.tolist() if hasattr(cu_seqs, "tolist") else cu_seqs)]
+    if len(bounds) < 2 or bounds[0] != 0 or bounds[-1] != sequences or any(a > b for a, b in pairwise(bounds)):
+        raise RLInputError(f"cu_seqs {bounds} must run from 0 to the {sequences} sequences of the batch, rising")
+    return bounds
+
+
+def drop_failed_episodes(tensor_dict: dict[str, Any], cu_seqs: Any) -> list[int]:
+    """Take the episodes an env error ended out of training, in place; return their indices.
+
+    An episode is failed when a reward of it is NaN (:data:`~gem_rl2.episodes.ENV_ERROR_REWARD`).
+    Its sequences get ``action_mask`` and ``rewards`` 0 (RL2's actor multiplies log-probs and
+    entropy by ``action_mask``, and advantages are 0 off it).
+
+    Raises:
+        RLInputError: ``cu_seqs`` does not cover the batch.
+    """
+    import torch
+
+    rewards = tensor_dict["rewards"]
+    bounds = _bounds(cu_seqs, rewards.shape[0])
+    nan_rows = torch.isnan(rewards).any(dim=-1).cpu().tolist()
+    failed = [e for e, (first, last) in enumerate(pairwise(bounds)) if any(nan_rows[first:last])]
+    for e in failed:
+        rows = slice(bounds[e], bounds[e + 1])
+        for key in ("action_mask", "rewards"):
+            tensor_dict[key][rows] = 0
+    return failed
+
+
+def rebn_rl2(tensor_dict: dict[str, Any], cu_seqs: Any, gamma: float, skip: Collection[int] = ()) -> Any:
     """ReBN advantages on RL2's tensors: a float tensor shaped like ``tensor_dict["action_mask"]``.
 
     Args:
         tensor_dict: RL2's batch (``action_mask`` and ``rewards``, ``[sequences, length]``).
         cu_seqs: Episode boundaries over the sequences (``[0, ..., n_sequences]``).
         gamma: Per-turn discount (RL2's ``adv.gamma``).
+        skip: Episodes to leave out (advantage 0, in no statistic): those an env error ended.
 
     Raises:
-        RLInputError: ``cu_seqs`` does not cover the batch, or an episode has no generated token.
+        RLInputError: ``cu_seqs`` does not cover the batch, or an episode (not skipped) has no
+            generated token.
     """
     import torch
 
     mask = tensor_dict["action_mask"].detach().cpu().numpy()
     token_rewards = tensor_dict["rewards"].detach().to(torch.float64).cpu().numpy()
-    bounds = [int(b) for b in (cu_seqs.tolist() if hasattr(cu_seqs, "tolist") else cu_seqs)]
-    if len(bounds) < 2 or bounds[0] != 0 or bounds[-1] != mask.shape[0] or any(a > b for a, b in pairwise(bounds)):
-        raise RLInputError(f"cu_seqs {bounds} must run from 0 to the {mask.shape[0]} sequences of the batch, rising")
+    bounds = _bounds(cu_seqs, mask.shape[0])
     episodes: list[list[tuple[int, int, int]]] = []  # (sequence, start, end) per turn
     for e, (first, last) in enumerate(pairwise(bounds)):
-        turns = [(i, s, t) for i in range(first, last) for s, t in turn_runs(mask[i])]
-        if not turns:
+        turns = [] if e in skip else [(i, s, t) for i in range(first, last) for s, t in turn_runs(mask[i])]
+        if not turns and e not in skip:
             raise RLInputError(f"episode {e} (sequences {first}:{last}) has no generated token to carry an advantage")
         episodes.append(turns)
     rewards = [np.array([token_rewards[i, s:t].sum() for i, s, t in turns]) for turns in episodes]
@@ -75,12 +138,31 @@ def compute_advantages_with_rebn(original: Callable[..., Any]) -> Callable[..., 
     """RL2's ``compute_advantages`` that also handles ``adv.estimator=rebn`` (others go to ``original``)."""
 
     def compute_advantages(config: Any, tensor_dict: dict[str, Any], cu_seqs: Any, step: int) -> Any:
+        failed = drop_failed_episodes(tensor_dict, cu_seqs)
+        _report_env_errors(len(failed), len(cu_seqs) - 1, step, compute_advantages)
         if config.estimator != ESTIMATOR:
             return original(config, tensor_dict, cu_seqs, step)
         # Set on the caller's dict, as RL2's own estimators do.
-        tensor_dict["advantages"] = rebn_rl2(tensor_dict, cu_seqs, float(config.gamma))
+        tensor_dict["advantages"] = rebn_rl2(tensor_dict, cu_seqs, float(config.gamma), skip=set(failed))
         return None
 
+    global _INSTALLED
+    _INSTALLED = True
     compute_advantages.__wrapped__ = original  # type: ignore[attr-defined]
     compute_advantages.handles_rebn = True  # type: ignore[attr-defined]
+    compute_advantages.last_metrics = {}  # type: ignore[attr-defined]
     return compute_advantages
+
+
+def _report_env_errors(count: int, total: int, step: int, holder: Any) -> None:
+    """``gem/env_errors`` of this batch (kept on ``holder.last_metrics``, and to wandb in a run) and its warning."""
+    from gem_rl2.episodes import drain_env_errors
+
+    holder.last_metrics = {ENV_ERRORS_METRIC: float(count)}
+    report = env_error_report(drain_env_errors(), total=total)
+    if count and report is not None:
+        _logger.warning("gem_rl2: %s", report)
+    import wandb
+
+    if wandb.run is not None:
+        wandb.log(holder.last_metrics, step=step)

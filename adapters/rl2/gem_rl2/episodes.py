@@ -44,11 +44,27 @@ from typing import Any
 from gem_core.api import make
 from gem_core.chat import ChatRenderer
 from gem_core.core import AsyncEnv, to_async
-from gem_core.episode import CutPolicy, EpisodeEngine, EpisodeLimits, EpisodeSession, Generation
+from gem_core.episode import (
+    CutPolicy,
+    EnvErrorPolicy,
+    EpisodeEngine,
+    EpisodeLimits,
+    EpisodeSession,
+    Generation,
+    failed_by_env,
+)
 from gem_core.errors import ConfigError, TrajectoryError
 from gem_core.rl.types import Episode
 
-__all__ = ["EPISODE_KEY", "SETTINGS_ENV", "RL2Episodes", "Settings", "default_episodes"]
+__all__ = [
+    "ENV_ERROR_REWARD",
+    "EPISODE_KEY",
+    "SETTINGS_ENV",
+    "RL2Episodes",
+    "Settings",
+    "default_episodes",
+    "drain_env_errors",
+]
 
 #: The key this module adds to RL2's ``extra_info`` to find the episode on ``step``.
 EPISODE_KEY = "gem_episode_id"
@@ -58,6 +74,17 @@ SETTINGS_ENV = "GEM_RL2_SETTINGS"
 _FINISHED_KEPT = 4096
 
 log = logging.getLogger(__name__)
+
+#: The reward of the last step of an episode an env error ended (``on_env_error="end"``). RL2's
+#: rollout loop trains on every generated token and carries nothing but the reward from the env
+#: to the trainer, so the reward marks the episode: gem's ``compute_advantages`` (installed by
+#: ``gem-rl2-train``, see :mod:`gem_rl2.advantages`) finds it there, zeroes the episode's action
+#: mask and rewards and leaves it out of every estimator's statistics. Without that patch the
+#: reward is 0.0 instead (the episode then trains with reward 0).
+ENV_ERROR_REWARD = float("nan")
+
+# Episodes an env error ended since the last drain_env_errors(): named in the batch's one warning.
+_ENV_ERRORS: list[Episode] = []
 
 
 @dataclass(frozen=True)
@@ -70,12 +97,16 @@ class Settings:
             (marking it truncated), so both sides agree on where it ends.
         on_cut: What a cut generation becomes (:data:`gem_core.episode.CutPolicy`).
         chat_template_kwargs: Extra ``apply_chat_template`` arguments.
+        on_env_error: ``"end"`` (default): an env that raises in ``reset`` or ``step`` ends
+            only its episode, which trains nothing (see :data:`ENV_ERROR_REWARD`);
+            ``"raise"``: the error propagates and RL2's rollout fails.
     """
 
     tokenizer: str
     max_turns: int
     on_cut: CutPolicy = "invalid"
     chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    on_env_error: EnvErrorPolicy = "end"
 
     @classmethod
     def from_json(cls, text: str) -> Settings:
@@ -88,7 +119,9 @@ class Settings:
         try:
             return cls(**data)
         except TypeError as exc:
-            raise ConfigError(f"{SETTINGS_ENV}: {exc}; expected keys tokenizer, max_turns, on_cut") from None
+            raise ConfigError(
+                f"{SETTINGS_ENV}: {exc}; expected keys tokenizer, max_turns, on_cut, chat_template_kwargs, on_env_error"
+            ) from None
 
     def to_json(self) -> str:
         """The JSON form (for :data:`SETTINGS_ENV`)."""
@@ -98,6 +131,7 @@ class Settings:
                 "max_turns": self.max_turns,
                 "on_cut": self.on_cut,
                 "chat_template_kwargs": dict(self.chat_template_kwargs),
+                "on_env_error": self.on_env_error,
             }
         )
 
@@ -182,7 +216,10 @@ class RL2Episodes:
         self.settings = settings
         self.tokenizer = tokenizer
         # Message mode: RL2 owns the tokens; the engine owns the rules.
-        self.engine = EpisodeEngine(None, EpisodeLimits(max_turns=settings.max_turns, on_cut=settings.on_cut))
+        self.engine = EpisodeEngine(
+            None,
+            EpisodeLimits(max_turns=settings.max_turns, on_cut=settings.on_cut, on_env_error=settings.on_env_error),
+        )
         self.renderer = ChatRenderer(tokenizer, settings.chat_template_kwargs)
         self.stop_texts = _stop_texts(tokenizer, self.renderer, extra_stop_texts)
         self._live: dict[str, _Live] = {}
@@ -191,7 +228,12 @@ class RL2Episodes:
     # ------------------------------------------------------------------ RL2's interface
 
     async def reset(self, extra_info: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-        """Start the row's episode; return the first prompt text and ``extra_info`` with the episode id."""
+        """Start the row's episode; return the first prompt text and ``extra_info`` with the episode id.
+
+        An env that raises in ``reset`` (``on_env_error="end"``) still gets a prompt (the
+        system prompt, if any, and an empty user message): RL2 generates one turn from it,
+        and ``step`` ends the episode at once.
+        """
         row = Row.from_extra_info(extra_info)
         # Building an env may load data: off the event loop, like its steps.
         env = to_async(await asyncio.to_thread(_make_env, row), in_thread=True)
@@ -200,17 +242,28 @@ class RL2Episodes:
         try:
             observation, _ = await env.reset(seed=row.seed, options=row.options)
             session.begin(observation)
+        except Exception as exc:
+            if self.settings.on_env_error == "raise":
+                await env.close()
+                raise
+            self._env_failed(session, exc, "reset")
         except BaseException:
             await env.close()
             raise
         self._live[session.episode_id] = _Live(session, env)
-        return self.renderer.render(session.messages), {**extra_info, EPISODE_KEY: session.episode_id}
+        messages = session.messages or (
+            [{"role": "system", "content": session.system_prompt}] * bool(session.system_prompt)
+        )
+        if session.done:  # reset failed: a placeholder prompt for the one turn RL2 will generate
+            messages = [*messages, {"role": "user", "content": ""}]
+        return self.renderer.render(messages), {**extra_info, EPISODE_KEY: session.episode_id}
 
     async def step(self, state_text: str, action_text: str, extra_info: Mapping[str, Any]) -> dict[str, Any]:
         """Play one generated turn; return RL2's step dict (``next_state`` extends ``state_text + action_text``).
 
-        An env that raises ends its episode (reward 0, logged, ``metadata["error"]``);
-        the other episodes of the batch go on.
+        An env that raises (``on_env_error="end"``) ends its episode: the step returns
+        ``done`` with reward :data:`ENV_ERROR_REWARD` and score 0, the error is kept in
+        the episode's metadata; the other episodes of the batch go on.
 
         Raises:
             TrajectoryError: ``extra_info`` names no live episode (``reset`` was not called
@@ -225,20 +278,26 @@ class RL2Episodes:
             )
         session = live.session
         reply, stop = self._split_stop(action_text)
-        session.request()
-        action = session.accept(Generation(text=reply, finish_reason="length" if stop is None else "stop"))
+        action = None
+        if not session.done:  # done already: reset failed
+            session.request()
+            action = session.accept(Generation(text=reply, finish_reason="length" if stop is None else "stop"))
         if action is not None:
             try:
-                result = await live.env.step(action)
-            except Exception as exc:  # one broken env must not end the others' rollouts
-                log.warning("gem env step failed in %s: %s: %s", session.episode_id, type(exc).__name__, exc)
-                session.fail(exc)
-            else:
-                session.observe(*result)
+                session.observe(*await live.env.step(action))
+            except Exception as exc:
+                self._env_failed(session, exc, "step")
+                if self.settings.on_env_error == "raise":
+                    await self._finish(session.episode_id)
+                    raise
         if session.done:
-            reward = session.turns[-1].reward if session.turns and "error" not in session.metadata else 0.0
-            await self._finish(session.episode_id)
-            return _response(state_text + action_text, reward, True, extra_info)
+            episode_id = session.episode_id
+            await self._finish(episode_id)
+            if failed_by_env(self.finished[episode_id]):
+                return _response(state_text + action_text, _error_reward(), True, extra_info, score=0.0)
+            return _response(
+                state_text + action_text, session.turns[-1].reward if session.turns else 0.0, True, extra_info
+            )
         bridge = self.renderer.bridge_text([session.messages[-1]])
         if stop is not None and bridge.startswith(stop):  # the template's footer: sampled already
             bridge = bridge[len(stop) :]
@@ -251,6 +310,10 @@ class RL2Episodes:
         """Episodes begun and not yet ended."""
         return len(self._live)
 
+    def _env_failed(self, session: EpisodeSession, exc: Exception, phase: str) -> None:
+        session.fail(exc, phase)  # one broken env must not end the others' rollouts
+        log.info("gem env %s failed in %s: %s: %s", phase, session.episode_id, type(exc).__name__, exc)
+
     def _split_stop(self, action_text: str) -> tuple[str, str | None]:
         for stop in self.stop_texts:
             if action_text.endswith(stop):
@@ -259,7 +322,10 @@ class RL2Episodes:
 
     async def _finish(self, episode_id: str) -> None:
         live = self._live.pop(episode_id)
-        self.finished[episode_id] = live.session.episode()
+        episode = self.finished[episode_id] = live.session.episode()
+        if failed_by_env(episode):
+            _ENV_ERRORS.append(episode)
+            del _ENV_ERRORS[:-_FINISHED_KEPT]
         while len(self.finished) > _FINISHED_KEPT:
             self.finished.popitem(last=False)
         try:
@@ -272,9 +338,25 @@ def _make_env(row: Row) -> Any:
     return make(row.env_id, wrappers=row.wrappers or None, **row.env_kwargs)
 
 
-def _response(next_state: str, reward: float, done: bool, extra_info: Mapping[str, Any]) -> dict[str, Any]:
+def _response(
+    next_state: str, reward: float, done: bool, extra_info: Mapping[str, Any], score: float | None = None
+) -> dict[str, Any]:
     # RL2 sums `score` per episode for its logs; the per-turn reward is the natural score.
-    return {"next_state": next_state, "reward": reward, "score": reward, "done": done, "extra_info": dict(extra_info)}
+    score = reward if score is None else score
+    return {"next_state": next_state, "reward": reward, "score": score, "done": done, "extra_info": dict(extra_info)}
+
+
+def _error_reward() -> float:
+    from gem_rl2.advantages import installed
+
+    return ENV_ERROR_REWARD if installed() else 0.0
+
+
+def drain_env_errors() -> list[Episode]:
+    """The episodes env errors ended since the last call (for the batch's warning), oldest first."""
+    drained = list(_ENV_ERRORS)
+    _ENV_ERRORS.clear()
+    return drained
 
 
 def _stop_texts(tokenizer: Any, renderer: ChatRenderer, extra: Sequence[str]) -> list[str]:

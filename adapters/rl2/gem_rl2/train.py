@@ -14,8 +14,9 @@ Before RL2's ``main`` it
   (``skip_special_tokens=false``) so the env module can tell a stopped generation
   from a cut one (see :mod:`gem_rl2.episodes`);
 * exports :data:`gem_rl2.episodes.SETTINGS_ENV` for the env module: the tokenizer
-  (``rollout.server_args.model_path``), ``rollout.max_turns`` and ``gem.on_cut``
-  (``+gem.on_cut=pass`` to override).
+  (``rollout.server_args.model_path``), ``rollout.max_turns``, ``gem.on_cut``
+  (``+gem.on_cut=pass`` to override) and ``gem.on_env_error`` (``end`` by default: an
+  env that raises ends only its episode, which trains nothing; ``+gem.on_env_error=raise``).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def prepare(config: Any) -> Settings:
     """Check and complete RL2's composed config in place; return the env module's settings.
 
     Raises:
-        ConfigError: An unknown ``adv.estimator`` or ``gem.on_cut``, ``max_turns < 1``, no model
+        ConfigError: An unknown ``adv.estimator``, ``gem.on_cut`` or ``gem.on_env_error``, ``max_turns < 1``, no model
             path, or ``stop`` strings in the sampling params.
         gem_core.errors.RLInputError: ``adv.gamma`` outside ``[0, 1]`` with ``rebn``.
     """
@@ -87,8 +88,10 @@ def prepare(config: Any) -> Settings:
         max_turns=int(max_turns),
         on_cut=gem.get("on_cut", "invalid"),
         chat_template_kwargs=dict(gem.get("chat_template_kwargs") or {}),
+        on_env_error=gem.get("on_env_error", "end"),
     )
-    EpisodeLimits(max_turns=settings.max_turns, on_cut=settings.on_cut)  # a bad on_cut fails here, not mid-rollout
+    # a bad on_cut / on_env_error fails here, not mid-rollout
+    EpisodeLimits(max_turns=settings.max_turns, on_cut=settings.on_cut, on_env_error=settings.on_env_error)
     return settings
 
 

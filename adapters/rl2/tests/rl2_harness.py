@@ -44,7 +44,7 @@ def run_rollout(
     tokenizer: Any,
     server_url: str,
     *,
-    env_id: str,
+    env_id: str | Sequence[str],
     seeds: Sequence[int],
     max_turns: int,
     max_new_tokens: int | None,
@@ -66,7 +66,7 @@ def run_rollout(
     config = rl2_config(
         [
             f"train_data.path={data}",
-            f"train_data.prompts_per_rollout={len(seeds)}",
+            f"train_data.prompts_per_rollout={len(seeds) * (1 if isinstance(env_id, str) else len(env_id))}",
             f"train_data.responses_per_prompt={responses_per_prompt}",
             f"actor.model_name={tok_dir}",
             f"rollout.max_turns={max_turns}",
@@ -94,8 +94,8 @@ def run_rollout(
     rollout.train_sampling_params = OmegaConf.to_container(config.rollout.train_sampling_params)
     rollout.test_sampling_params = OmegaConf.to_container(config.rollout.test_sampling_params)
 
+    install_rebn(ppo)  # as gem-rl2-train does before RL2's main
     tensor_dict, cu_seqs = rollout(data_list, True, 1)
-    install_rebn(ppo)
     ppo.compute_advantages(config.adv, tensor_dict, cu_seqs, 1)
     default_episodes()  # the table the env module used
     return RolloutResult(data_list=data_list, tensor_dict=tensor_dict, cu_seqs=cu_seqs, config=config)

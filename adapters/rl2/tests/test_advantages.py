@@ -140,3 +140,33 @@ def test_the_launcher_patches_the_binding_rl2s_trainer_calls() -> None:
         assert torch.allclose(tensor_dict["advantages"], want, atol=1e-6)
     finally:
         ppo.compute_advantages = original
+
+
+@settings(max_examples=40, deadline=None)
+@given(batch=batch_st.flatmap(lambda b: st.tuples(st.just(b), st.sets(st.integers(0, len(b) - 1)))))
+def test_failed_episodes_weigh_nothing_and_leave_rebn_unchanged(batch: tuple[list[Any], set[int]]) -> None:
+    """For any batch and any failing subset: failed episodes get no mask, reward or advantage; survivors keep theirs."""
+    from gem_rl2.episodes import ENV_ERROR_REWARD
+
+    episodes, failing = batch
+    tensor_dict, cu_seqs, _ = rl2_batch(episodes)
+    bounds = cu_seqs.tolist()
+    for e in failing:  # the env module's marker on the failed step's last token
+        last = bounds[e + 1] - 1
+        tensor_dict["rewards"][last, int(tensor_dict["action_mask"][last].nonzero()[-1])] = ENV_ERROR_REWARD
+    compute = compute_advantages_with_rebn(lambda *args: None)
+    compute(OmegaConf.create({"estimator": "rebn", "gamma": 0.9}), tensor_dict, cu_seqs, 1)
+    assert compute.last_metrics == {"gem/env_errors": float(len(failing))}
+    survivors = [ep for e, ep in enumerate(episodes) if e not in failing]
+    for e in range(len(episodes)):
+        rows = slice(bounds[e], bounds[e + 1])
+        if e in failing:
+            assert not tensor_dict["action_mask"][rows].any() and not tensor_dict["rewards"][rows].any()
+            assert not tensor_dict["advantages"][rows].any()
+    if survivors:
+        alone, alone_cu, _ = rl2_batch(survivors)
+        want = rebn_rl2(alone, alone_cu, 0.9)
+        kept = [r for e in range(len(episodes)) if e not in failing for r in range(bounds[e], bounds[e + 1])]
+        got = tensor_dict["advantages"][kept]
+        width = min(got.shape[1], want.shape[1])
+        torch.testing.assert_close(got[:, :width], want[:, :width])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -192,9 +193,13 @@ def flaky(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Flaky]]:
     yield made
 
 
+@pytest.mark.parametrize("patched", [True, False], ids=["gem-rl2-train", "rl2-alone"])
 def test_env_calls_run_off_the_event_loop_and_a_failing_env_ends_only_its_episode(
-    tokenizer: Any, flaky: list[Flaky]
+    tokenizer: Any, flaky: list[Flaky], patched: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from gem_rl2 import advantages
+
+    monkeypatch.setattr(advantages, "_INSTALLED", patched)  # what gem-rl2-train's patch would have set
     episodes = table(tokenizer)
     loop_thread: list[int] = []
 
@@ -208,9 +213,12 @@ def test_env_calls_run_off_the_event_loop_and_a_failing_env_ends_only_its_episod
 
     (_, failed), other = run(play())
     assert all(t != loop_thread[0] for env in flaky for t in env.threads)
-    assert failed["done"] is True and failed["reward"] == 0.0
+    # the marker gem's compute_advantages drops the episode by; 0 where nothing would read it
+    assert failed["done"] is True and failed["score"] == 0.0
+    assert math.isnan(failed["reward"]) if patched else failed["reward"] == 0.0
     episode = episodes.finished[failed["extra_info"][EPISODE_KEY]]
     assert episode.metadata["error"] == "RuntimeError: backend went away"
+    assert episode.metadata["error_phase"] == "step" and episode.num_turns == 1
     assert flaky[0].closed
     assert other["done"] is False and other["reward"] == 0.5
     assert episodes.running == 1

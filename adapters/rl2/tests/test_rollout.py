@@ -179,3 +179,92 @@ def test_rl2_tensor_dict_has_its_usual_fields(tmp_path: Path) -> None:
         "advantages",
     }
     assert len({s for s in shapes.values()}) == 1
+
+
+FAULTY = {"test:FaultyReset-v0": 0, "test:FaultyStep-v0": 2}
+
+
+@pytest.fixture
+def faulty_ids() -> list[str]:
+    """NumberGuess envs that raise ``TimeoutError``: in ``reset``, and in the second ``step``."""
+    import gem_core
+    from gem_core.testing import faulty_number_guess
+
+    for env_id, fail_at in FAULTY.items():
+        gem_core.register(
+            env_id, faulty_number_guess, kwargs={"fail_at": fail_at, "error": "TimeoutError"}, override=True
+        )
+    return list(FAULTY)
+
+
+def test_a_batch_with_failing_envs_trains_only_on_the_others(
+    tmp_path: Path, faulty_ids: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """An env that raises ends its own episode; in RL2's tensors it has no loss weight and no place in ReBN."""
+    import RL2.trainer.ppo as ppo
+    import torch
+    from RL2.utils.functions import aggregate_values
+
+    case = CASES[0]
+    tokenizer = case.tokenizer()
+
+    def policy(input_ids: list[int], max_new_tokens: int | None) -> Generation:
+        return scripted_generation(case, tokenizer, input_ids, max_new_tokens)
+
+    def rollout(env_ids: list[str], path: Path) -> tuple[RolloutResult, dict[str, float], list[Any]]:
+        path.mkdir()
+        with StandInSGLang(tokenizer, policy) as server:
+            result = run_rollout(
+                path,
+                tokenizer,
+                server.url,
+                env_id=env_ids,
+                seeds=(1, 2),
+                max_turns=NO_TURN_LIMIT,
+                max_new_tokens=24,
+                extra_overrides=["rollout.dynamic_filtering=false"],
+            )
+        episodes = [default_episodes().finished[d["extra_info"][EPISODE_KEY]] for d in result.data_list]
+        return result, dict(ppo.compute_advantages.last_metrics), episodes
+
+    with caplog.at_level("WARNING", logger="gem_rl2.advantages"):
+        mixed, metrics, finished = rollout([case.env_id, *faulty_ids], tmp_path / "mixed")
+    clean, clean_metrics, clean_finished = rollout([case.env_id], tmp_path / "clean")
+    errors = [ep for ep in finished if ep.metadata["end_reason"] == "error"]
+    # every reset failure, and each step failure whose episode lasted to its second step (bisection may win first)
+    assert {ep.env_id for ep in errors} == set(faulty_ids) and len(errors) >= 3
+    assert metrics == {"gem/env_errors": float(len(errors))} and clean_metrics == {"gem/env_errors": 0.0}
+    td = mixed.tensor_dict
+    assert not torch.isnan(td["rewards"]).any()
+
+    def per_episode(result: RolloutResult, episodes: list[Any]) -> dict[str, list[float]]:
+        out = {}
+        for index, episode in enumerate(episodes):
+            seq = unpadded(result.tensor_dict, int(result.cu_seqs[index]))
+            kept = zip(seq["token_advantages"][1:], seq["action_mask"], strict=True)
+            out[episode.start_state_id] = [a for a, m in kept if m]
+        return out
+
+    mixed_advantages = per_episode(mixed, finished)
+    for start, advantages in per_episode(
+        clean, clean_finished
+    ).items():  # ReBN's mean and std come from the survivors only
+        assert mixed_advantages[start] == pytest.approx(advantages, abs=1e-6)
+    for index, episode in enumerate(finished):
+        rows = slice(int(mixed.cu_seqs[index]), int(mixed.cu_seqs[index + 1]))
+        if episode in errors:  # no token is trained on
+            assert not td["action_mask"][rows].any() and not td["advantages"][rows].any()
+            assert episode.num_turns == FAULTY[episode.env_id] - (FAULTY[episode.env_id] > 0)
+
+    # RL2's actor loss reduction equals the one without the failed episodes (token level; at sequence level
+    # their sequences add 0 to the sum but still count in RL2's divisor, eos_mask)
+    def losses(td: dict[str, torch.Tensor]) -> list[float]:
+        actions, sequences = float(td["action_mask"].sum()), float(td["eos_mask"].sum())
+        return [
+            float(aggregate_values(td["advantages"], td["action_mask"], "token", actions, sequences)),
+            float(aggregate_values(td["advantages"], td["action_mask"], "sequence", actions, sequences)) * sequences,
+        ]
+
+    assert losses(td) == pytest.approx(losses(clean.tensor_dict), abs=1e-5)
+    (warning,) = [r.getMessage() for r in caplog.records if "env error" in r.getMessage()]
+    assert f"{len(errors)} of 6 episodes" in warning and "test:FaultyReset-v0 seed=1 in reset: TimeoutError" in warning

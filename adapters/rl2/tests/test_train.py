@@ -48,6 +48,7 @@ def test_prepare_keeps_a_given_env_path_and_reads_gem_options() -> None:
         pytest.param("actor.model_name=null", ConfigError, "actor.model_name", id="no-model"),
         pytest.param("rollout.train_sampling_params.stop=[END]", ConfigError, "stop", id="stop-strings"),
         pytest.param("+gem.on_cut=drop", ConfigError, "on_cut", id="unknown-cut-policy"),
+        pytest.param("+gem.on_env_error=ignore", ConfigError, "on_env_error", id="unknown-env-error-policy"),
         pytest.param("+gem=3", ConfigError, "mapping", id="gem-not-a-mapping"),
     ],
 )
@@ -79,5 +80,6 @@ def test_the_cli_runs_rl2s_main_with_the_prepared_config(tmp_path: Path, monkeyp
         "max_turns": 6,
         "on_cut": "invalid",
         "chat_template_kwargs": {},
+        "on_env_error": "end",
     }
     assert compute.handles_rebn

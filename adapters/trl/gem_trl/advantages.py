@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from gem_core.episode import failed_by_env
 from gem_core.errors import RLInputError, TrajectoryError
 from gem_core.rl.returns import discounted_returns
 from gem_core.rl.torch_utils import rebn_tensor
@@ -24,10 +25,14 @@ __all__ = ["completion_spans", "rebn_token_advantages"]
 def completion_spans(episode: Episode) -> list[tuple[int, int]]:
     """``[start, end)`` of each turn's generated tokens in the completion (everything after the first prompt).
 
+    An episode an env error ended before its first turn has none.
+
     Raises:
         TrajectoryError: A turn lacks its recorded prompt or generated ids (not played token in, token out).
     """
     if not episode.turns:
+        if failed_by_env(episode):
+            return []
         raise TrajectoryError(f"episode {episode.episode_id!r} has no turns")
     spans = []
     first = episode.turns[0].prompt_token_ids

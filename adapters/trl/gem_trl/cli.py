@@ -10,8 +10,8 @@ The YAML is parsed by TRL's own parser (``trl.TrlParser``) with the dataclasses 
 ``GRPOConfig`` field, every ``ModelConfig`` field and TRL's ``env:`` block of
 environment variables work as they do there; command-line flags override the file.
 ``GRPOConfig`` is :class:`~gem_trl.trainer.GemGRPOConfig` here, which adds
-``advantage_estimator``, ``gamma``, ``max_turns``, ``max_turn_tokens``, ``on_cut`` and
-``rebn_eps``. :class:`GemEnvArguments` adds where the episodes come from
+``advantage_estimator``, ``gamma``, ``max_turns``, ``max_turn_tokens``, ``on_cut``,
+``on_env_error`` and ``rebn_eps``. :class:`GemEnvArguments` adds where the episodes come from
 (``env_ids``, ``seeds``, ``wrappers``, ...), replacing the dataset:
 ``dataset_name`` and the dataset mixture keys are refused with a :class:`ConfigError`.
 

@@ -21,6 +21,7 @@ History, chat template bridges, budgets, cut replies, truncation flags and
 from __future__ import annotations
 
 import copy
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from gem_core.core import AsyncEnv, Env, to_sync
 from gem_core.episode import (
     BatchGenerate,
     CutPolicy,
+    EnvErrorPolicy,
     EpisodeEngine,
     EpisodeJob,
     EpisodeLimits,
@@ -40,6 +42,8 @@ from gem_core.episode import (
     Generation,
     TurnRequest,
     cut_at_stop,
+    env_error_report,
+    failed_by_env,
 )
 from gem_core.errors import ConfigError, TemplatePrefixError, TrajectoryError
 from gem_core.registry import WrapperRef
@@ -57,6 +61,8 @@ __all__ = [
     "trainer_tokenizer",
     "vllm_generate",
 ]
+
+_logger = logging.getLogger(__name__)
 
 #: Joins env id and seed in an episode key: ``"core:NumberGuess-v0#17"``. Env ids never contain it.
 EPISODE_KEY_SEPARATOR = "#"
@@ -178,6 +184,13 @@ class _EnvPool:
     def release(self, env_id: str, env: Env) -> None:
         self.free.setdefault(env_id, []).append(env)
 
+    def discard(self, env: Env) -> None:
+        """Close an env that raised (it may be broken) instead of reusing it."""
+        try:
+            env.close()
+        except Exception as exc:  # a broken env may not close either; the next episode gets a new one
+            _logger.warning("closing an env that raised failed too: %s: %s", type(exc).__name__, exc)
+
     def close(self) -> None:
         for envs in self.free.values():
             for env in envs:
@@ -203,6 +216,9 @@ class GemRollout:
         system_prompt: Optional system message before the first observation.
         env_kwargs: Constructor overrides passed to every ``gem_core.make``.
         chat_template_kwargs: Extra arguments for ``apply_chat_template``; ``None`` takes the trainer's.
+        on_env_error: ``"end"`` (default): an env that raises in ``reset`` or ``step`` ends
+            only its own episode, which then carries no loss weight (``env_mask`` all 0);
+            ``"raise"``: the error stops the rollout (and the training step).
 
     Each call returns TRL's keys ``prompt_ids``, ``completion_ids``, ``logprobs``
     (vLLM only; ``None`` with ``model.generate``, as in TRL's own transformers path)
@@ -210,7 +226,11 @@ class GemRollout:
     :class:`~gem_trl.trainer.GemGRPOTrainer`: ``episode`` (the core's
     :class:`~gem_core.rl.types.Episode`), ``turn_rewards``, ``turn_spans`` (``[start,
     end)`` of each turn's generated tokens in the completion), ``episode_return``,
-    ``num_turns``, ``success``, ``terminated``, ``truncated``, ``end_reason``, ``cut_turns``.
+    ``num_turns``, ``success``, ``terminated``, ``truncated``, ``end_reason``, ``cut_turns``,
+    ``env_error`` (the ``"Type: message"`` of an env error that ended the episode, else ``None``).
+    An episode an env error ended keeps its turns in the completion, all masked out; one
+    that has no completion token left (the env failed in ``reset`` or its first step)
+    gets a single masked stop token, since TRL needs a token per completion.
     """
 
     def __init__(
@@ -225,6 +245,7 @@ class GemRollout:
         system_prompt: str | None = None,
         env_kwargs: Mapping[str, Any] | None = None,
         chat_template_kwargs: Mapping[str, Any] | None = None,
+        on_env_error: EnvErrorPolicy = "end",
     ) -> None:
         self.gamma = check_gamma(gamma)
         self.max_completion_length = max_completion_length
@@ -235,6 +256,7 @@ class GemRollout:
             max_episode_tokens=max_completion_length,
             on_cut=on_cut,
             system_prompt=system_prompt,
+            on_env_error=on_env_error,
         )
         self.chat_template_kwargs = chat_template_kwargs
         self.pool = _EnvPool(wrappers, env_kwargs or {})
@@ -262,6 +284,7 @@ class GemRollout:
             max_episode_tokens=budget,
             on_cut=self.limits.on_cut,
             system_prompt=self.limits.system_prompt,
+            on_env_error=self.limits.on_env_error,
         )
         try:
             self.engine = EpisodeEngine(trainer_tokenizer(trainer), limits, chat_template_kwargs=kwargs)
@@ -312,15 +335,19 @@ class GemRollout:
             raise RuntimeError("call setup(trainer) before play(), or call the rollout as TRL does")
         timings = self.last_timings = RolloutTimings()
         started = time.perf_counter()
-        timed = _Timed(generate, timings, batch_size_across_ranks)
+        timed = _Timed(generate, timings, batch_size_across_ranks, self._filler_request)
         envs = [self.pool.acquire(env_id) for env_id, _ in keys]
         jobs = [EpisodeJob(env=env, env_id=env_id, seed=seed) for env, (env_id, seed) in zip(envs, keys, strict=True)]
+        sessions: list[EpisodeSession] = []
         try:
             sessions = self.engine.play_batch(jobs, timed)
             timed.drain()
         finally:
-            for env, (env_id, _) in zip(envs, keys, strict=True):
-                self.pool.release(env_id, env)
+            for index, (env, (env_id, _)) in enumerate(zip(envs, keys, strict=True)):
+                if index < len(sessions) and sessions[index].end_reason == "error":
+                    self.pool.discard(env)
+                else:
+                    self.pool.release(env_id, env)
         timings.env = sum(sum(s.episode().metadata["env_s"]) for s in sessions)
         timings.adapter += time.perf_counter() - started - timings.generate - timings.env
         return sessions
@@ -349,18 +376,21 @@ class GemRollout:
                 "truncated",
                 "end_reason",
                 "cut_turns",
+                "env_error",
             )
         }
         logprobs: list[list[float]] | None = []
         for session in sessions:
             episode = session.episode()
-            if not episode.turns or session.context is None:
+            failed = failed_by_env(episode)
+            if not failed and (not episode.turns or session.context is None):
                 raise TrajectoryError(
                     f"episode {episode.episode_id} ended without a turn ({session.end_reason}); TRL needs at least "
                     "one generated token per completion"
                 )
-            start = session.prompt_length
-            completion = session.context[start:]
+            context = session.context if session.context is not None else self._placeholder_prompt()
+            start = session.prompt_length if session.context is not None else len(context)
+            completion = context[start:]
             mask = [0] * len(completion)
             token_logprobs: list[float] | None = [0.0] * len(completion)
             spans = []
@@ -369,29 +399,51 @@ class GemRollout:
                 begin = len(turn.prompt_token_ids or []) - start
                 end = begin + len(generated)
                 spans.append([begin, end])
-                mask[begin:end] = [1] * len(generated)
+                mask[begin:end] = [0 if failed else 1] * len(generated)
                 if token_logprobs is not None and turn.action_logprobs is not None:
                     token_logprobs[begin:end] = turn.action_logprobs
                 else:
                     token_logprobs = None
-            out["prompt_ids"].append(session.context[:start])
+            if not completion:  # an env error before any turn: one masked token, as TRL needs one
+                completion, mask = [self._stop_token()], [0]
+                token_logprobs = None if token_logprobs is None else [0.0]
+            out["prompt_ids"].append(context[:start])
             out["completion_ids"].append(completion)
             out["env_mask"].append(mask)
             out["episode"].append(episode)
             out["turn_rewards"].append([t.reward for t in episode.turns])
             out["turn_spans"].append(spans)
-            out["episode_return"].append(float(discounted_returns(episode, self.gamma)[0]))
+            returns = discounted_returns(episode, self.gamma)
+            out["episode_return"].append(float(returns[0]) if len(returns) else 0.0)
             out["num_turns"].append(episode.num_turns)
-            out["success"].append(bool(episode.turns[-1].info.get("success", False)))
+            out["success"].append(bool(episode.turns and episode.turns[-1].info.get("success", False)) and not failed)
             out["terminated"].append(episode.terminated)
             out["truncated"].append(episode.truncated)
             out["end_reason"].append(session.end_reason)
             out["cut_turns"].append(session.cut_turns)
+            out["env_error"].append(episode.metadata["error"] if failed else None)
             if logprobs is not None and token_logprobs is not None:
                 logprobs.append(token_logprobs)
             else:
                 logprobs = None
         return {**out, "logprobs": logprobs}
+
+    def _placeholder_prompt(self) -> list[int]:
+        """The prompt of a row whose env failed in ``reset``: the system prompt (if any) and an empty user turn."""
+        assert self.engine is not None
+        messages: list[Any] = [{"role": "system", "content": self.limits.system_prompt}] * bool(
+            self.limits.system_prompt
+        )
+        return self.engine.first_prompt_ids([*messages, {"role": "user", "content": ""}])
+
+    def _stop_token(self) -> int:
+        assert self.engine is not None
+        eos = getattr(self.engine.tokenizer, "eos_token_id", None)
+        return int(eos) if eos is not None else min(self.engine.stop_token_ids, default=0)
+
+    def _filler_request(self) -> TurnRequest:
+        """A request for a rank whose episodes all failed in ``reset`` but must join the others' collective calls."""
+        return TurnRequest(episode_index=0, turn=0, prompt_ids=self._placeholder_prompt(), messages=[], max_tokens=1)
 
     def _log(self, trainer: Any, out: Mapping[str, Any]) -> None:
         log = getattr(trainer, "_log_metric", None)  # TRL averages these across processes per step
@@ -403,6 +455,10 @@ class GemRollout:
         log("gem/success", float(np.mean(out["success"])))
         log("gem/truncated", float(np.mean(out["truncated"])))
         log("gem/cut_turns", float(np.mean(out["cut_turns"])))
+        log("gem/env_errors", float(sum(e is not None for e in out["env_error"])))
+        report = env_error_report(out["episode"])
+        if report is not None:
+            _logger.warning("gem_trl: %s", report)
         log("gem/time_generate", t.generate)
         log("gem/time_env", t.env)
         log("gem/time_adapter", t.adapter)
@@ -416,11 +472,16 @@ class _Timed:
     """Wraps a batched generate: times it, counts tokens, and keeps collective backends in step across ranks."""
 
     def __init__(
-        self, generate: BatchGenerate, timings: RolloutTimings, batch_size_across_ranks: Callable[[int], int] | None
+        self,
+        generate: BatchGenerate,
+        timings: RolloutTimings,
+        batch_size_across_ranks: Callable[[int], int] | None,
+        make_filler: Callable[[], TurnRequest],
     ) -> None:
         self.generate = generate
         self.timings = timings
         self.sync = batch_size_across_ranks
+        self.make_filler = make_filler
         self.filler: TurnRequest | None = None
 
     def __call__(self, requests: list[TurnRequest]) -> list[Generation]:
@@ -438,7 +499,7 @@ class _Timed:
         if self.sync is None:
             return
         while (wanted := self.sync(0)) > 0:
-            assert self.filler is not None  # every rank plays at least one turn
+            self.filler = self.filler or self.make_filler()  # none when this rank's envs all failed in reset
             self.generate([self.filler] * wanted)
 
 

@@ -9,8 +9,9 @@ accepts such ``(batch, tokens)`` advantages as they are. ``advantage_estimator="
 keeps TRL's group advantage of the (discounted) episode return.
 
 A turn none of whose tokens is in TRL's loss mask (``mask_truncated_completions`` drops
-a completion whose last reply was cut) is left out of the ReBN mean and std and gets
-advantage 0, so what the loss ignores does not shift the others. TRL's completions log
+a completion whose last reply was cut; the rollout masks out every turn of an episode
+an env error ended) is left out of the ReBN mean and std and gets advantage 0, so what
+the loss ignores does not shift the others. TRL's completions log
 gets the advantages the loss uses.
 """
 
@@ -24,7 +25,7 @@ from typing import Any, cast
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
-from gem_core.episode import CutPolicy
+from gem_core.episode import CutPolicy, EnvErrorPolicy
 from gem_core.errors import ConfigError
 from gem_core.registry import WrapperRef
 from gem_core.rl.returns import check_gamma
@@ -62,6 +63,13 @@ class GemGRPOConfig(GRPOConfig):
             "'pass' (the cut text is sent) or 'truncate' (the episode ends there)."
         },
     )
+    on_env_error: str = field(
+        default="end",
+        metadata={
+            "help": "An env that raises in reset/step: 'end' (only its episode ends; it carries no loss weight and "
+            "is counted in gem/env_errors) or 'raise' (the training step fails)."
+        },
+    )
     rebn_eps: float = field(default=1e-9, metadata={"help": "Added to the std in ReBN."})
 
     def __post_init__(self) -> None:
@@ -80,6 +88,8 @@ class GemGRPOConfig(GRPOConfig):
             raise ConfigError(f"max_turn_tokens must be >= 1, got {self.max_turn_tokens}")
         if self.on_cut not in ("invalid", "pass", "truncate"):
             raise ConfigError(f"on_cut must be 'invalid', 'pass' or 'truncate', got {self.on_cut!r}")
+        if self.on_env_error not in ("end", "raise"):
+            raise ConfigError(f"on_env_error must be 'end' or 'raise', got {self.on_env_error!r}")
 
 
 class GemGRPOTrainer(GRPOTrainer):
@@ -120,6 +130,7 @@ class GemGRPOTrainer(GRPOTrainer):
                 max_turns=args.max_turns,
                 max_turn_tokens=args.max_turn_tokens,
                 on_cut=cast(CutPolicy, args.on_cut),
+                on_env_error=cast(EnvErrorPolicy, args.on_env_error),
                 system_prompt=system_prompt,
                 env_kwargs=env_kwargs,
             )

@@ -213,3 +213,68 @@ def test_mask_truncated_completions_and_rebn_statistics_agree(tmp_path: Any, mas
             continue
         for (start, end), a in zip(x["turn_spans"], next(expected), strict=True):
             torch.testing.assert_close(out["advantages"][row, start:end], torch.full((end - start,), float(a)))
+
+
+@pytest.fixture
+def faulty_env_ids() -> list[str]:
+    """Two envs that raise: in ``reset``, and in the second ``step`` (after one turn was played)."""
+    import gem_core
+    from gem_core.testing import faulty_number_guess
+
+    ids = {"test:FaultyReset-v0": 0, "test:FaultyStep-v0": 2}
+    for env_id, fail_at in ids.items():
+        kwargs = {"fail_at": fail_at, "error": "TimeoutError"}
+        gem_core.register(env_id, faulty_number_guess, kwargs=kwargs, override=True)
+    return list(ids)
+
+
+def test_a_batch_with_failing_envs_trains_and_gives_them_no_weight(
+    tmp_path: Any, faulty_env_ids: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """One env that raises ends only its own episode: the step trains, the episode has no loss weight, it is counted."""
+    tokenizer = build_chat_tokenizer("chatml_drop_think")
+    args = _config(tmp_path, max_steps=1, per_device_train_batch_size=6, num_generations=2)
+    trainer = RecordingTrainer(
+        model=build_tiny_model(tokenizer, seed=0),
+        args=args,
+        train_dataset=make_prompt_dataset([ENV_ID, *faulty_env_ids], 1),
+        processing_class=tokenizer,
+        env_kwargs={"max_turns": 3},
+    )
+    trainer.records = []
+    with caplog.at_level("WARNING", logger="gem_trl"):
+        trainer.train()
+    assert trainer.state.global_step == 1
+    assert all(math.isfinite(e["loss"]) for e in trainer.state.log_history if "loss" in e)
+    ((inputs, out),) = trainer.records
+    failed = [x["env_error"] is not None for x in inputs]
+    assert failed == [x["prompt"].split("#")[0] in faulty_env_ids for x in inputs] and sum(failed) == 4
+    loss_mask = out["completion_mask"] * out["tool_mask"]
+    survivors = [x for x, f in zip(inputs, failed, strict=True) if not f]
+    returns = [discounted_returns(x["turn_rewards"], 0.9) for x in survivors]
+    expected = iter(np.split(rebn(np.concatenate(returns)), np.cumsum([len(r) for r in returns])[:-1]))
+    for row, x in enumerate(inputs):
+        if failed[row]:
+            assert not loss_mask[row].any() and not out["advantages"][row].any()
+            assert x["env_error"].startswith("TimeoutError: FaultyEnv: injected failure")
+            assert x["num_turns"] == (1 if "Step" in x["prompt"] else 0)  # the turns before the failure are kept
+            continue
+        for (start, end), a in zip(x["turn_spans"], next(expected), strict=True):
+            torch.testing.assert_close(out["advantages"][row, start:end], torch.full((end - start,), float(a)))
+    logged = [e["gem/env_errors"] for e in trainer.state.log_history if "gem/env_errors" in e]
+    assert logged == [4.0]
+    (warning,) = [r.getMessage() for r in caplog.records if "env error" in r.getMessage()]
+    assert "4 of 6 episodes" in warning and "test:FaultyStep-v0 seed=0 in step: TimeoutError" in warning
+
+
+def test_on_env_error_raise_stops_the_step(tmp_path: Any, faulty_env_ids: list[str]) -> None:
+    tokenizer = build_chat_tokenizer("chatml")
+    args = _config(tmp_path, max_steps=1, per_device_train_batch_size=2, on_env_error="raise")
+    trainer = GemGRPOTrainer(
+        model=build_tiny_model(tokenizer),
+        args=args,
+        train_dataset=make_prompt_dataset(faulty_env_ids[1], 1),
+        processing_class=tokenizer,
+    )
+    with pytest.raises(TimeoutError, match="injected failure in step 2"):
+        trainer.train()

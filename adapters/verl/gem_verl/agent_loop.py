@@ -44,7 +44,14 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 
 import gem_core
 from gem_core.chat import ChatRenderer
-from gem_core.episode import EpisodeEngine, EpisodeLimits, EpisodeSession, Generation, TurnRequest
+from gem_core.episode import (
+    EpisodeEngine,
+    EpisodeLimits,
+    EpisodeSession,
+    Generation,
+    TurnRequest,
+    failed_by_env,
+)
 from gem_core.errors import ConfigError, TrajectoryError
 from gem_core.rl.layouts import episode_to_sequence, episode_to_transitions
 from gem_core.rl.returns import check_gamma, discounted_returns
@@ -82,6 +89,10 @@ class GemLoopConfig(BaseModel):
         env_kwargs: Constructor overrides for every env (rows may add their own).
         wrappers: Wrappers applied to every env: registered names, or ``[name, kwargs]``
             pairs (``+gem.wrappers='[[tools, {tools: [echo]}]]'``).
+        on_env_error: ``"end"`` (default): an env that raises in ``reset`` or ``step``
+            ends only its episode, which becomes one sample with no trainable token
+            (``response_mask`` all 0, no turn for ``rebn``, reward 0), counted as
+            ``gem/env_errors``; ``"raise"``: the error propagates (verl fails the step).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -92,6 +103,7 @@ class GemLoopConfig(BaseModel):
     on_cut: Literal["invalid", "pass", "truncate"] = "invalid"
     env_kwargs: dict[str, Any] = Field(default_factory=dict)
     wrappers: list[str | tuple[str, dict[str, Any]]] = Field(default_factory=list)
+    on_env_error: Literal["end", "raise"] = "end"
 
 
 class EpisodeRequest(BaseModel):
@@ -300,6 +312,7 @@ class GemEnvAgentLoop(AgentLoopBase):
             max_turn_tokens=self.gem_config.max_turn_tokens,
             max_episode_tokens=self.response_length,
             on_cut=self.gem_config.on_cut,
+            on_env_error=self.gem_config.on_env_error,
         )
         chat_kwargs = dict(self.apply_chat_template_kwargs or {})
         self.engine = EpisodeEngine(
@@ -318,12 +331,13 @@ class GemEnvAgentLoop(AgentLoopBase):
 
         Returns:
             One :class:`GemAgentLoopOutput` (sequence layout) or one per turn (transition
-            layout); verl's v1 worker stores each as a sample.
+            layout); verl's v1 worker stores each as a sample. An episode an env error
+            ended (``on_env_error="end"``) gives one sample that trains nothing.
 
         Raises:
-            Exception: Whatever the env, the server or the layout raised, after logging
-                it at error level with the episode named (env id, seed, row uid and
-                session, turn); verl then marks the row's group as failed.
+            Exception: Whatever the server or the layout raised (and the env, under
+                ``on_env_error="raise"``), after logging it at error level with the
+                episode named (env id, seed, row uid and session, turn).
         """
         request = EpisodeRequest.from_row(kwargs)
         name = (
@@ -351,7 +365,7 @@ class GemEnvAgentLoop(AgentLoopBase):
                 episode_id=request_id,
                 system_prompt=request.system_prompt,
             )
-            return self._outputs(session, outputs_of_server)
+            return self._outputs(session, outputs_of_server, kwargs.get("global_steps"))
         except Exception as exc:
             # the engine's note names the episode's start state and turn
             where = "; ".join(getattr(exc, "__notes__", [])) or "before the first turn"
@@ -390,6 +404,7 @@ class GemEnvAgentLoop(AgentLoopBase):
 
     def _summary(self, episode: Episode) -> dict[str, Any]:
         last_info = episode.turns[-1].info if episode.turns else {}
+        failed = failed_by_env(episode)
         return {
             "env_id": episode.env_id,
             "seed": episode.seed,
@@ -406,6 +421,9 @@ class GemEnvAgentLoop(AgentLoopBase):
             "actions": [t.action for t in episode.turns],
             "turn_terminated": [t.terminated for t in episode.turns],
             "turn_truncated": [t.truncated for t in episode.turns],
+            # an env error that ended the episode (on_env_error="end"): counted as gem/env_errors
+            "error": episode.metadata.get("error") if failed else None,
+            "error_phase": episode.metadata.get("error_phase") if failed else None,
         }
 
     @staticmethod
@@ -419,8 +437,12 @@ class GemEnvAgentLoop(AgentLoopBase):
             num_preempted=num_preempted,
         )
 
-    def _outputs(self, session: EpisodeSession, outputs_of_server: list[Any]) -> list[AgentLoopOutput]:
+    def _outputs(
+        self, session: EpisodeSession, outputs_of_server: list[Any], global_steps: Any = None
+    ) -> list[AgentLoopOutput]:
         episode = session.episode()
+        if failed_by_env(episode):
+            return [self._failed_output(session, outputs_of_server, global_steps)]
         if not episode.turns:
             raise TrajectoryError(
                 f"episode {episode.start_state_id} has no turns (ended by {session.end_reason!r}): the server "
@@ -484,6 +506,42 @@ class GemEnvAgentLoop(AgentLoopBase):
                 )
             )
         return outputs
+
+    def _failed_output(
+        self, session: EpisodeSession, outputs_of_server: list[Any], global_steps: Any
+    ) -> AgentLoopOutput:
+        """The one sample of an episode an env error ended: its tokens so far, none of them trained on.
+
+        ``response_mask`` is all 0 (verl's loss aggregations skip such rows), no token
+        belongs to a turn (``rebn`` leaves the row out of its mean and std) and the
+        reward is 0. An env that failed before any turn gives a one-token response (the
+        stop token) after a placeholder prompt, since a sample needs both.
+        """
+        episode = session.episode()
+        if session.context is not None:
+            prompt, response = session.context[: session.prompt_length], session.context[session.prompt_length :]
+        else:  # reset failed: no observation to render
+            prompt, response = self.engine.first_prompt_ids([{"role": "user", "content": ""}]), []
+        if not response:
+            response = [min(self._stop_ids, default=0)]
+        wants_logprobs = bool(_config_get(self.rollout_config, "calculate_log_probs", False))
+        extra = merge_extra_fields([g.extra for g in session.generations])
+        if global_steps is not None:  # no server reply told the weight version: the row's step (v1 needs one)
+            extra.setdefault("min_global_steps", global_steps)
+            extra.setdefault("max_global_steps", global_steps)
+        extra.update({"turn_scores": [], "tool_rewards": [], "reward_extra_info": {}, "gem": self._summary(episode)})
+        return GemAgentLoopOutput(
+            prompt_ids=prompt,
+            response_ids=response,
+            response_mask=[0] * len(response),
+            response_logprobs=[0.0] * len(response) if wants_logprobs else None,
+            token_rewards=[0.0] * len(response),
+            turn_ids=[-1] * len(response),
+            reward_score=0.0,
+            num_turns=2 * episode.num_turns,
+            metrics=self._metrics(episode, outputs_of_server),
+            extra_fields=extra,
+        )
 
     @staticmethod
     def _routed_experts(server_output: Any, length: int) -> Any:

@@ -16,6 +16,10 @@ path, for ``algorithm.adv_estimator=rebn`` only:
 Every other estimator goes to verl's own code unchanged. Samples without
 ``gem_turn_ids`` (another agent loop) fall back to the mask's runs (refused with a
 ``ConfigError`` under token-level rejection sampling).
+
+For every estimator, ``PPOTrainer._compute_metrics`` also reports ``gem/env_errors``:
+the episodes of the batch an env error ended (``+gem.on_env_error=end``, the agent
+loop's default), with one warning per batch naming their env ids, seeds and errors.
 """
 
 from __future__ import annotations
@@ -29,14 +33,18 @@ from typing import Any
 
 import torch
 
+from gem_core.episode import env_error_report, failed_by_env
 from gem_verl.advantage import ESTIMATOR_NAME, compute_rebn_advantage
 
-__all__ = ["TURN_IDS_FIELD", "install", "padded_turn_ids"]
+__all__ = ["ENV_ERRORS_METRIC", "TURN_IDS_FIELD", "env_error_metrics", "install", "padded_turn_ids"]
 
 _logger = logging.getLogger(__name__)
 
 #: The stored per-token field with each sample's turn ids.
 TURN_IDS_FIELD = "gem_turn_ids"
+
+#: The per-step metric counting episodes an env error ended.
+ENV_ERRORS_METRIC = "gem/env_errors"
 
 _PARTITION: contextvars.ContextVar[str] = contextvars.ContextVar("gem_verl_partition", default="train")
 
@@ -49,6 +57,23 @@ def padded_turn_ids(rows: Any, width: int) -> torch.Tensor:
         values = torch.as_tensor(row, dtype=torch.int64).reshape(-1)[:width]
         out[i, : values.numel()] = values
     return out
+
+
+def env_error_metrics(extra_fields: Sequence[Any]) -> dict[str, float]:
+    """``{"gem/env_errors": n}`` from the batch's per-sample ``extra_fields``; logs the batch's one warning.
+
+    Counts episodes (a per-transition episode's first sample), so the transition layout's
+    many samples per episode count once.
+    """
+    summaries = [
+        fields["gem"]
+        for fields in extra_fields
+        if isinstance(fields, dict) and isinstance(fields.get("gem"), dict) and not fields.get("gem_turn_index")
+    ]
+    report = env_error_report(summaries)
+    if report is not None:
+        _logger.warning("gem_verl: %s", report)
+    return {ENV_ERRORS_METRIC: float(sum(failed_by_env(s) for s in summaries))}
 
 
 def install(trainer_base: ModuleType) -> None:
@@ -94,3 +119,17 @@ def install(trainer_base: ModuleType) -> None:
             _PARTITION.reset(token)
 
     trainer_cls._compute_advantage = _compute_advantage
+
+    compute_metrics = trainer_cls._compute_metrics
+
+    @functools.wraps(compute_metrics)
+    def _compute_metrics(self: Any, batch: Any, metrics: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        result = compute_metrics(self, batch, metrics, *args, **kwargs)
+        stored = trainer_base.tq.kv_batch_get(
+            keys=list(batch.keys), partition_id=batch.partition_id, select_fields=["extra_fields"]
+        )
+        fields = stored.pop("extra_fields")  # as verl's own metrics step reads it
+        metrics.update(env_error_metrics(fields.tolist() if hasattr(fields, "tolist") else list(fields)))
+        return result
+
+    trainer_cls._compute_metrics = _compute_metrics

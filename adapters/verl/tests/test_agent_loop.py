@@ -323,3 +323,79 @@ def test_a_first_prompt_longer_than_prompt_length_is_an_error_not_a_cut(tokenize
     with pytest.raises(TrajectoryError, match=r"rollout\.prompt_length=8"):
         play(cfg, server, tokenizer, row(ENV, seed=0))
     assert server.calls == []
+
+
+FAULTY = "test:Faulty-v0"
+
+
+@pytest.fixture
+def faulty() -> str:
+    """NumberGuess that raises ``TimeoutError`` at the turn a row's ``env_kwargs`` names (0: in reset)."""
+    from gem_core.testing import faulty_number_guess
+
+    gem_core.register(FAULTY, faulty_number_guess, kwargs={"error": "TimeoutError"}, override=True)
+    return FAULTY
+
+
+@pytest.mark.parametrize("layout", ["sequence", "transition"], ids=["per-episode", "per-transition"])
+def test_a_batch_with_failing_envs_trains_only_on_the_others(
+    tokenizer: Any, faulty: str, layout: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An env that raises ends its own episode: a sample with nothing to train, out of rebn's statistics, counted."""
+    cfg = config(WRONG, layout=layout)
+    good = [(row(ENV, seed, index=i), ENV) for i, seed in enumerate([1, 2])]
+    failing = [
+        (row(faulty, 3, index=2, env_kwargs={"fail_at": 0}), "reset"),
+        (row(faulty, 4, index=3, env_kwargs={"fail_at": 2}), "step"),
+    ]
+    played = {}
+    for fields, _ in [*good, *failing]:
+        played[fields["uid"]] = (play(cfg, Server(WRONG, tokenizer), tokenizer, fields), fields)
+    for fields, phase in failing:
+        (out,) = played[fields["uid"]][0]
+        assert not any(out.response_mask) and set(out.turn_ids) == {-1} and out.reward_score == 0.0
+        summary = out.extra_fields["gem"]
+        assert summary["error_phase"] == phase and summary["error"].startswith("TimeoutError: FaultyEnv")
+        assert summary["num_turns"] == (0 if phase == "reset" else 1)  # the turns before the failure are kept
+
+    def advantages_of(uids: list[str]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        storage = Storage()
+        keys = store(storage, cfg, tokenizer, [played[uid] for uid in uids])
+        _, data = compute_advantage(storage, cfg, keys)
+        rows = [t.numpy() for t in data["advantages"].unbind()]
+        masks = [t.numpy() for t in data["response_mask"].unbind()]
+        assert all(np.all(a[m == 0] == 0.0) for a, m in zip(rows, masks, strict=True))
+        with caplog.at_level(logging.WARNING, logger="gem_verl.trainer_hook"):
+            metrics = compute_metrics(storage, cfg, keys)
+        return dict(zip(keys, rows, strict=True)), metrics
+
+    everything, metrics = advantages_of(list(played))
+    survivors, clean_metrics = advantages_of([fields["uid"] for fields, _ in good])
+    # rebn's mean and std come from the surviving episodes only: their advantages are unchanged
+    for key, value in survivors.items():
+        np.testing.assert_allclose(everything[key], value, rtol=1e-6, atol=1e-7)
+    for fields, _ in failing:
+        assert not everything[f"{fields['uid']}_0_0"].any()
+    assert metrics["gem/env_errors"] == 2.0 and clean_metrics["gem/env_errors"] == 0.0
+    assert np.isfinite(metrics["critic/advantages/mean"])
+    (warning,) = [r.getMessage() for r in caplog.records if "env error" in r.getMessage()]
+    assert "2 of 4 episodes" in warning and f"{faulty} seed=3 in reset: TimeoutError" in warning
+
+
+@pytest.mark.parametrize(
+    "mode", ["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+)
+def test_verls_loss_aggregation_gives_a_sample_with_no_trainable_token_no_weight(mode: str) -> None:
+    from verl.trainer.ppo.core_algos import agg_loss
+
+    losses = torch.arange(12, dtype=torch.float32).reshape(3, 4) + 1.0
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]], dtype=torch.float32)  # last row: a failed episode
+    with_failed = agg_loss(losses, mask, mode, loss_scale_factor=4)
+    without = agg_loss(losses[:2], mask[:2], mode, loss_scale_factor=4)
+    assert torch.isfinite(with_failed) and torch.allclose(with_failed, without)
+
+
+def test_on_env_error_raise_propagates(tokenizer: Any, faulty: str) -> None:
+    fields = row(faulty, 3, env_kwargs={"fail_at": 1})
+    with pytest.raises(TimeoutError, match="injected failure in step 1"):
+        play(config(WRONG, on_env_error="raise"), Server(WRONG, tokenizer), tokenizer, fields)
