@@ -30,7 +30,7 @@ import gc
 import statistics
 import time
 import tracemalloc
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -78,7 +78,12 @@ class Measured:
     peak_mb: float
     ms_per_turn: float
     layout_ms: float
-    context_tokens: int
+    context_tokens: float
+
+
+def median(rows: list[Measured]) -> Measured:
+    """The median of each column."""
+    return Measured(*(statistics.median(getattr(m, f.name) for m in rows) for f in fields(Measured)))
 
 
 def measure(engine: EpisodeEngine, answer: np.ndarray, turns: int, seed: int, copies: bool) -> Measured:
@@ -98,7 +103,8 @@ def measure(engine: EpisodeEngine, answer: np.ndarray, turns: int, seed: int, co
     sequence = episode_to_sequence(session.episode())
     layout_ms = 1000 * (time.perf_counter() - started)
     assert sequence.input_ids.tolist() == session.context
-    return Measured((held - before) / 2**20, (peak - before) / 2**20, ms_per_turn, layout_ms, len(session.context or []))
+    context_tokens = len(session.context or [])
+    return Measured((held - before) / 2**20, (peak - before) / 2**20, ms_per_turn, layout_ms, context_tokens)
 
 
 def main() -> None:
@@ -131,16 +137,12 @@ def main() -> None:
             for copies in (True, False):
                 rows[copies].append(measure(limited, answer, turns, seed, copies))
 
-        def med(copies: bool, name: str) -> float:
-            return statistics.median(getattr(m, name) for m in rows[copies])
-
-        held_copy, held_view = med(True, "held_mb"), med(False, "held_mb")
+        copy, view = median(rows[True]), median(rows[False])
         print(
-            f"{turns:>5} {int(med(False, 'context_tokens')):>8,} {held_copy:>13.2f} {held_view:>7.2f} "
-            f"{held_copy / held_view:>6.1f}x {med(True, 'peak_mb'):>13.2f} {med(False, 'peak_mb'):>7.2f} "
-            f"{med(True, 'ms_per_turn'):>13.3f} {med(False, 'ms_per_turn'):>6.3f} "
-            f"{med(True, 'layout_ms'):>15.2f} {med(False, 'layout_ms'):>6.2f} "
-            f"{held_copy * args.batch / 1024:>17.2f} {held_view * args.batch / 1024:>6.2f}"
+            f"{turns:>5} {int(view.context_tokens):>8,} {copy.held_mb:>13.2f} {view.held_mb:>7.2f} "
+            f"{copy.held_mb / view.held_mb:>6.1f}x {copy.peak_mb:>13.2f} {view.peak_mb:>7.2f} "
+            f"{copy.ms_per_turn:>13.3f} {view.ms_per_turn:>6.3f} {copy.layout_ms:>15.2f} {view.layout_ms:>6.2f} "
+            f"{copy.held_mb * args.batch / 1024:>17.2f} {view.held_mb * args.batch / 1024:>6.2f}"
         )
     print("linear means the view column grows with the context, the copy column with turns x context")
 
