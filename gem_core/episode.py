@@ -23,6 +23,10 @@ Everything between a trainer's "generate" and its sample format lives here, once
   batch untouched. ``generate`` errors (the trainer's own inference) always propagate;
   ``KeyboardInterrupt`` and ``asyncio.CancelledError`` are never caught;
 * the records: :class:`~gem_core.rl.types.Turn` and :class:`~gem_core.rl.types.Episode`.
+  Each turn's prompt (``prompt_token_ids``, or ``prompt_messages`` in message mode) is
+  a :class:`~gem_core.rl.types.PrefixView` of the context (history), which only grows
+  by appending: the turns share it, so an episode's records grow linearly with its
+  length (a copy per turn would grow with turns x context).
 
 An episode is an :class:`EpisodeSession`, a small state machine::
 
@@ -50,7 +54,7 @@ from typing import Any, Literal, Union, get_args
 from gem_core.chat import ChatRenderer, ChatTokenizer, Message, render_ids
 from gem_core.core import AsyncEnv, Env, to_async
 from gem_core.errors import ConfigError, TrajectoryError
-from gem_core.rl.types import Episode, Turn, start_state_id
+from gem_core.rl.types import Episode, PrefixView, Turn, start_state_id
 
 __all__ = [
     "INVALID_ACTION",
@@ -140,7 +144,7 @@ class TurnRequest:
         episode_index: Which episode of the driver's batch asks (position in its job list).
         turn: 0-based turn number in the episode.
         prompt_ids: The whole token context (token mode), to generate from; ``None`` in message
-            mode. The turn's record keeps this same list: read it, do not change it.
+            mode. A fresh list per request (the turn's record keeps a view of the context).
         messages: The chat history (system, user, assistant, tool messages). Shared with
             the session: read it, do not change it.
         max_tokens: Most tokens this turn may generate (the per-turn cap and what is left
@@ -232,7 +236,8 @@ class EpisodeSession:
         turns: The finished turns.
         messages: The chat history (the assistant messages hold the decoded replies).
         context: The token context in token mode: first prompt, then per turn the
-            generated ids and the bridge to the next prompt.
+            generated ids and the bridge to the next prompt. It only grows by appending
+            (the turns' ``prompt_token_ids`` are views of it): read it, do not change it.
         prompt_length: Length of the first prompt in ``context``.
         generations: The policy's :class:`Generation` per turn (for ``extra`` fields).
         done: The episode ended.
@@ -278,7 +283,6 @@ class EpisodeSession:
         self._policy_s: list[float] = []
         self._env_s: list[float] = []
         self._requested_at = 0.0
-        self._prompt_copy: list[int] | None = None
         self._episode: Episode | None = None
         #: Seconds ``env.reset`` took (set by the drivers).
         self.reset_s = 0.0
@@ -309,12 +313,11 @@ class EpisodeSession:
         if self.done or self._observation is None or self._pending is not None:
             raise RuntimeError(f"episode {self.episode_id} is not waiting for a generation")
         self._requested_at = time.perf_counter()
-        # One copy per turn, shared by the request and the turn's record (the context keeps growing).
-        self._prompt_copy = None if self.context is None else list(self.context)
+        # A list for the server (vLLM and friends want one); gone after the call, unlike a record.
         return TurnRequest(
             episode_index=self.index,
             turn=len(self.turns),
-            prompt_ids=self._prompt_copy,
+            prompt_ids=None if self.context is None else list(self.context),
             messages=self.messages,
             max_tokens=self._max_tokens(),
         )
@@ -363,16 +366,16 @@ class EpisodeSession:
         action = INVALID_ACTION if cut and self.engine.limits.on_cut == "invalid" else text
         self.generations.append(gen)
         self._policy_s.append(policy_s)
-        prompt_ids = self._prompt_copy if self._prompt_copy is not None else _copy(self.context)
-        self._prompt_copy = None
         self._pending = {
             "action": action,
             "text": text,
             "ids": ids,
             "logprobs": logprobs,
             "finish_reason": gen.finish_reason,
-            "prompt_ids": prompt_ids,
-            "prompt_messages": None if self.engine.token_mode else list(self.messages),
+            # Views, not copies: the context and history only grow by appending, so each
+            # turn's prompt stays a prefix of them (in "rerender" mode each turn has its own context).
+            "prompt_ids": None if self.context is None else PrefixView(self.context),
+            "prompt_messages": None if self.engine.token_mode else PrefixView(self.messages),
             "env_started": time.perf_counter(),
         }
         self.messages.append({"role": "assistant", "content": text})
@@ -823,10 +826,6 @@ def _mark_failed(session: EpisodeSession, exc: BaseException, phase: str) -> Non
         return
     add_note(exc, f"in episode {session.episode_id} ({session.start_state_id}, turn {len(session.turns)})")
     session.fail(exc, phase)
-
-
-def _copy(ids: list[int] | None) -> list[int] | None:
-    return None if ids is None else list(ids)
 
 
 def _spec_id(env: Any) -> str | None:

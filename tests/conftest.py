@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import importlib.metadata as md
+import subprocess
 import sys
 import types
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -70,3 +72,17 @@ class Fakes:
 @pytest.fixture
 def fakes(monkeypatch: pytest.MonkeyPatch) -> Fakes:
     return Fakes(monkeypatch)
+
+
+@pytest.fixture
+def run_bench() -> Callable[..., str]:
+    """Run ``bench/<name>.py`` with arguments in a fresh interpreter; return what it printed (it must succeed)."""
+
+    def run(name: str, *args: str) -> str:
+        script = Path(__file__).resolve().parents[1] / "bench" / f"{name}.py"
+        result = subprocess.run(
+            [sys.executable, str(script), *args], capture_output=True, text=True, check=True, timeout=120
+        )
+        return result.stdout
+
+    return run

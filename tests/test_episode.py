@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import itertools
+import pickle
 from typing import Any
 
 import pytest
@@ -22,7 +24,8 @@ from gem_core.episode import (
     cut_at_stop,
 )
 from gem_core.errors import ConfigError, TemplatePrefixError, TrajectoryError
-from gem_core.rl.layouts import episode_to_sequence
+from gem_core.rl.layouts import episode_to_sequence, episode_to_transitions
+from gem_core.rl.types import Episode, PrefixView
 from gem_core.testing import GenericTestEnv, NumberGuessEnv
 
 pytest.importorskip("transformers", reason="the test extra installs transformers")
@@ -205,6 +208,108 @@ def test_rerender_mode_re_renders_the_whole_history() -> None:
     session = play(engine, recording_env(episode_length=2), [think, reply("b")])
     second = session.requests[1].prompt_ids
     assert "<think>" not in tok.decode(second)  # the template dropped it: the prompt was re-rendered
+
+
+# --------------------------------------------------------------------------- records share the context
+
+
+def layouts(episode: Episode, tok: Any) -> tuple[Any, Any]:
+    """What both layouts make of an episode: arrays as lists, or the error they raise."""
+
+    def outcome(build: Any) -> Any:
+        try:
+            built = build()
+        except Exception as exc:
+            return type(exc).__name__, str(exc)
+        rows = built if isinstance(built, list) else [built]
+        return [{k: v.tolist() if hasattr(v, "tolist") else v for k, v in dataclasses.asdict(r).items()} for r in rows]
+
+    advantages = [0.5 * i - 1 for i in range(episode.num_turns)]
+    return (
+        outcome(lambda: episode_to_sequence(episode, tok, advantages=advantages)),
+        outcome(lambda: episode_to_transitions(episode, advantages, tok)),
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    mode=st.sampled_from(["delta", "rerender", "messages"]),
+    template=st.sampled_from(["chatml", "chatml_drop_think"]),
+    replies=st.lists(
+        st.tuples(st.lists(st.integers(3, 399), min_size=1, max_size=24), st.booleans()), min_size=1, max_size=12
+    ),
+    budget=st.none() | st.integers(20, 400),
+    on_cut=st.sampled_from(["invalid", "pass", "truncate"]),
+    tamper=st.sampled_from(["none", "change", "drop", "add"]),
+)
+def test_recorded_prompts_are_views_equal_to_the_copies_the_engine_used_to_keep(
+    mode: str, template: str, replies: list[tuple[list[int], bool]], budget: int | None, on_cut: str, tamper: str
+) -> None:
+    tok = tokenizer(template)
+    token_mode = mode != "messages"
+    engine = EpisodeEngine(
+        tok if token_mode else None,
+        context="rerender" if mode == "rerender" else "delta",
+        max_episode_tokens=budget if token_mode else None,
+        on_cut=on_cut,  # type: ignore[arg-type]
+    )
+    env = recording_env(episode_length=len(replies))
+    session = engine.session(env_id="test:Env-v0", seed=0)
+    session.begin(env.reset(seed=0)[0])
+    script = iter(replies)
+    copies: list[list[Any]] = []  # what each turn's record held before: a copy of the prompt at the request
+
+    def recorded() -> list[Any]:
+        return [t.prompt_token_ids if token_mode else t.prompt_messages for t in session.turns]
+
+    while not session.done:
+        request = session.request()
+        copies.append(list(request.prompt_ids if request.prompt_ids is not None else request.messages))
+        ids, stop = next(script)
+        ids = [*ids, tok.eos_token_id] if stop else ids
+        finish = "stop" if stop else "length"
+        generation = (
+            Generation(token_ids=ids, finish_reason=finish)
+            if token_mode
+            else Generation(text=tok.decode(ids, skip_special_tokens=True), finish_reason=finish)
+        )
+        action = session.accept(generation)
+        if action is not None:
+            session.observe(*env.step(action))
+        # Every record so far equals its copy, though the context (history) has grown since.
+        assert recorded() == copies[: len(session.turns)]
+    views = recorded()
+    assert views and all(isinstance(v, PrefixView) for v in views)
+    if mode == "delta":  # one shared context; a rerendered context is a new list each turn
+        assert all(views[0].shares_items(v) for v in views)
+    episode = session.episode()
+    copied = dataclasses.replace(
+        episode,
+        turns=[
+            dataclasses.replace(t, **{"prompt_token_ids" if token_mode else "prompt_messages": c})
+            for t, c in zip(episode.turns, copies, strict=False)
+        ],
+    )
+    # The context and history may grow further (appending is all the engine does): no view changes.
+    if session.context is not None:
+        session.context.extend([5] * 9)
+    session.messages.append({"role": "user", "content": "later"})
+    assert recorded() == copies[: len(session.turns)]
+    for turns in (episode.turns, copied.turns):  # an edited record no longer matches the context: same error
+        generated = turns[0].action_token_ids
+        if generated is not None and tamper != "none":
+            changed = {"change": [*generated[:-1], generated[-1] % 399 + 1], "drop": generated[:-1]}
+            turns[0].action_token_ids = changed.get(tamper, [*generated, 7])
+    assert layouts(episode, tok) == layouts(copied, tok)
+    line = episode.to_json()
+    assert line == copied.to_json() and Episode.from_json(line) == copied
+    assert all(
+        type(t[key]) is list
+        for t in episode.to_dict()["turns"]
+        for key in ("prompt_token_ids", "prompt_messages")
+        if key in t
+    )
+    assert pickle.loads(pickle.dumps(episode)) == copied
 
 
 # --------------------------------------------------------------------------- message mode, errors

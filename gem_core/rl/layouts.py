@@ -36,7 +36,7 @@ import numpy.typing as npt
 
 from gem_core.chat import HISTORY_PROBE, ChatRenderer, ChatTokenizer, Message, render_ids
 from gem_core.errors import RLInputError, TemplatePrefixError, TrajectoryError
-from gem_core.rl.types import Episode, Turn
+from gem_core.rl.types import Episode, PrefixView, Turn
 
 __all__ = [
     "ChatTokenizer",
@@ -318,6 +318,11 @@ def episode_to_sequence(
         prompt = renderer.prompt_ids(turns[0].prompt_messages or [])
 
     ids: list[int] = list(prompt)
+    # With the engine's records every prompt is a view of one context: ``ids[:on_shared]`` is
+    # known to equal it, so each turn only checks its own new tokens (linear, not turns x context).
+    first = turns[0].prompt_token_ids
+    shared = first if isinstance(first, PrefixView) else None
+    on_shared = len(ids) if shared is not None else 0
     spans: list[tuple[int, int]] = []
     for index, turn in enumerate(turns):
         generated = list(turn.action_token_ids or [])
@@ -327,7 +332,18 @@ def episode_to_sequence(
             break
         following = turns[index + 1]
         if renderer is None:
-            next_prompt = list(following.prompt_token_ids or [])
+            view = following.prompt_token_ids
+            if (
+                shared is not None
+                and shared.shares_items(view)
+                and view is not None
+                and len(view) >= len(ids)
+                and view[on_shared : len(ids)] == ids[on_shared:]
+            ):
+                ids.extend(view[len(ids) :])
+                on_shared = len(ids)
+                continue
+            next_prompt = list(view or [])
             if not _starts_with(next_prompt, ids):
                 raise TemplatePrefixError(
                     f"turn {index + 1}: prompt_token_ids do not start with turn {index}'s prompt plus its generated "
@@ -336,6 +352,7 @@ def episode_to_sequence(
                     turn=index + 1,
                 )
             ids.extend(next_prompt[len(ids) :])
+            on_shared = len(ids) if shared is not None and shared.shares_items(view) else 0
         else:
             ids.extend(
                 _bridge_from_messages(

@@ -10,16 +10,23 @@ Prompt convention: ``Turn.prompt_messages`` is the *whole* chat history the poli
 was prompted with at that turn (system/user/assistant/tool dicts with ``role`` and
 ``content``), not only the new messages. The history is append-only across turns
 for the token-in/token-out layout to work (see :mod:`gem_core.rl.layouts`).
+
+The episode engine records those per-turn prompts as :class:`PrefixView` objects: each
+turn's prompt is a prefix of the episode's final context (and history), so the turns
+share one list instead of holding a copy each, and an episode's records grow linearly
+with its length, not quadratically.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import operator
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from itertools import islice
+from typing import Any, TypeVar, overload
 
 import numpy as np
 
@@ -30,6 +37,7 @@ __all__ = [
     "SCHEMA",
     "Episode",
     "Message",
+    "PrefixView",
     "Turn",
     "iter_jsonl",
     "read_jsonl",
@@ -39,6 +47,106 @@ __all__ = [
 
 #: Schema tag written into every JSONL line, so future layouts can be told apart.
 SCHEMA = "gem.episode/1"
+
+
+T = TypeVar("T")
+
+
+class PrefixView(Sequence[T]):
+    """The first ``length`` items of a list that only ever grows at its end, read-only and without a copy.
+
+    The episode engine's context (and message history) only grows by appending, so
+    every turn's prompt is a prefix of it: a view holds a reference to that one list
+    and a fixed length. Appending to the list never changes a view; changing an item
+    below a view's length would, which is why the engine only appends.
+
+    A view reads like the list it stands for: ``len``, indexing, slices (a slice is a
+    new ``list``), iteration, ``==`` with lists, tuples and other views, ``+`` with
+    lists (giving a list). :meth:`tolist` and ``numpy.asarray(view)`` copy it out;
+    :meth:`Turn.to_dict` writes it as a plain list. Pickling keeps the sharing within
+    one pickle (an episode's turns pickle the list once).
+
+    Args:
+        items: The shared list.
+        length: How many of its first items the view shows; defaults to all of them now.
+
+    Raises:
+        ValueError: ``length`` is negative or longer than ``items``.
+    """
+
+    __slots__ = ("_items", "_length")
+    __hash__ = None  # type: ignore[assignment]  # equal to lists, which are unhashable
+
+    def __init__(self, items: list[T], length: int | None = None) -> None:
+        size = len(items) if length is None else operator.index(length)
+        if not 0 <= size <= len(items):
+            raise ValueError(f"a prefix view of a list of {len(items)} items cannot have length {size}")
+        self._items = items
+        self._length = size
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> T: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[T]: ...
+
+    def __getitem__(self, index: int | slice) -> T | list[T]:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(self._length)
+            if step > 0:  # indices() clamped start and stop into the view: the list's own slice is right
+                return self._items[start:stop:step]
+            return [self._items[i] for i in range(start, stop, step)]
+        position = operator.index(index)
+        if position < 0:
+            position += self._length
+        if not 0 <= position < self._length:
+            raise IndexError(f"index {index} out of range for a prefix view of length {self._length}")
+        return self._items[position]
+
+    def __iter__(self) -> Iterator[T]:
+        return islice(self._items, self._length)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PrefixView):
+            if other._items is self._items:
+                return other._length == self._length
+            return len(other) == self._length and self.tolist() == other.tolist()
+        if isinstance(other, (list, tuple)):
+            return len(other) == self._length and self.tolist() == list(other)
+        return NotImplemented
+
+    def __add__(self, other: object) -> list[T]:
+        if isinstance(other, (list, tuple, PrefixView)):
+            return [*self, *other]
+        return NotImplemented
+
+    def __radd__(self, other: object) -> list[T]:
+        if isinstance(other, (list, tuple)):
+            return [*other, *self]
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"PrefixView({self.tolist()!r})"
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        if copy is False:
+            raise ValueError("a PrefixView cannot become an array without a copy")
+        return np.asarray(self.tolist(), dtype=dtype)
+
+    def tolist(self) -> list[T]:
+        """A new list of the view's items."""
+        return self._items[: self._length]
+
+    def shares_items(self, other: object) -> bool:
+        """Whether ``other`` is a view of the same list (then the shorter one is a prefix of the longer)."""
+        return isinstance(other, PrefixView) and other._items is self._items
+
+
+def _plain_list(value: Any) -> Any:
+    return value.tolist() if isinstance(value, PrefixView) else value
 
 
 def start_state_id(env_id: str | None, seed: int | None) -> str:
@@ -63,9 +171,11 @@ class Turn:
         next_observation: The env's reply to the action (``step``'s observation).
         info: ``step``'s info dict (must be JSON-serialisable to write JSONL).
         prompt_messages: The full chat history the policy was prompted with, if it was
-            prompted with messages.
+            prompted with messages (the episode engine records a :class:`PrefixView` of
+            its history).
         prompt_token_ids: The exact token ids the policy was prompted with, if known
-            (a token-in/token-out runner records them).
+            (a token-in/token-out runner records them; the episode engine records a
+            :class:`PrefixView` of its context).
         action_token_ids: The token ids the policy generated (including its stop token,
             if the inference server returns it), if known.
         action_logprobs: Log-probabilities of ``action_token_ids`` under the sampling policy.
@@ -81,8 +191,8 @@ class Turn:
     truncated: bool = False
     next_observation: str = ""
     info: dict[str, Any] = field(default_factory=dict)
-    prompt_messages: list[Message] | None = None
-    prompt_token_ids: list[int] | None = None
+    prompt_messages: Sequence[Message] | None = None
+    prompt_token_ids: Sequence[int] | None = None
     action_token_ids: list[int] | None = None
     action_logprobs: list[float] | None = None
     stop_reason: str | None = None
@@ -115,7 +225,7 @@ class Turn:
         return self.terminated or self.truncated
 
     def to_dict(self) -> dict[str, Any]:
-        """Return a JSON-ready dict (optional fields that are ``None`` are left out)."""
+        """Return a JSON-ready dict (optional fields that are ``None`` are left out; views become lists)."""
         out: dict[str, Any] = {
             "observation": self.observation,
             "action": self.action,
@@ -128,7 +238,7 @@ class Turn:
         for name in ("prompt_messages", "prompt_token_ids", "action_token_ids", "action_logprobs", "stop_reason"):
             value = getattr(self, name)
             if value is not None:
-                out[name] = value
+                out[name] = _plain_list(value)
         return out
 
     @classmethod
@@ -260,7 +370,7 @@ def _json_default(value: Any) -> Any:
     # numpy values leak into info dicts all the time (rewards, counts); write them as plain JSON.
     if isinstance(value, np.generic):
         return value.item()
-    if isinstance(value, np.ndarray):
+    if isinstance(value, (np.ndarray, PrefixView)):
         return value.tolist()
     raise TypeError(f"object of type {type(value).__name__} is not JSON serializable")
 

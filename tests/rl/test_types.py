@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import operator
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gem_core.errors import TrajectoryError
-from gem_core.rl.types import SCHEMA, Episode, Turn, iter_jsonl, read_jsonl, write_jsonl
+from gem_core.rl.types import SCHEMA, Episode, PrefixView, Turn, iter_jsonl, read_jsonl, write_jsonl
 
 texts = st.text(max_size=20)
 json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**40), 2**40), texts)
@@ -142,3 +144,67 @@ def test_episode_summaries() -> None:
     assert episode.turns[1].done and not episode.turns[0].done
     empty = Episode([], start_state_id="s")
     assert empty.rewards.shape == (0,) and not empty.terminated
+
+
+# --------------------------------------------------------------------------- prefix views
+
+slice_bounds = st.none() | st.integers(-15, 15)
+
+
+@settings(deadline=None)
+@given(items=st.lists(st.integers(-3, 3), max_size=12), data=st.data())
+def test_a_prefix_view_reads_like_a_copy_of_the_prefix_and_keeps_its_length(
+    items: list[int], data: st.DataObject
+) -> None:
+    length = data.draw(st.integers(0, len(items)), label="length")
+    view, copy = PrefixView(items, length), items[:length]
+    for _ in range(3):
+        cut = slice(
+            data.draw(slice_bounds), data.draw(slice_bounds), data.draw(st.none() | st.integers(-4, 4).filter(bool))
+        )
+        assert view[cut] == copy[cut] and type(view[cut]) is list
+    for index in range(-length - 2, length + 2):
+        if -length <= index < length:
+            assert view[index] == copy[index]
+        else:
+            with pytest.raises(IndexError):
+                view[index]
+    assert list(view) == copy and len(view) == length and bool(view) == bool(copy)
+    assert view == copy and copy == view and view == tuple(copy) and not operator.ne(view, copy)
+    assert view == PrefixView(list(copy)) and view != [*copy, 0]
+    assert operator.add(view, [9]) == [*copy, 9] and operator.add([9], view) == [9, *copy]
+    assert operator.add(view, view) == [*copy, *copy]
+    assert list(reversed(view)) == copy[::-1] and all(view.count(x) == copy.count(x) for x in (-3, 0, 3))
+    assert np.asarray(view, dtype=np.int64).tolist() == copy and view.tolist() == copy
+    assert repr(view) == f"PrefixView({copy!r})"
+    items.extend(data.draw(st.lists(st.integers(-3, 3), max_size=5), label="appended"))
+    assert view == copy and len(view) == length  # appending to the list never changes a view
+
+
+def test_prefix_views_are_checked_unhashable_and_compare_only_with_sequences() -> None:
+    with pytest.raises(ValueError, match="cannot have length 4"):
+        PrefixView([1, 2, 3], 4)
+    with pytest.raises(ValueError, match="cannot have length -1"):
+        PrefixView([1, 2, 3], -1)
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(PrefixView([1]))
+    assert PrefixView(["a", "b"]) != "ab" and PrefixView([1]) != {1: 1} and PrefixView([1]) != 1
+
+
+def test_views_of_one_list_pickle_it_once_and_stay_views_of_one_list() -> None:
+    items = list(range(1000, 1100))
+    views = [PrefixView(items, n) for n in (10, 50, 100)]
+    restored = pickle.loads(pickle.dumps(views))
+    assert restored == views and all(restored[0].shares_items(v) for v in restored[1:])
+    assert len(pickle.dumps(views)) < 2 * len(pickle.dumps(items))
+
+
+def test_a_turn_with_views_writes_plain_lists() -> None:
+    ids, history = [5, 6, 7, 8], [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    turn = Turn("o", "a", 1.0, prompt_token_ids=PrefixView(ids, 3), prompt_messages=PrefixView(history, 1))  # type: ignore[arg-type]
+    data = turn.to_dict()
+    assert data["prompt_token_ids"] == [5, 6, 7] and type(data["prompt_token_ids"]) is list
+    assert data["prompt_messages"] == [{"role": "user", "content": "hi"}] and type(data["prompt_messages"]) is list
+    episode = Episode([turn], "env/seed=0")
+    assert json.loads(episode.to_json())["turns"][0]["prompt_token_ids"] == [5, 6, 7]
+    assert Episode.from_json(episode.to_json()) == episode
