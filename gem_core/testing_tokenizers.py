@@ -78,7 +78,7 @@ def build_chat_tokenizer(
             an env's own messages, a word or a number is one token.
         split_digits: Keep runs of digits apart from the text around them, so that a
             number is the same token after a space ("higher than 5") as inside an answer
-            ("\\boxed{5}"); a small model then needs to learn each number once.
+            box; a small model then needs to learn each number once.
 
     Returns:
         A ``transformers.PreTrainedTokenizerFast`` with ``eos_token="<|im_end|>"`` and
