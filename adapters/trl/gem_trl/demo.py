@@ -54,7 +54,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help=f"env constructor overrides as JSON; default: {json.dumps(DEFAULT_ENV_KWARGS)} for {DEFAULT_ENV}, "
         "none for another --env",
     )
-    parser.add_argument("--steps", type=int, default=80, help="RL optimizer steps")
+    parser.add_argument("--steps", type=int, default=64, help="RL optimizer steps")
     parser.add_argument("--batch", type=int, default=32, help="episodes per step")
     parser.add_argument("--generations", type=int, default=8, help="episodes per start state (TRL's num_generations)")
     parser.add_argument("--gamma", type=float, default=0.9, help="per-turn discount of the ReBN returns")
