@@ -32,7 +32,7 @@ from typing import Any
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is "experimental" in TRL 1.16
 
-__all__ = ["DEFAULT_ENV", "DEFAULT_ENV_KWARGS", "fifths", "main", "plot_metrics", "read_metrics"]
+__all__ = ["DEFAULT_ENV", "DEFAULT_ENV_KWARGS", "fifths", "main", "plot_metrics", "read_metrics", "resolve_env"]
 
 #: The demo's game, and its settings (used when ``--env`` is left at its default).
 DEFAULT_ENV = "game:TowerofHanoi-v0-easy"
@@ -79,6 +79,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--output-dir", default="runs/demo", help="metrics.jsonl and metrics.png go here")
     return parser.parse_args(argv)
+
+
+def resolve_env(env_id: str, env_kwargs: str | None) -> dict[str, Any]:
+    """The env constructor overrides of a run: ``--env-kwargs`` parsed, or the demo's own for its default game.
+
+    Raises:
+        ConfigError: ``env_kwargs`` is not a JSON object.
+    """
+    from gem_core.seeds import parse_json_object
+
+    if env_kwargs is None:
+        return dict(DEFAULT_ENV_KWARGS) if env_id == DEFAULT_ENV else {}
+    return parse_json_object(env_kwargs, "--env-kwargs") or {}
 
 
 def read_metrics(path: str | Path) -> list[dict[str, float]]:
@@ -166,13 +179,8 @@ def _progress_callback(metrics_path: Path) -> Any:
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, float]]:
     """Run the demo; returns the per-step records it wrote to ``metrics.jsonl``."""
-    from gem_core.seeds import parse_json_object
-
     args = parse_args(argv)
-    if args.env_kwargs is None:
-        env_kwargs = dict(DEFAULT_ENV_KWARGS) if args.env == DEFAULT_ENV else {}
-    else:
-        env_kwargs = parse_json_object(args.env_kwargs, "--env-kwargs") or {}
+    env_kwargs = resolve_env(args.env, args.env_kwargs)
     import numpy as np
     import torch
     from transformers.trainer_callback import PrinterCallback, ProgressCallback

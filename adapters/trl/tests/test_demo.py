@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from gem_trl.demo import fifths, main, plot_metrics, read_metrics
+from gem_trl.demo import DEFAULT_ENV, DEFAULT_ENV_KWARGS, fifths, main, plot_metrics, read_metrics, resolve_env
+
+from gem_core.errors import ConfigError
 
 
 @pytest.mark.slow
@@ -43,3 +45,26 @@ def test_plot_reads_a_metrics_file(tmp_path: Path) -> None:
     (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     path = plot_metrics(read_metrics(tmp_path / "metrics.jsonl"), tmp_path / "plot.png", title="t")
     assert path.stat().st_size > 1000
+
+
+@pytest.mark.parametrize(
+    ("env_id", "given", "expected"),
+    [
+        (DEFAULT_ENV, None, DEFAULT_ENV_KWARGS),
+        (DEFAULT_ENV, '{"num_disks": 3}', {"num_disks": 3}),
+        (DEFAULT_ENV, "{}", {}),
+        ("game:GuessTheNumber-v0-easy", None, {}),
+        ("game:GuessTheNumber-v0-easy", '{"high": 7}', {"high": 7}),
+    ],
+    ids=["default-game", "default-game-overridden", "default-game-emptied", "other-game", "other-game-given"],
+)
+def test_env_kwargs_default_only_for_the_default_game(
+    env_id: str, given: str | None, expected: dict[str, object]
+) -> None:
+    assert resolve_env(env_id, given) == expected
+
+
+@pytest.mark.parametrize("given", ["[1, 2]", "num_disks=3", '"text"'], ids=["list", "not-json", "string"])
+def test_env_kwargs_must_be_a_json_object(given: str) -> None:
+    with pytest.raises(ConfigError, match="--env-kwargs"):
+        resolve_env(DEFAULT_ENV, given)
