@@ -83,11 +83,12 @@ class GemOatActor(PPOMultiTurnActor):
         finally:
             for job in jobs:
                 _close(job.env)
-        failed = [failed_by_env(s.episode()) for s in sessions]
+        records = [s.episode() for s in sessions]
+        failed = [failed_by_env(record) for record in records]
         episodes = [[] if f else session_transitions(s, self.tokenizer) for s, f in zip(sessions, failed, strict=True)]
         kept = [ep for ep in episodes if ep]
         self.last_sessions = sessions
-        report = env_error_report([s.episode() for s in sessions])
+        report = env_error_report(records)
         if report is not None:
             _logger.warning("gem_oat actor %s: %s", self.actor_id, report)
         info = self._metrics(sessions, time.perf_counter() - started, len(episodes) - len(kept))

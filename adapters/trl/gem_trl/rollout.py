@@ -348,7 +348,7 @@ class GemRollout:
                     self.pool.discard(env)
                 else:
                     self.pool.release(env_id, env)
-        timings.env = sum(sum(s.episode().metadata["env_s"]) for s in sessions)
+        timings.env = sum(sum(s.env_seconds) for s in sessions)
         timings.adapter += time.perf_counter() - started - timings.generate - timings.env
         return sessions
 
