@@ -34,11 +34,10 @@ import json
 import logging
 import math
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 from uuid import uuid4
 
 import torch
-from omegaconf import OmegaConf
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 
@@ -56,6 +55,7 @@ from gem_core.errors import ConfigError, TrajectoryError
 from gem_core.rl.layouts import episode_to_sequence, episode_to_transitions
 from gem_core.rl.returns import check_gamma, discounted_returns
 from gem_core.rl.types import Episode
+from gem_verl.options import GemLoopConfig, check_trainer_config, episode_metrics
 from gem_verl.plugin import AGENT_NAME
 
 __all__ = [
@@ -72,38 +72,6 @@ _logger = logging.getLogger(__name__)
 
 #: Per-request counters verl's tool loop sums over turns (speculative decoding stats).
 _SUMMED_EXTRA_KEYS = ("spec_num_draft_tokens", "spec_num_accepted_tokens", "spec_num_verify_steps")
-
-
-class GemLoopConfig(BaseModel):
-    """Settings of the loop, from the trainer config's top-level ``gem`` section (``+gem.layout=...``).
-
-    Attributes:
-        layout: ``"sequence"`` (one output per episode) or ``"transition"`` (one per turn).
-        max_turns: Stop an episode after this many turns (its last turn counts as
-            truncated); ``None`` leaves it to the env and the response budget.
-        max_turn_tokens: Most tokens one turn may generate (``max_tokens`` of each
-            request is this or what is left of ``rollout.response_length``, whichever is smaller).
-        on_cut: What a generation cut at its token limit becomes: ``"invalid"`` (the
-            env gets an invalid action and its penalty; GEM's rule), ``"pass"`` (the cut
-            text is the action) or ``"truncate"`` (the episode ends there, reward 0).
-        env_kwargs: Constructor overrides for every env (rows may add their own).
-        wrappers: Wrappers applied to every env: registered names, or ``[name, kwargs]``
-            pairs (``+gem.wrappers='[[tools, {tools: [echo]}]]'``).
-        on_env_error: ``"end"`` (default): an env that raises in ``reset`` or ``step``
-            ends only its episode, which becomes one sample with no trainable token
-            (``response_mask`` all 0, no turn for ``rebn``, reward 0), counted as
-            ``gem/env_errors``; ``"raise"``: the error propagates (verl fails the step).
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    layout: Literal["sequence", "transition"] = "sequence"
-    max_turns: int | None = Field(default=None, ge=1)
-    max_turn_tokens: int | None = Field(default=None, ge=1)
-    on_cut: Literal["invalid", "pass", "truncate"] = "invalid"
-    env_kwargs: dict[str, Any] = Field(default_factory=dict)
-    wrappers: list[str | tuple[str, dict[str, Any]]] = Field(default_factory=list)
-    on_env_error: Literal["end", "raise"] = "end"
 
 
 class EpisodeRequest(BaseModel):
@@ -275,36 +243,17 @@ class GemEnvAgentLoop(AgentLoopBase):
     ``gem`` section (:class:`GemLoopConfig`) of the trainer config.
 
     Raises:
-        ConfigError: At construction: a bad ``gem`` section, the legacy trainer, or
-            ``adv_estimator=grpo`` with the transition layout.
+        ConfigError: At construction: a refused option
+            (:func:`gem_verl.options.check_trainer_config`, the table in ``docs/verl.md``).
         TemplatePrefixError: At construction: the tokenizer's chat template cannot be
             bridged turn by turn (the start-up probe).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        section = self.config.get("gem", None)
-        try:
-            self.gem_config = GemLoopConfig.model_validate(
-                OmegaConf.to_container(section, resolve=True) if section is not None else {}
-            )
-        except ValidationError as exc:
-            raise ConfigError(f"bad `gem` section in the trainer config: {exc}") from None
-        trainer = self.config.get("trainer", None)
-        if trainer is not None and not trainer.get("use_v1", True):
-            raise ConfigError(
-                "gem_env_agent needs verl's v1 trainer (trainer.use_v1=true, the default): the legacy trainer keeps "
-                "one reward per sample, so per-turn rewards would be lost"
-            )
-        algorithm = self.config.get("algorithm", None)
-        self.gamma = check_gamma(_config_get(algorithm, "gamma", 1.0))
-        estimator = str(_config_get(algorithm, "adv_estimator", "") or "")
-        if self.gem_config.layout == "transition" and estimator == "grpo":
-            raise ConfigError(
-                "algorithm.adv_estimator=grpo with +gem.layout=transition would train on the last turn only: verl's v1 "
-                "trainer gives every output of a session the advantage of its final output. Use "
-                "algorithm.adv_estimator=rebn (per-turn returns) or +gem.layout=sequence"
-            )
+        # the driver ran the same check before any model loaded (gem_verl.plugin); this covers other launchers
+        self.gem_config = check_trainer_config(self.config)
+        self.gamma = check_gamma(_config_get(self.config.get("algorithm", None), "gamma", 1.0))
         self.response_length = int(self.rollout_config.response_length)
         self.prompt_length = int(self.rollout_config.prompt_length)
         limits = EpisodeLimits(
@@ -450,14 +399,15 @@ class GemEnvAgentLoop(AgentLoopBase):
             )
         played = outputs_of_server[: len(episode.turns)]
         extra = merge_extra_fields([g.extra for g in session.generations])
+        summary = self._summary(episode)
         extra.update(
             {
                 # verl's own keys (kept in the batch's non-tensor fields by its worker)
                 "turn_scores": [t.reward for t in episode.turns],
                 "tool_rewards": [],
-                # the v1 worker reads this from the last output once reward_score is set
-                "reward_extra_info": {},
-                "gem": self._summary(episode),
+                # per episode, on each of its samples: DAPO's filter_groups metrics, verl's validation metrics
+                "reward_extra_info": episode_metrics(summary),
+                "gem": summary,
             }
         )
         metrics = self._metrics(episode, outputs_of_server)
@@ -529,7 +479,10 @@ class GemEnvAgentLoop(AgentLoopBase):
         if global_steps is not None:  # no server reply told the weight version: the row's step (v1 needs one)
             extra.setdefault("min_global_steps", global_steps)
             extra.setdefault("max_global_steps", global_steps)
-        extra.update({"turn_scores": [], "tool_rewards": [], "reward_extra_info": {}, "gem": self._summary(episode)})
+        summary = self._summary(episode)
+        extra.update(
+            {"turn_scores": [], "tool_rewards": [], "reward_extra_info": episode_metrics(summary), "gem": summary}
+        )
         return GemAgentLoopOutput(
             prompt_ids=prompt,
             response_ids=response,

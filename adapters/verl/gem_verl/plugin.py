@@ -9,7 +9,10 @@ when verl itself imports the module that holds the registry:
   fastapi and uvicorn): the ``gem_env_agent`` loop;
 * ``verl.trainer.ppo.core_algos``: the ``rebn`` estimator;
 * ``verl.trainer.ppo.v1.trainer_base``: the hook that hands ``rebn`` the explicit turn
-  boundaries (:mod:`gem_verl.trainer_hook`).
+  boundaries (:mod:`gem_verl.trainer_hook`);
+* ``verl.utils.config``: its ``validate_config`` (``main_ppo`` calls it before Ray or any
+  model starts) also runs :func:`gem_verl.options.check_trainer_config` on configs that
+  train with gem.
 
 A module already imported when the plugin loads is handled at once. A failing
 registration is logged as an error (verl logs failing plugins only at debug level)
@@ -18,6 +21,7 @@ and does not break verl's import; verl then reports the name as unknown.
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.machinery
 import logging
@@ -31,6 +35,7 @@ __all__ = [
     "AGENT_NAME",
     "register",
     "register_agent_loop",
+    "register_config_check",
     "register_estimator",
     "register_trainer_hook",
 ]
@@ -67,11 +72,34 @@ def register_trainer_hook(module: ModuleType) -> None:
     install(module)
 
 
+def register_config_check(module: ModuleType) -> None:
+    """Wrap ``validate_config`` of ``verl.utils.config`` with gem's option check (idempotent).
+
+    ``main_ppo`` binds the name with ``from verl.utils.config import validate_config``
+    when it is imported, which is after ``import verl`` has loaded this plugin.
+    """
+    from gem_verl.options import check_trainer_config, uses_gem
+
+    original = module.validate_config
+    if getattr(original, "__gem_verl_hook__", False):
+        return
+
+    @functools.wraps(original)
+    def validate_config(config: Any, *args: Any, **kwargs: Any) -> Any:
+        if uses_gem(config):
+            check_trainer_config(config)
+        return original(config, *args, **kwargs)
+
+    validate_config.__gem_verl_hook__ = True  # type: ignore[attr-defined]
+    module.validate_config = validate_config
+
+
 #: What to run once verl has imported each module.
 AFTER_IMPORT: dict[str, Callable[[ModuleType], None]] = {
     "verl.experimental.agent_loop.agent_loop": register_agent_loop,
     "verl.trainer.ppo.core_algos": register_estimator,
     "verl.trainer.ppo.v1.trainer_base": register_trainer_hook,
+    "verl.utils.config": register_config_check,
 }
 
 

@@ -34,9 +34,17 @@ from typing import Any
 import torch
 
 from gem_core.episode import env_error_report, failed_by_env
+from gem_core.errors import RLInputError
 from gem_verl.advantage import ESTIMATOR_NAME, compute_rebn_advantage
 
-__all__ = ["ENV_ERRORS_METRIC", "TURN_IDS_FIELD", "env_error_metrics", "install", "padded_turn_ids"]
+__all__ = [
+    "ENV_ERRORS_METRIC",
+    "TURN_IDS_FIELD",
+    "check_trainable",
+    "env_error_metrics",
+    "install",
+    "padded_turn_ids",
+]
 
 _logger = logging.getLogger(__name__)
 
@@ -57,6 +65,27 @@ def padded_turn_ids(rows: Any, width: int) -> torch.Tensor:
         values = torch.as_tensor(row, dtype=torch.int64).reshape(-1)[:width]
         out[i, : values.numel()] = values
     return out
+
+
+def check_trainable(response_mask: torch.Tensor, batch_keys: Sequence[str]) -> None:
+    """Refuse a step whose batch has no token to train on, before verl divides by its token count.
+
+    verl's loss aggregations divide by the batch's trainable tokens (``token-mean``) or
+    sequences (``seq-mean-*``): with none, the loss and every gradient are NaN and the
+    weights are ruined without an error. That happens when every episode of the step
+    ended by an env error (``+gem.on_env_error=end``) or rejection sampling dropped
+    every token.
+
+    Raises:
+        RLInputError: No token of the batch is in ``response_mask``.
+    """
+    if len(batch_keys) and not bool(response_mask.bool().any()):
+        raise RLInputError(
+            f"no trainable token in this step's {len(batch_keys)} samples (response_mask is all 0): verl's loss would "
+            "be 0/0 = NaN and ruin the weights. Every episode ended by an env error (see the gem/env_errors warning: "
+            "fix the env, or +gem.on_env_error=raise to stop at the first), or "
+            "algorithm.rollout_correction.rollout_rs rejected every token (loosen rollout_rs_threshold)"
+        )
 
 
 def env_error_metrics(extra_fields: Sequence[Any]) -> dict[str, float]:
@@ -86,6 +115,7 @@ def install(trainer_base: ModuleType) -> None:
     def compute_advantage_for_multi_trajectories(
         data: Any, batch_keys: list[str], adv_estimator: Any, **kwargs: Any
     ) -> Any:
+        check_trainable(data.batch["response_mask"], batch_keys)
         if str(getattr(adv_estimator, "value", adv_estimator)) != ESTIMATOR_NAME:
             return original(data, batch_keys=batch_keys, adv_estimator=adv_estimator, **kwargs)
         mask = data.batch["response_mask"]

@@ -208,8 +208,12 @@ class Storage:
     async def async_kv_put(self, key: str, partition_id: str, tag: dict[str, Any]) -> None:
         self.tags.setdefault((partition_id, key), {}).update(tag)
 
-    def kv_batch_put(self, keys: list[str], partition_id: str, fields: Any) -> KVBatchMeta:
-        for name in fields.keys():  # noqa: SIM118  (a TensorDict, not a dict)
+    def kv_batch_put(
+        self, keys: list[str], partition_id: str, fields: Any = None, tags: list[dict[str, Any]] | None = None
+    ) -> KVBatchMeta:
+        for key, tag in zip(keys, tags or [], strict=False):  # tag-only puts: verl's prompt-group markers
+            self.tags.setdefault((partition_id, key), {}).update(tag)
+        for name in [] if fields is None else list(fields.keys()):  # a TensorDict, not a dict
             value = fields[name]
             if isinstance(value, torch.Tensor):
                 per_sample = list(value.unbind(0))
@@ -233,6 +237,19 @@ class Storage:
             if all(isinstance(v, torch.Tensor) and v.dim() >= 1 for v in values) and not out[name].is_nested:
                 out[name] = torch.nested.as_nested_tensor(values, layout=torch.jagged)
         return out
+
+    def kv_list(self, partition_id: str | None = None) -> dict[str, dict[str, dict[str, Any]]]:
+        """Every key's tag per partition, as ``tq.kv_list`` gives them to verl's replay buffer."""
+        listed: dict[str, dict[str, dict[str, Any]]] = {}
+        for (partition, key), tag in self.tags.items():
+            if partition_id is None or partition == partition_id:
+                listed.setdefault(partition, {})[key] = dict(tag)
+        return listed
+
+    def kv_clear(self, keys: list[str], partition_id: str) -> None:
+        for key in keys:
+            self.samples.pop((partition_id, key), None)
+            self.tags.pop((partition_id, key), None)
 
     def meta(self, keys: list[str], partition_id: str = "train") -> KVBatchMeta:
         return KVBatchMeta(
