@@ -241,7 +241,9 @@ def test_grpo_with_the_transition_layout_is_refused(tokenizer: Any) -> None:
         play(cfg, Server(BISECT, tokenizer), tokenizer, row(ENV, seed=0))
     assert isinstance(raised.value.__cause__, ConfigError)
     assert "last turn only" in str(raised.value.__cause__)
-    (out,) = play(config(BISECT, estimator="grpo"), Server(BISECT, tokenizer), tokenizer, row(ENV, seed=0))
+    grouped = config(BISECT, estimator="grpo")
+    grouped.actor_rollout_ref.rollout.n = 4  # grpo compares the episodes of a group (n=1 is refused)
+    (out,) = play(grouped, Server(BISECT, tokenizer), tokenizer, row(ENV, seed=0))
     assert out.reward_score == sum(out.extra_fields["turn_scores"])  # grpo's per-episode score
 
 
