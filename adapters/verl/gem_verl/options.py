@@ -159,6 +159,13 @@ OPTIONS: tuple[Option, ...] = (
         "the env is the reward; verl's colocated reward model overwrites the per-turn rewards",
     ),
     Option(
+        "algorithm.filter_groups.enable",
+        "`true` with `actor_rollout_ref.rollout.n=1`",
+        "refused",
+        "a group of one episode has no spread: verl keeps every sequence-layout group and drops every multi-turn "
+        "transition-layout group, refilling forever",
+    ),
+    Option(
         "algorithm.filter_groups.metric",
         "`reward` with `+gem.layout=transition`",
         "refused",
@@ -169,13 +176,6 @@ OPTIONS: tuple[Option, ...] = (
         "a name that is neither `reward` nor a gem episode metric",
         "refused",
         "verl's replay buffer would raise mid-run on the first finished group",
-    ),
-    Option(
-        "algorithm.filter_groups.enable",
-        "`true` with `actor_rollout_ref.rollout.n=1`",
-        "refused",
-        "a group of one episode has no spread: verl keeps every sequence-layout group and drops every multi-turn "
-        "transition-layout group, refilling forever",
     ),
     Option(
         "algorithm.filter_groups.metric",

@@ -117,8 +117,9 @@ def test_the_launcher_checks_the_option_before_any_model_loads(option: Option, m
         assert launch(overrides, monkeypatch)
         return
     assert option.handling == "refused"
-    with pytest.raises(ConfigError, match=refusal):
+    with pytest.raises(ConfigError, match=refusal) as refused:
         launch(overrides, monkeypatch)
+    assert option.key in str(refused.value)  # the message names the option
     assert launch(fix, monkeypatch)
 
 
