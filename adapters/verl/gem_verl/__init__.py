@@ -5,6 +5,9 @@
 * :func:`gem_verl.advantage.compute_rebn_advantage` (``algorithm.adv_estimator=rebn``):
   per-turn returns with ``algorithm.gamma``, ReBN over every turn of the batch.
 * :mod:`gem_verl.dataset`: the Parquet rows verl's trainer reads, from env ids and seeds.
+* :mod:`gem_verl.options`: the verl options that interact with multi-turn episodes and
+  ReBN, checked when ``main_ppo`` validates its config (before any model loads), and the
+  per-episode metrics in ``reward_extra_info`` (DAPO's ``filter_groups``).
 
 Both names are registered by the ``verl.plugins`` entry point (:mod:`gem_verl.plugin`)
 whenever verl is imported. This module imports nothing heavy.

@@ -17,7 +17,9 @@ Every other estimator goes to verl's own code unchanged. Samples without
 ``gem_turn_ids`` (another agent loop) fall back to the mask's runs (refused with a
 ``ConfigError`` under token-level rejection sampling).
 
-For every estimator, ``PPOTrainer._compute_metrics`` also reports ``gem/env_errors``:
+For every estimator, the advantage step refuses a batch with no trainable token
+(:func:`check_trainable`: verl's loss would be 0/0), and ``PPOTrainer._compute_metrics``
+also reports ``gem/env_errors``:
 the episodes of the batch an env error ended (``+gem.on_env_error=end``, the agent
 loop's default), with one warning per batch naming their env ids, seeds and errors.
 """

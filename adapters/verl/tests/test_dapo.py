@@ -14,10 +14,12 @@ from typing import Any
 import hypothesis.strategies as st
 import pytest
 import verl.trainer.ppo.v1.replay_buffer as replay_buffer
-from gem_verl.options import EPISODE_METRICS, REWARD_METRIC
+from gem_verl.options import EPISODE_METRICS, REWARD_METRIC, check_trainer_config
 from hypothesis import HealthCheck, given, settings
 from scripted_groups import BASE_CASE, MAX_TURNS, Move, Script, expected_metrics, loop_config, play_group, register
 from verl_harness import Storage
+
+from gem_core.errors import ConfigError
 
 LAYOUTS = ["sequence", "transition"]
 
@@ -113,3 +115,15 @@ def test_every_sample_carries_its_episodes_metrics(tokenizer: Any) -> None:
             scripts[session]
         )
     assert sorted(int(k.split("_")[1]) for k in keys).count(2) == MAX_TURNS  # one sample per turn
+
+
+def test_verls_reward_metric_compares_turns_in_the_transition_layout_so_gem_refuses_it(tokenizer: Any) -> None:
+    """Two identical two-turn episodes: per-turn returns differ (0.9, 1.0), so verl would keep the group."""
+    two_turns = (Move(reward=0), Move(reward=1, end=True))
+    storage = Storage()
+    play_group(storage, loop_config("transition"), tokenizer, "same", [two_turns, two_turns])
+    assert filtered_by_verl(storage, REWARD_METRIC) == set()  # kept: the defect the check prevents
+    assert filtered_by_verl(storage, "episode_return") == {"same"}
+    dapo = {"algorithm.filter_groups.enable": True, "actor_rollout_ref.rollout.n": 2}
+    with pytest.raises(ConfigError, match="metric=episode_return"):
+        check_trainer_config(loop_config("transition", **dapo, **{"algorithm.filter_groups.metric": "reward"}))

@@ -24,6 +24,7 @@ from gem_verl.options import check_trainer_config
 from omegaconf import OmegaConf
 from scripted_groups import BASE_CASE, Move, Script, expected_metrics, loop_config, play_group, register
 from tensordict import TensorDict
+from verl.trainer.ppo.v1.utils import MetricsAggregator
 from verl.utils import tensordict_utils as tu
 from verl.workers.utils.losses import ppo_loss
 from verl_harness import Storage, compute_advantage, compute_metrics
@@ -87,9 +88,12 @@ class Run:
         replay_buffer.tq = self.storage
         try:
             self.refill(groups)  # the step's dataloader batch
-            batch, metrics = buffer.sample(global_steps=self.step_no, partition_id="train", batch_size=groups)
+            batch, sample_metrics = buffer.sample(global_steps=self.step_no, partition_id="train", batch_size=groups)
         finally:
             replay_buffer.tq = saved
+        aggregator = MetricsAggregator()  # verl's step() sums the eviction counts of its sample calls this way
+        aggregator.add_step_metrics(sample_metrics, sample_count=len(batch.keys))
+        metrics = aggregator.get_aggregated_metrics()
         try:
             metrics |= compute_advantage(self.storage, self.cfg, batch.keys)[0]
             metrics |= self._loss(batch.keys)
