@@ -48,7 +48,17 @@ REWARD_METRIC = "reward"
 
 #: Estimators that compare the episodes of one group (one dataset row, ``rollout.n`` sessions).
 GROUP_ESTIMATORS = frozenset(
-    {"grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized", "opo", "gdpo", "reinforce_plus_plus_baseline"}
+    {
+        "grpo",
+        "grpo_vectorized",
+        "grpo_passk",
+        "rloo",
+        "rloo_vectorized",
+        "opo",
+        "gdpo",
+        "gpg",
+        "reinforce_plus_plus_baseline",
+    }
 )
 
 
