@@ -544,7 +544,8 @@ def _import_fix(spec: _Spec, exc: EntryPointError) -> str:
     dist = spec.distribution or "the package that provides it"
     missing = cause.name if isinstance(cause, ModuleNotFoundError) and cause.name else None
     top = missing.split(".")[0] if missing else None
-    if top is not None and importlib.util.find_spec(top) is None and not spec.load_target().startswith(top + "."):
+    own_top = spec.load_target().partition(":")[0].split(".")[0]
+    if top is not None and top != own_top and importlib.util.find_spec(top) is None:
         return (
             f"It imports {top!r}, which is not installed: install it (usually pip install {top}),"
             f" or reinstall {dist} with its extras."

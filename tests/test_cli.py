@@ -8,7 +8,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import hypothesis
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gem_core.cli import (
     COMMANDS,
@@ -334,3 +337,112 @@ def test_every_command_is_documented() -> None:
     text = (ROOT / "docs" / "cli.md").read_text()
     for name in COMMANDS:
         assert f"`gem {name}" in text, f"gem {name} is missing from docs/cli.md"
+
+
+# ---------------------------------------------------------------- gem play on envs that break the contract
+
+_VALUES = st.one_of(
+    st.none(),
+    st.integers(),
+    st.text(max_size=5),
+    st.lists(st.integers(), max_size=6).map(tuple),
+    st.tuples(
+        st.text(max_size=3),
+        st.one_of(st.none(), st.text(max_size=3), st.floats()),
+        st.booleans(),
+        st.booleans(),
+        st.just({}),
+    ),
+    st.tuples(st.integers(), st.dictionaries(st.text(max_size=2), st.integers(), max_size=2)),
+)
+
+
+class ReturnsWhatItIsTold(NumberGuessEnv):
+    """reset or step returns a given value instead of the contract's tuple."""
+
+    config_model = None
+    reset_value: object = None
+    step_value: object = None
+
+    def __init__(self, phase: str = "step") -> None:
+        super().__init__()
+        self.phase = phase
+
+    def reset(self, *, seed=None, options=None):  # type: ignore[no-untyped-def]
+        real = super().reset(seed=seed, options=options)
+        return type(self).reset_value if self.phase == "reset" else real
+
+    def step(self, action: str):  # type: ignore[no-untyped-def]
+        return type(self).step_value
+
+
+def _is_valid(value: object, phase: str) -> bool:
+    from gem_core.testing import _check_reset_return, _check_step_return
+
+    try:
+        _check_reset_return(value) if phase == "reset" else _check_step_return(value, "3")
+    except Exception:
+        return False
+    return True
+
+
+@settings(max_examples=40, deadline=None)
+@given(value=_VALUES, phase=st.sampled_from(["reset", "step"]))
+def test_play_reports_a_wrong_return_as_a_typed_error(value: object, phase: str) -> None:
+    """Whatever reset or step returns, gem play answers with the contract it broke (exit 1), never a traceback."""
+    import contextlib
+
+    import gem_core
+
+    hypothesis.assume(not _is_valid(value, phase))
+    setattr(ReturnsWhatItIsTold, f"{phase}_value", value)
+    gem_core.register("cli:Returns-v0", ReturnsWhatItIsTold, override=True)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(
+            ["play", "cli:Returns-v0", "--kw", f"phase={phase}"],
+            stdout=io.StringIO(),
+            stdin=io.StringIO("3\n"),
+            stderr=err,
+        )
+    assert code == EXIT_CHECK_FAILED
+    assert f"broke the Env contract: {phase}(" in err.getvalue() and "Traceback" not in err.getvalue()
+
+
+# ---------------------------------------------------------------- gem eval: configuration errors exit 2, up front
+
+
+def test_eval_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.eval.test_backends import ScriptedServer
+
+    server = ScriptedServer([])
+    try:
+        base = ["eval", "m", "core:NumberGuess-v0", "--base-url", server.url, "-n", "2", "--no-progress"]
+        cases = [
+            (["--kw", "max_turns=abc"], EXIT_BAD_INPUT, "max_turns"),
+            (["--wrapper", 'tools:{"tools": ["ecoh"]}'], EXIT_BAD_INPUT, "Did you mean 'echo'"),
+            (["--kw", "nonsense=1"], EXIT_BAD_INPUT, "nonsense"),
+        ]
+        for extra, code, text in cases:
+            got = run(*base, *extra)[0]
+            err = capsys.readouterr().err
+            assert (got, text in err) == (code, True), err
+            assert len(server.requests) == 0  # nothing was sent: it failed before any episode
+        down = base[:]
+        down[4] = "http://127.0.0.1:9/v1"  # the discard port: nothing listens
+        assert run(*down)[0] == EXIT_BAD_INPUT
+        assert "nothing answers at --base-url http://127.0.0.1:9/v1" in capsys.readouterr().err
+    finally:
+        server.close()
+
+
+def test_eval_exits_1_when_every_episode_failed_for_one_cause(capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.eval.test_backends import ScriptedServer
+
+    server = ScriptedServer([(400, {"error": "no such model"}, {})] * 4)
+    try:
+        argv = ["eval", "m", "core:NumberGuess-v0", "--base-url", server.url, "-n", "2", "--no-progress"]
+        assert run(*argv)[0] == EXIT_CHECK_FAILED
+        assert "every episode failed; the most common cause: EvalBackendError" in capsys.readouterr().err
+    finally:
+        server.close()
