@@ -366,11 +366,19 @@ def _where(ep: md.EntryPoint, exc: BaseException) -> object:
     return ep.value if own else (_entry_point_location(ep) or ep.value)
 
 
-def _named_for(distribution: str, namespace: str) -> bool:
-    """Whether a distribution's name says it is the namespace's package (``NS`` or ``gem-NS``)."""
-    name = re.sub(r"[-_.]+", "-", distribution).lower()
-    ns = namespace.replace("_", "-")
-    return GEM_NAMESPACES.get(namespace) == name or name in {ns, f"gem-{ns}"}
+def _named_for(distribution: str | None, namespace: str) -> bool:
+    """Whether a distribution's name says it is the namespace's home.
+
+    gem's own package for it (:data:`GEM_NAMESPACES`), or a name with the namespace as a
+    word: ``ladder``, ``gem-ladder``, ``gem-ladder-envs`` for namespace ``ladder``.
+    """
+    if distribution is None:
+        return False
+    words = re.sub(r"[-_.]+", "-", distribution).lower().split("-")
+    ns = namespace.lower().split("_")
+    if namespace in GEM_NAMESPACES:
+        return GEM_NAMESPACES[namespace] == "-".join(words)
+    return any(words[i : i + len(ns)] == ns for i in range(len(words)))
 
 
 def _misspelled_hooks(pm: pluggy.PluginManager, name: str, plugin: object) -> list[str]:
@@ -562,6 +570,18 @@ def discover(
             for spec in specs:
                 try:
                     registry.add(spec)
+                except DuplicateIdError as exc:
+                    first = registry.envs.get(spec.id) if isinstance(spec, EnvSpec) else None
+                    if first is None or not _home_beats(spec, first) or first.plugin not in infos:
+                        fail(info, _refusal(registry, spec, info, exc), None, objects[name], drop=False)
+                        continue
+                    # The package named for an unowned namespace keeps its id, whatever the plugin order.
+                    loser = infos[first.plugin]
+                    fail(loser, _refusal(registry, first, loser, exc, kept=spec), None, objects[loser.name], drop=False)
+                    loser.registered["envs"].remove(spec.id)
+                    if not loser.registered["envs"]:
+                        del loser.registered["envs"]
+                    registry.add(spec, override=True)
                 except RegistrationError as exc:
                     fail(info, _refusal(registry, spec, info, exc), None, objects[name], drop=False)
                     continue
@@ -608,8 +628,18 @@ def _settle_claims(
     return refused
 
 
-def _refusal(registry: Registry, spec: Any, info: PluginInfo, exc: RegistrationError) -> RegistrationError:
-    """The error for one declaration the registry refused, worded for the plugin at fault."""
+def _home_beats(spec: EnvSpec, first: EnvSpec) -> bool:
+    """Whether ``spec`` comes from the namespace's home and ``first`` does not (an unowned namespace)."""
+    return _named_for(spec.distribution, spec.namespace) and not _named_for(first.distribution, spec.namespace)
+
+
+def _refusal(
+    registry: Registry, spec: Any, info: PluginInfo, exc: RegistrationError, *, kept: Any = None
+) -> RegistrationError:
+    """The error for one declaration the registry refused, worded for the plugin at fault.
+
+    ``kept``: the declaration kept instead of ``spec`` when it is not the one registered first.
+    """
     if isinstance(exc, NamespaceError):
         namespace = spec.id.split(":", 1)[0]
         owner = registry.namespace_owners.get(namespace)
@@ -618,6 +648,12 @@ def _refusal(registry: Registry, spec: Any, info: PluginInfo, exc: RegistrationE
             f"{info.label} declares {kind} {spec.id!r} in namespace {namespace!r}, which {owner} owns; it is refused"
             f" and {owner}'s ids are unaffected. Fix for the authors of {info.owner}: use a namespace of your own"
             " (claimed in plugin_manifest)."
+        )
+    if kept is not None:
+        return DuplicateIdError(
+            f"env id {spec.id!r} is declared by {kept.owner} and by {info.label}; gem keeps {kept.plugin!r}'s, as"
+            f" {kept.distribution} is named for namespace {spec.namespace!r}. Fix for the authors of {info.owner}:"
+            " use an id in a namespace of your own (claimed in plugin_manifest)."
         )
     if isinstance(spec, (EnvSpec, EnvAlias)):
         key = spec.id

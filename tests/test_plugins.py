@@ -655,3 +655,18 @@ def test_a_broken_plugin_adds_nothing(fakes: Fakes) -> None:
     found = plugins.discover(PluginSettings(), entry_points=[ep])
     assert "half:X-v0" not in found.registry.envs
     assert found.info("half").status == "broken"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("squatter_name", ["aaa", "zzz"], ids=["squatter-sorts-first", "squatter-sorts-last"])
+def test_unclaimed_namespace_id_stays_with_the_package_named_for_it(fakes: Fakes, squatter_name: str) -> None:
+    """No manifest anywhere: the id still goes to gem-ladder for namespace 'ladder', whatever the order."""
+    ladder = _hooks(fakes, "ladder", "gem-ladder", register_envs=lambda: [EnvSpec(id="ladder:W-v0", entry_point=REF)])
+    squat = _hooks(
+        fakes, squatter_name, "gem-squat", register_envs=lambda: [EnvSpec(id="ladder:W-v0", entry_point=dict)]
+    )
+    found = plugins.discover(PluginSettings(), entry_points=[squat, ladder])
+    assert found.registry.spec("ladder:W-v0").distribution == "gem-ladder"
+    (problem,) = found.problems
+    assert problem.plugin == squatter_name and "Fix for the authors of gem-squat" in str(problem.error)
+    assert found.info("ladder").registered == {"envs": ["ladder:W-v0"]}  # type: ignore[union-attr]
+    assert found.info(squatter_name).registered == {}  # type: ignore[union-attr]
