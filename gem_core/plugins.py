@@ -342,6 +342,11 @@ def _import_file(name: str, path: Path) -> ModuleType:
     return module
 
 
+def _dist_name(ep: md.EntryPoint) -> str | None:
+    dist = getattr(ep, "dist", None)
+    return dist.metadata["Name"] if dist is not None else None
+
+
 def _entry_point_location(ep: md.EntryPoint) -> tuple[str, int] | None:
     """``(file, line)`` of the entry point's declaration in its installed metadata, if found."""
     base = getattr(getattr(ep, "dist", None), "_path", None)  # PathDistribution: the .dist-info folder
@@ -466,9 +471,10 @@ def discover(
 
     if settings.autoload:
         eps = entry_points if entry_points is not None else md.entry_points(group=ENTRY_POINT_GROUP)
-        for ep in sorted(eps, key=lambda e: e.name):
+        # Name order (it decides duplicates); of two plugins with one name, the distributions in name order.
+        for ep in sorted(eps, key=lambda e: (e.name, _dist_name(e) or "")):
             dist = getattr(ep, "dist", None)
-            dist_name = dist.metadata["Name"] if dist is not None else None
+            dist_name = _dist_name(ep)
             version = dist.version if dist is not None else None
             info = PluginInfo(ep.name, dist_name, version, builtin=False, source=ep.value)
             if ep.name in infos:  # another distribution's plugin of the same name: both load, told apart
