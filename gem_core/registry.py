@@ -510,14 +510,18 @@ class Registry:
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
-def caller_stacklevel() -> int:
+def caller_stacklevel(also_skip: Sequence[str] = ()) -> int:
     """The ``stacklevel`` that makes a warning point at the first frame outside gem_core.
 
     A deprecation met through ``gem_core.make`` (or a wrapper, or the CLI) is the caller's
     to fix; the default filters only show a ``DeprecationWarning`` attributed to ``__main__``.
+
+    Args:
+        also_skip: Other package folders whose frames are skipped too (a shim over gem_core).
     """
+    skipped = (_PACKAGE_DIR, *(os.path.join(os.path.abspath(p), "") for p in also_skip))
     frame, level = sys._getframe(1), 1  # the function calling warnings.warn
-    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(skipped):
         frame, level = frame.f_back, level + 1
     return level
 

@@ -13,6 +13,4 @@ def require(module: str, distribution: str, gem_path: str) -> ModuleType:
     except ModuleNotFoundError as exc:
         if exc.name is None or not module.startswith(exc.name.split(".")[0]):
             raise
-        raise ImportError(
-            f"{gem_path} is provided by {distribution} on gem-core: pip install {distribution}"
-        ) from exc
+        raise ImportError(f"{gem_path} is provided by {distribution} on gem-core: pip install {distribution}") from exc

@@ -1,4 +1,4 @@
-"""GEM's ``gem.envs.code_env``: ``CodeEnv`` is gem-code's (its constructor takes gem-code's options; ids keep GEM's names)."""
+"""GEM's ``gem.envs.code_env`` path, on gem-code: the class takes gem-code's options; ids keep GEM's names."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""GEM's ``gem.envs.math_env``: ``MathEnv`` is gem-math's (its constructor takes gem-math's options; ids keep GEM's names)."""
+"""GEM's ``gem.envs.math_env`` path, on gem-math: the class takes gem-math's options; ids keep GEM's names."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""GEM's ``gem.envs.qa_env``: ``QaEnv`` is gem-qa's (its constructor takes gem-qa's options; ids keep GEM's names)."""
+"""GEM's ``gem.envs.qa_env`` path, on gem-qa: the class takes gem-qa's options; ids keep GEM's names."""
 
 from __future__ import annotations
 

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import functools
+import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import gem_core
-from gem_core.errors import DuplicateIdError, InvalidIdError
-from gem_core.registry import ENV_ID_RE, EnvSpec
-from gem_core.registry import caller_stacklevel
-from gem_core.vector import AutoresetMode, VectorEnv
-from gem_core.vector.make import build_env
-
 from gem.vector.async_vector_env import AsyncVectorEnv
 from gem.vector.sync_vector_env import SyncVectorEnv
+from gem_core.errors import DuplicateIdError, InvalidIdError
+from gem_core.registry import ENV_ID_RE, EnvSpec, caller_stacklevel
+from gem_core.vector import AutoresetMode, VectorEnv
+from gem_core.vector.make import build_env
 
 __all__ = ["ENV_REGISTRY", "GemIdError", "make", "make_vec", "native_id", "print_envs", "register"]
 
@@ -59,6 +58,8 @@ def register(id: str, entry_point: str | Callable[..., Any], **kwargs: Any) -> N
     registry.register(target, entry_point, kwargs=kwargs, override=True)
 
 
+_GEM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the gem package
+
 #: Constructor kwargs GEM's envs took that gem-core's do not, and what replaces each.
 GEM_ERA_KWARGS: dict[str, str] = {
     "seed": "seed episodes with env.reset(seed=...)",
@@ -78,7 +79,7 @@ def _drop_gem_era_kwargs(spec: EnvSpec, kwargs: dict[str, Any]) -> dict[str, Any
         warnings.warn(
             f"{spec.id}: the GEM-era constructor argument {key}= is ignored on gem-core; {GEM_ERA_KWARGS[key]}.",
             DeprecationWarning,
-            stacklevel=caller_stacklevel(),
+            stacklevel=caller_stacklevel(also_skip=[_GEM_DIR]),
         )
     return kept
 

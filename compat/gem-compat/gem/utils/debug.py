@@ -26,7 +26,7 @@ def _show(obs: Any, action: Any, reward: Any, terminated: Any, truncated: Any) -
 def run_and_print_episode(
     env: Any, policy: Callable[[Any], Any], ignore_done: bool = False, max_steps: float = 1e9
 ) -> None:
-    """Reset ``env`` (unseeded, as GEM did), then step ``policy(obs)`` until done or ``max_steps``, printing each turn."""
+    """Reset ``env`` (unseeded, as GEM did), step ``policy(obs)`` until done or ``max_steps``; print each turn."""
     started = time.perf_counter()
     obs, _ = env.reset()
     steps = 0

@@ -16,7 +16,7 @@ def sub_envs(vector_env: _CoreAsync) -> list[Any]:
 
     A sync env that gem-core runs in a thread is returned as it is; a native async env too.
     """
-    members = {i: m for group in vector_env._groups for i, m in group.members.items()}  # noqa: SLF001
+    members = {i: m for group in vector_env._groups for i, m in group.members.items()}
     return [members[i].env for i in range(vector_env.num_envs)]
 
 
