@@ -365,7 +365,7 @@ def cmd_play(args: argparse.Namespace, streams: Streams) -> int:
             if not args.loop:
                 return EXIT_OK
     finally:
-        env.close()
+        _env_call(args.env_id, "close", env.close)
 
 
 def _env_call(env_id: str, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -544,6 +544,9 @@ def main(
     except KeyboardInterrupt:
         streams.err.write("\ninterrupted\n")
         return EXIT_INTERRUPTED
+    except Exception as exc:  # a defect of gem's own: still one line, never a traceback
+        streams.err.write(f"gem: unexpected error: {type(exc).__name__}: {exc} (please report it)\n")
+        return EXIT_CHECK_FAILED
 
 
 if __name__ == "__main__":  # pragma: no cover

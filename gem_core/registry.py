@@ -530,14 +530,21 @@ def build(spec: EnvSpec, overrides: Mapping[str, Any]) -> Any:
     """Instantiate an env from its spec, validating kwargs against ``config_model`` if the class has one.
 
     Raises:
-        EntryPointError: the env's module cannot be imported; the message names the
-            distribution that declared the id and, for a missing dependency, what to install.
+        EntryPointError: the env's module cannot be imported, or the entry point built no env;
+            the message names the distribution that declared the id and, for a missing
+            dependency, what to install.
     """
     try:
         factory = spec.load()
     except EntryPointError as exc:
         raise EntryPointError(f"env {spec.id!r} from {spec.owner}: {exc}. {_import_fix(spec, exc)}") from exc
     env = _call_with_kwargs(factory, f"env {spec.id!r}", (), {**spec.kwargs, **overrides})
+    if not (callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None))):
+        raise EntryPointError(
+            f"env {spec.id!r} from {spec.owner}: its entry point {spec.load_target()!r} returned"
+            f" {type(env).__name__}, not an env (an object with reset and step). Fix the entry point in"
+            f" {spec.distribution or 'the package that declares it'}."
+        )
     env.spec = spec
     return env
 

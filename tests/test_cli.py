@@ -183,6 +183,13 @@ class RaisingEnv(NumberGuessEnv):
         return super().step(action)
 
 
+class BadCloseEnv(NumberGuessEnv):
+    config_model = None
+
+    def close(self) -> None:
+        raise OSError("close boom")
+
+
 def setup_plugins(
     fakes: Fakes, *, broken: bool = False, duplicate: bool = False, intruder: bool = False, strict: bool = False
 ) -> None:
@@ -218,6 +225,8 @@ def register_raising() -> None:
 
     gem_core.register("cli:Raises-v0", RaisingEnv)
     gem_core.register("cli:Missing-v0", "gem_no_such_module_xyz.envs:Env")
+    gem_core.register("cli:Dict-v0", dict)  # an entry point that builds no env
+    gem_core.register("cli:BadClose-v0", BadCloseEnv)
 
 
 EXIT_CASES = [
@@ -246,6 +255,9 @@ EXIT_CASES = [
     ("intruder-list", {"intruder": True}, ["list"], EXIT_OK, "which gem-good owns"),
     ("intruder-check-ns", {"intruder": True}, ["check", "--all", "-n", "fake"], EXIT_OK, "ok    fake:Maze-v0"),
     ("missing-ep-play", {}, ["play", "cli:Missing-v0"], EXIT_PLUGIN_ERROR, "gem_no_such_module_xyz"),
+    ("not-an-env-play", {}, ["play", "cli:Dict-v0"], EXIT_PLUGIN_ERROR, "returned dict, not an env"),
+    ("not-an-env-check", {}, ["check", "cli:Dict-v0"], EXIT_PLUGIN_ERROR, "returned dict, not an env"),
+    ("close-raises-play", {}, ["play", "cli:BadClose-v0"], EXIT_CHECK_FAILED, "raised in close(): OSError"),
     ("missing-ep-check", {}, ["check", "cli:Missing-v0"], EXIT_PLUGIN_ERROR, "gem_no_such_module_xyz"),
 ]
 
