@@ -176,7 +176,6 @@ def test_scaffolded_packages_build_install_check_and_test(venv: Path, tmp_path: 
     assert plugins.returncode == 0 and "tools: shouty" in plugins.stdout and "owns namespaces: mygame" in plugins.stdout
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("GEM_CORE_", "PYTEST_"))}
     environ.pop("PYTHONPATH", None)
-    environ["GEM_CORE_BLOCK_PLUGINS"] = "gem-broken-plugin"
     for name, passed in (("mygame", "4 passed"), ("shouty", "2 passed")):
         proc = subprocess.run(
             [python, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
