@@ -221,6 +221,21 @@ def test_parsing_edge_cases(text: str, expected: str | None) -> None:
         assert last_boxed_only_string(text) == "\\fbox{2}"
 
 
+def test_debug_selective_step_on_a_vector_env(capsys: pytest.CaptureFixture[str]) -> None:
+    """As GEM's own test_game.py drives it: a random subset of envs stepped each turn, sub-envs read via .envs."""
+    from gem.utils.debug import run_and_print_episode_with_random_selection
+
+    envs = gem.make_vec(["game:GuessTheNumber-v0-easy", "game:Sudoku-v0-easy"], async_mode=True, max_turns=3)
+    try:
+        run_and_print_episode_with_random_selection(
+            envs, lambda _: [e.sample_random_action() for e in envs.envs], ignore_done=True, max_steps=4, seed=0
+        )
+    finally:
+        envs.close()
+    out = capsys.readouterr().out
+    assert out.count("Step ") == 4 and "----TIME:" in out
+
+
 def test_debug_prints_an_episode(capsys: pytest.CaptureFixture[str]) -> None:
     from gem.utils.debug import run_and_print_episode
 
@@ -320,6 +335,9 @@ def test_gem_module_paths_import_or_name_the_package(module: str, name: str, dis
     assert f"`{module}" in DOC.read_text(), f"{module} is missing from the migration table"
 
 
-def test_multiagent_says_why_not() -> None:
+@pytest.mark.parametrize("module", ["gem.multiagent", "gem.envs.multiagent"])
+def test_multiagent_says_why_not(module: str) -> None:
+    import importlib
+
     with pytest.raises(ImportError, match=r"migrating-from-gem\.md#multi-agent"):
-        import gem.envs.multiagent  # noqa: F401
+        importlib.import_module(module)

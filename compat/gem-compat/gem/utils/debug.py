@@ -9,7 +9,12 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["run_and_print_episode", "run_and_print_episode_async"]
+__all__ = [
+    "run_and_print_episode",
+    "run_and_print_episode_async",
+    "run_and_print_episode_with_random_selection",
+    "run_and_print_episode_with_selective_step",
+]
 
 _RULE = "=" * 30
 
@@ -59,3 +64,33 @@ async def run_and_print_episode_async(
         if (done and not ignore_done) or steps >= max_steps:
             break
     print(f"----TIME: {time.perf_counter() - started:.2f} seconds")
+
+
+def run_and_print_episode_with_selective_step(
+    env: Any, policy: Callable[[Any], Any], ignore_done: bool = False, max_steps: float = 1e9, seed: int | None = None
+) -> None:
+    """Drive a vector env with GEM's selective step, printing what comes back.
+
+    Each step sends a random non-empty subset of ``policy(obs)``'s actions as ``{index: action}``.
+    The subset is drawn from a generator of its own (``seed``), not from the global RNG.
+    """
+    rng = np.random.default_rng(seed)
+    started = time.perf_counter()
+    obs, _ = env.reset()
+    steps = 0
+    while True:
+        steps += 1
+        actions = list(policy(obs))
+        chosen = [i for i in range(len(actions)) if rng.random() > 0.5] or [int(rng.integers(len(actions)))]
+        active = {i: actions[i] for i in chosen}
+        next_obs, reward, terminated, truncated, _ = env.step(active)
+        print(f"{_RULE}\nStep {steps}")
+        done = _show(next_obs, active, reward, terminated, truncated)
+        obs = next_obs
+        if (done and not ignore_done) or steps >= max_steps:
+            break
+    print(f"----TIME: {time.perf_counter() - started:.2f} seconds")
+
+
+#: The name GEM's tests import.
+run_and_print_episode_with_random_selection = run_and_print_episode_with_selective_step
