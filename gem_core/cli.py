@@ -135,14 +135,14 @@ def _report_problems(found: Discovery, streams: Streams, *, needed: bool = False
     if needed:
         streams.err.write(f"\ngem: {len(found.problems)} plugin problem(s); everything else works:\n")
         for problem in found.problems:
-            streams.err.write(textwrap.indent(str(problem.error), "    ").replace("    ", "  - ", 1) + "\n")
+            streams.err.write("  - " + textwrap.indent(str(problem.error), "    ").lstrip() + "\n")
         streams.err.write("Run 'gem plugins' for every plugin's status.\n")
         return
     names = "; ".join(p.label for p in found.broken) or "see 'gem plugins'"
     streams.err.write(f"gem: note: plugins with problems, not needed here: {names}. Run 'gem plugins' for details.\n")
 
 
-def _registry(streams: Streams) -> Registry:
+def _registry() -> Registry:
     """The registry for a command about every id: plugin problems are reported, not fatal (unless strict)."""
     found = _discovery()
     found.raise_if_broken()
@@ -151,10 +151,10 @@ def _registry(streams: Streams) -> Registry:
 
 def _needed_error(found: Discovery, namespace: str) -> GemCoreError | None:
     """The error of a broken plugin named for ``namespace``: the likely provider of ids that are missing."""
-    from gem_core.plugins import _named_for
+    from gem_core.plugins import named_for
 
     for info in found.broken:
-        named = info.distribution and _named_for(info.distribution, namespace)
+        named = named_for(info.distribution, namespace)
         if info.status == "broken" and (named or info.name == namespace):
             return found.problems_of([info.name])[0].error
     return None
@@ -214,7 +214,7 @@ def _list_args(p: argparse.ArgumentParser) -> None:
 def cmd_list(args: argparse.Namespace, streams: Streams) -> int:
     out = streams.out
     found = _discovery()
-    registry = _registry(streams)
+    registry = _registry()
     ids = registry.env_ids(namespace=args.namespace, tag=args.tag)
     specs = [registry.spec(i) for i in ids]
     if args.json:
@@ -402,7 +402,7 @@ def cmd_check(args: argparse.Namespace, streams: Streams) -> int:
         registry = _registry_for(streams, namespace=args.namespace)
         ids = registry.env_ids(namespace=args.namespace)
     elif args.all:
-        registry = _registry(streams)
+        registry = _registry()
         ids = registry.env_ids()
     else:
         registry = _registry_for(streams, env_id=args.env_id)

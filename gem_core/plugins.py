@@ -91,6 +91,7 @@ __all__ = [
     "get_discovery",
     "get_plugin_report",
     "get_registry",
+    "named_for",
     "reset_registry",
 ]
 
@@ -371,7 +372,7 @@ def _where(ep: md.EntryPoint, exc: BaseException) -> object:
     return ep.value if own else (_entry_point_location(ep) or ep.value)
 
 
-def _named_for(distribution: str | None, namespace: str) -> bool:
+def named_for(distribution: str | None, namespace: str) -> bool:
     """Whether a distribution's name says it is the namespace's home.
 
     gem's own package for it (:data:`GEM_NAMESPACES`), or a name with the namespace as a
@@ -608,7 +609,7 @@ def _settle_claims(
         for info in claimants:
             info.namespaces.append(namespace)
         return []
-    rightful = [o for o in owners if o == "gem-core" or _named_for(o, namespace)]
+    rightful = [o for o in owners if o == "gem-core" or named_for(o, namespace)]
     refused = []
     if len(rightful) == 1:
         registry.claim_namespace(namespace, rightful[0])
@@ -636,7 +637,7 @@ def _settle_claims(
 
 def _home_beats(spec: EnvSpec, first: EnvSpec) -> bool:
     """Whether ``spec`` comes from the namespace's home and ``first`` does not (an unowned namespace)."""
-    return _named_for(spec.distribution, spec.namespace) and not _named_for(first.distribution, spec.namespace)
+    return named_for(spec.distribution, spec.namespace) and not named_for(first.distribution, spec.namespace)
 
 
 def _refusal(
