@@ -35,7 +35,8 @@ def make(env_id: str, *, wrappers: Sequence[WrapperRef] | None = None, **kwargs:
         >>> env = gem_core.make("core:NumberGuess-v0")
         >>> obs, info = env.reset(seed=0)
     """
-    return get_registry().make(env_id, wrappers=wrappers, **kwargs)
+    env: Env | AsyncEnv = get_registry().make(env_id, wrappers=wrappers, **kwargs)
+    return env
 
 
 def make_tool(name: str, **kwargs: Any) -> Any:

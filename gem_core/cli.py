@@ -6,9 +6,12 @@ Exit codes (docs/cli.md lists the same):
 * 1: an env failed: ``gem check`` found a violation, or the env raised while being
   built, reset or stepped.
 * 2: bad input: unknown id or namespace, bad option, bad ``--kw`` or configuration.
-* 3: a plugin is broken: it failed to import, its hook raised, it targets another
-  plugin API, its declarations conflict with another plugin's, or an entry point it
-  declared cannot be imported.
+* 3: a plugin is broken (failed to import, hook raised, another plugin API, refused
+  declarations, misspelled hook, an entry point that cannot be imported) and the
+  command needed it: ``gem plugins`` and ``gem check --all`` whenever any plugin has a
+  problem, ``gem check --all -n NS`` when a plugin of that namespace has one, and every
+  command under ``GEM_CORE_STRICT_PLUGINS=1``. Otherwise a broken plugin is left out,
+  said on stderr, and the command works with the others (``gem list`` exits 0).
 * 130: interrupted (Ctrl-C).
 
 Each subcommand is one :class:`Command` in :data:`COMMANDS`: adding a command is
@@ -23,6 +26,7 @@ import json
 import os
 import sys
 import textwrap
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
@@ -31,12 +35,16 @@ from gem_core.errors import (
     ConfigError,
     DuplicateIdError,
     EntryPointError,
+    EnvCheckError,
     EnvNotFound,
     GemCoreError,
     NamespaceError,
     PluginLoadError,
+    PluginValidationError,
+    PluginWarning,
     RegistrationError,
 )
+from gem_core.seeds import parse_kwargs
 
 if TYPE_CHECKING:
     from gem_core.plugins import Discovery
@@ -46,7 +54,7 @@ __all__ = ["COMMANDS", "Command", "Streams", "build_parser", "command", "main"]
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_PLUGIN_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 #: Errors that mean a plugin is broken (exit 3); checked before the bad-input ones they derive from.
-_PLUGIN_ERRORS = (PluginLoadError, DuplicateIdError, NamespaceError, EntryPointError)
+_PLUGIN_ERRORS = (PluginLoadError, DuplicateIdError, NamespaceError, EntryPointError, PluginValidationError)
 
 
 class EnvFailed(GemCoreError):
@@ -102,20 +110,6 @@ def command(
 # ---------------------------------------------------------------------------- helpers
 
 
-def _parse_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
-    """``key=value`` pairs; values are JSON when they parse as JSON, else strings."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--kw expects key=value, got {pair!r}")
-        try:
-            out[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key] = raw
-    return out
-
-
 def _table(rows: Sequence[tuple[str, ...]], out: TextIO) -> None:
     if not rows:
         return
@@ -126,64 +120,79 @@ def _table(rows: Sequence[tuple[str, ...]], out: TextIO) -> None:
 
 
 def _discovery() -> Discovery:
+    """The discovery; its problems are the commands' to report (as a section), not warnings."""
     from gem_core.plugins import get_discovery
 
-    return get_discovery()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PluginWarning)
+        return get_discovery()
+
+
+def _report_problems(found: Discovery, streams: Streams, *, needed: bool = False) -> None:
+    """A section on stderr: each plugin problem in full (``needed``), or one line naming the plugins."""
+    if not found.problems:
+        return
+    if needed:
+        streams.err.write(f"\ngem: {len(found.problems)} plugin problem(s); everything else works:\n")
+        for problem in found.problems:
+            streams.err.write("  - " + textwrap.indent(str(problem.error), "    ").lstrip() + "\n")
+        streams.err.write("Run 'gem plugins' for every plugin's status.\n")
+        return
+    names = "; ".join(p.label for p in found.broken) or "see 'gem plugins'"
+    streams.err.write(f"gem: note: plugins with problems, not needed here: {names}. Run 'gem plugins' for details.\n")
 
 
 def _registry() -> Registry:
-    """The registry; any broken plugin fails the command (unless broken plugins are skipped)."""
+    """The registry for a command about every id: plugin problems are reported, not fatal (unless strict)."""
     found = _discovery()
     found.raise_if_broken()
     return found.registry
 
 
+def _needed_error(found: Discovery, namespace: str) -> GemCoreError | None:
+    """The error of a broken plugin named for ``namespace``: the likely provider of ids that are missing."""
+    from gem_core.plugins import named_for
+
+    for info in found.broken:
+        named = named_for(info.distribution, namespace)
+        if info.status == "broken" and (named or info.name == namespace):
+            return found.problems_of([info.name])[0].error
+    return None
+
+
 def _registry_for(streams: Streams, *, env_id: str | None = None, namespace: str | None = None) -> Registry:
-    """The registry for a command about one id or namespace: other plugins' breakage does not fail it.
+    """The registry for a command about one id or namespace: other plugins' problems do not fail it.
 
     Raises:
-        GemCoreError: the id or namespace is missing while some plugin is broken (it may
-            have provided it), or the breakage concerns the id or namespace itself.
+        GemCoreError: strict mode and a plugin has a problem; or the id or namespace is
+            missing and a broken plugin named for that namespace is the likely provider.
     """
     found = _discovery()
-    if not found.errors or found.settings.skip_broken:
-        return found.registry
+    found.raise_if_broken()
     registry = found.registry
-    if env_id is not None:
-        target = registry.aliases[env_id].target if env_id in registry.aliases else env_id
-        spec = registry.envs.get(target)
-        if spec is None:
-            streams.err.write(f"gem: {env_id!r} is not registered, and a broken plugin may provide it.\n")
-            raise found.errors[0]
-        owners = {spec.plugin}
-        mentions = (repr(env_id), repr(target))
-    else:
-        assert namespace is not None
-        ids = registry.env_ids(namespace=namespace)
-        if not ids:
-            streams.err.write(f"gem: no env ids in namespace {namespace!r}, and a broken plugin may provide them.\n")
-            raise found.errors[0]
-        owners = {registry.envs.get(i).plugin for i in ids}  # type: ignore[union-attr]
-        owners |= {p.name for p in found.plugins if namespace in p.namespaces}
-        mentions = (f"'{namespace}:", repr(namespace))
-    for problem in found.problems:
-        if problem.plugin in owners or any(m in str(problem.error) for m in mentions):
-            raise problem.error
-    names = ", ".join(p.label for p in found.broken) or "see 'gem plugins'"
-    streams.err.write(f"gem: note: ignoring broken plugins not needed here: {names}. Run 'gem plugins' for details.\n")
+    if not found.problems:
+        return registry
+    namespace = namespace or (env_id.split(":", 1)[0] if env_id and ":" in env_id else None)
+    missing = (env_id is not None and env_id not in registry.envs and env_id not in registry.aliases) or (
+        env_id is None and namespace is not None and not registry.env_ids(namespace=namespace)
+    )
+    if missing and namespace is not None:
+        error = _needed_error(found, namespace)
+        if error is not None:
+            raise error
+    _report_problems(found, streams)
     return registry
+
+
+def _version(found: Discovery, plugin: str | None) -> str | None:
+    info = found.info(plugin)
+    return info.version if info is not None else None
 
 
 def _build(registry: Registry, env_id: str, kwargs: dict[str, Any]) -> Any:
     """Make an env; an exception from the env's own code becomes :class:`EnvFailed`."""
     try:
         return registry.make(env_id, **kwargs)
-    except EntryPointError as exc:
-        spec = registry.spec(env_id)
-        raise EntryPointError(
-            f"env {env_id!r} from {spec.owner}: {exc}. Reinstall {spec.distribution or 'the package that provides it'}"
-            " (with its extras), or report this to its authors."
-        ) from exc
     except GemCoreError:
         raise
     except Exception as exc:
@@ -204,20 +213,29 @@ def _list_args(p: argparse.ArgumentParser) -> None:
 @command("list", "list registered env ids", _list_args)
 def cmd_list(args: argparse.Namespace, streams: Streams) -> int:
     out = streams.out
+    found = _discovery()
     registry = _registry()
     ids = registry.env_ids(namespace=args.namespace, tag=args.tag)
     specs = [registry.spec(i) for i in ids]
     if args.json:
         rows = [
-            {"id": s.id, "distribution": s.distribution, "tags": list(s.tags), "description": s.description}
+            {
+                "id": s.id,
+                "distribution": s.distribution,
+                "version": _version(found, s.plugin),
+                "tags": list(s.tags),
+                "description": s.description,
+            }
             for s in specs
         ]
         json.dump(rows, out, indent=2)
         out.write("\n")
+        _report_problems(found, streams, needed=True)
         return EXIT_OK
     if not specs:
         what = " ".join(f"{k}={v!r}" for k, v in (("namespace", args.namespace), ("tag", args.tag)) if v)
         out.write(f"no envs match {what or 'the registry'}; run 'gem plugins' to see what is installed\n")
+        _report_problems(found, streams, needed=True)
         return EXIT_OK
     _table([("ID", "DISTRIBUTION", "DESCRIPTION")] + [(s.id, s.distribution or "-", s.description) for s in specs], out)
     aliases = [a for a in registry.aliases.values() if a.target in ids]
@@ -225,6 +243,7 @@ def cmd_list(args: argparse.Namespace, streams: Streams) -> int:
         out.write("\naliases:\n")
         for a in sorted(aliases, key=lambda a: a.id):
             out.write(f"  {a.id} -> {a.target}{' (deprecated)' if a.deprecated else ''}\n")
+    _report_problems(found, streams, needed=True)
     return EXIT_OK
 
 
@@ -241,7 +260,7 @@ def cmd_info(args: argparse.Namespace, streams: Streams) -> int:
         ("id", spec.id),
         ("description", spec.description or "-"),
         ("entry point", entry),
-        ("distribution", spec.distribution or "-"),
+        ("distribution", " ".join(filter(None, (spec.distribution, _version(_discovery(), spec.plugin)))) or "-"),
         ("plugin", spec.plugin or "-"),
         ("tags", ", ".join(spec.tags) or "-"),
         ("kwargs", json.dumps(spec.kwargs, default=repr) if spec.kwargs else "-"),
@@ -263,7 +282,7 @@ def cmd_info(args: argparse.Namespace, streams: Streams) -> int:
 def cmd_plugins(args: argparse.Namespace, streams: Streams) -> int:
     out = streams.out
     found = _discovery()
-    failed = bool(found.problems) and not found.settings.skip_broken
+    failed = bool(found.problems)
     if args.json:
         json.dump([vars(p) for p in found.plugins], out, indent=2)
         out.write("\n")
@@ -274,8 +293,8 @@ def cmd_plugins(args: argparse.Namespace, streams: Streams) -> int:
         else:
             dist = f"{p.distribution} {p.version or ''}".strip() if p.distribution else f"plugins folder: {p.source}"
         out.write(f"{p.name}  [{dist}]  {p.status}\n")
-        if p.error:
-            out.write(textwrap.indent(p.error, "    error: ") + "\n")
+        for problem in found.problems_of([p.name]):
+            out.write(textwrap.indent(str(problem.error), "    error: ") + "\n")
         if p.namespaces:
             out.write(f"    owns namespaces: {', '.join(p.namespaces)}\n")
         for kind, names in sorted(p.registered.items()):
@@ -302,10 +321,11 @@ def _play_args(p: argparse.ArgumentParser) -> None:
 @command("play", "play an env in the terminal", _play_args)
 def cmd_play(args: argparse.Namespace, streams: Streams) -> int:
     from gem_core.core import to_sync
+    from gem_core.testing import _check_reset_return, _check_step_return
 
     out, inp = streams.out, streams.inp
     registry = _registry_for(streams, env_id=args.env_id)
-    kwargs = _parse_kwargs(args.kw)
+    kwargs = parse_kwargs(args.kw)
     if not args.model_format:  # the env's settings for a person typing moves (e.g. no \boxed{} needed)
         try:
             env_class = registry.spec(args.env_id).load()
@@ -318,7 +338,7 @@ def cmd_play(args: argparse.Namespace, streams: Streams) -> int:
     try:
         while True:
             seed = None if args.seed is None else args.seed + episodes
-            obs, _ = _env_call(args.env_id, "reset", env.reset, seed=seed)
+            obs, _ = _checked(args.env_id, _check_reset_return, _env_call(args.env_id, "reset", env.reset, seed=seed))
             episodes += 1
             out.write(f"\n=== {args.env_id} (episode {episodes}) ===\n{obs}\n")
             total, turn = 0.0, 0
@@ -329,7 +349,9 @@ def cmd_play(args: argparse.Namespace, streams: Streams) -> int:
                 if not line or line.strip() in {"/quit", "/exit"}:
                     out.write(f"\nbye. return this episode: {total:g}\n")
                     return EXIT_OK
-                obs, reward, terminated, truncated, info = _env_call(args.env_id, "step", env.step, line.rstrip("\n"))
+                action = line.rstrip("\n")
+                step = _env_call(args.env_id, "step", env.step, action)
+                obs, reward, terminated, truncated, info = _checked(args.env_id, _check_step_return, step, action)
                 turn += 1
                 total += reward
                 out.write(f"{obs}\n[turn {turn}] reward {reward:+g}, return {total:g}")
@@ -343,7 +365,7 @@ def cmd_play(args: argparse.Namespace, streams: Streams) -> int:
             if not args.loop:
                 return EXIT_OK
     finally:
-        env.close()
+        _env_call(args.env_id, "close", env.close)
 
 
 def _env_call(env_id: str, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -353,6 +375,14 @@ def _env_call(env_id: str, what: str, fn: Callable[..., Any], *args: Any, **kwar
         raise
     except Exception as exc:
         raise EnvFailed(f"env {env_id!r} raised in {what}(): {type(exc).__name__}: {exc}") from exc
+
+
+def _checked(env_id: str, check: Callable[..., Any], *args: Any) -> Any:
+    """What the env returned, checked against the Env contract; a wrong type is :class:`EnvFailed`."""
+    try:
+        return check(*args)
+    except EnvCheckError as exc:
+        raise EnvFailed(f"env {env_id!r} broke the Env contract: {exc}") from exc
 
 
 def _check_args(p: argparse.ArgumentParser) -> None:
@@ -381,11 +411,19 @@ def cmd_check(args: argparse.Namespace, streams: Streams) -> int:
     if not ids:
         known = sorted({s.namespace for s in registry.envs.values()})
         raise EnvNotFound(f"no env ids in namespace {args.namespace!r}; namespaces: {', '.join(known)}")
-    kwargs = _parse_kwargs(args.kw)
+    kwargs = parse_kwargs(args.kw)
     codes = [_check_one(registry, env_id, kwargs, args.seed, out) for env_id in ids]
     if len(ids) > 1:
         failed = sum(c != EXIT_OK for c in codes)
         out.write(f"\n{len(ids) - failed} ok, {failed} failed\n")
+    if args.all:  # the namespace's own plugins' problems (all plugins' without -n) fail the check too
+        found = _discovery()
+        owners = {registry.envs.get(i).plugin for i in ids}  # type: ignore[union-attr]
+        owners |= {p.name for p in found.plugins if args.namespace in p.namespaces}
+        problems = found.problems_of(owners) if args.namespace else found.problems
+        if problems:
+            streams.err.write("".join(f"gem: plugin error: {p.error}\n" for p in problems))
+            codes.append(EXIT_PLUGIN_ERROR)
     return max(codes)
 
 
@@ -436,6 +474,9 @@ def _eval_args(parser: argparse.ArgumentParser) -> None:
 def cmd_eval(args: argparse.Namespace, streams: Streams) -> int:
     from gem_core.eval import cli as eval_cli  # httpx, rich and matplotlib load only for this command
 
+    found = _discovery()  # broken plugins: said once here, then left out
+    found.raise_if_broken()
+    _report_problems(found, streams)
     return eval_cli.cmd_eval(args, streams.out)
 
 
@@ -503,6 +544,9 @@ def main(
     except KeyboardInterrupt:
         streams.err.write("\ninterrupted\n")
         return EXIT_INTERRUPTED
+    except Exception as exc:  # a defect of gem's own: still one line, never a traceback
+        streams.err.write(f"gem: unexpected error: {type(exc).__name__}: {exc} (please report it)\n")
+        return EXIT_CHECK_FAILED
 
 
 if __name__ == "__main__":  # pragma: no cover

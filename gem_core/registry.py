@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
+import os
 import re
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, Union
+from typing import Any, Generic, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -28,9 +31,6 @@ from gem_core.errors import (
     ToolNotFound,
     WrapperNotFound,
 )
-
-if TYPE_CHECKING:
-    from gem_core.core import AsyncEnv, Env
 
 __all__ = [
     "ENV_ID_RE",
@@ -128,6 +128,11 @@ class _Spec(BaseModel):
         if self.plugin is None and self.distribution is None:
             return "<registered at runtime>"
         return f"{self.plugin or '?'} ({self.distribution or 'no distribution'})"
+
+    def load_target(self) -> str:
+        """The entry point as text: ``"module:attr"`` or the callable's qualified name."""
+        ep = self.entry_point
+        return ep if isinstance(ep, str) else f"{getattr(ep, '__module__', '?')}:{getattr(ep, '__qualname__', ep)}"
 
     def load(self) -> Any:
         """Import and return the entry point object."""
@@ -253,7 +258,8 @@ class _Table(Generic[_S]):
         if old is not None and not override:
             raise DuplicateIdError(
                 f"{self.kind} {key!r} is registered twice: by {old.owner} and by {spec.owner}. "
-                "Uninstall or block one of them (GEM_CORE_BLOCK_PLUGINS), or pass override=True."
+                "Uninstall or block one of them (GEM_CORE_BLOCK_PLUGINS); at runtime, register(..., override=True) "
+                "replaces it."
             )
         self._specs[key] = spec
 
@@ -290,6 +296,8 @@ class Registry:
         self.aliases: dict[str, EnvAlias] = {}
         #: Namespace -> the distribution that owns it (declared in a plugin manifest).
         self.namespace_owners: dict[str, str] = {}
+        #: Labels of plugins that failed to load, named when an id is not found (they may provide it).
+        self.unavailable: list[str] = []
         self._lock = threading.RLock()
 
     def claim_namespace(self, namespace: str, owner: str) -> None:
@@ -429,6 +437,11 @@ class Registry:
             parts.append("Did you mean " + ", ".join(repr(c) for c in close) + "?")
         plugins = sorted({f"{s.distribution or s.plugin}" for s in self.envs.values() if s.distribution or s.plugin})
         parts.append("Installed env plugins: " + (", ".join(plugins) if plugins else "none") + ".")
+        if self.unavailable:
+            parts.append(
+                f"{len(self.unavailable)} plugin(s) failed to load and may provide it: {', '.join(self.unavailable)};"
+                " 'gem plugins' says why."
+            )
         parts.append("Run 'gem list' to see every id, or install the package that provides it.")
         return " ".join(parts)
 
@@ -439,8 +452,8 @@ class Registry:
         *,
         wrappers: Sequence[WrapperRef] | None = None,
         **overrides: Any,
-    ) -> Env | AsyncEnv:
-        """Build the env registered under ``env_id``.
+    ) -> Any:
+        """Build the env registered under ``env_id`` (an :class:`~gem_core.core.Env` or ``AsyncEnv``).
 
         Args:
             env_id: A registered id or alias.
@@ -450,7 +463,8 @@ class Registry:
         Raises:
             EnvNotFound: unknown id.
             ConfigError: the constructor rejected the kwargs (the message names the field).
-            EntryPointError: the env module could not be imported.
+            EntryPointError: the env module could not be imported; names the distribution and
+                what to install.
         """
         spec, alias = self.resolve(env_id)
         if alias is not None and alias.deprecated:
@@ -458,13 +472,12 @@ class Registry:
             warnings.warn(
                 f"env id {env_id!r} is deprecated; use {alias.target!r} instead.{note}",
                 DeprecationWarning,
-                stacklevel=2,
+                stacklevel=caller_stacklevel(),
             )
         env = build(spec, overrides)
         for ref in (*spec.wrappers, *(wrappers or ())):
             env = self.apply_wrapper(env, ref)
-        made: Env | AsyncEnv = env
-        return made
+        return env
 
     def apply_wrapper(self, env: Any, ref: WrapperRef) -> Any:
         """Wrap ``env`` with a registered wrapper name, ``(name, kwargs)`` or a callable."""
@@ -494,12 +507,61 @@ class Registry:
         return _call_with_kwargs(spec.load(), f"tool {name!r}", (), {**spec.kwargs, **overrides})
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def caller_stacklevel(also_skip: Sequence[str] = ()) -> int:
+    """The ``stacklevel`` that makes a warning point at the first frame outside gem_core.
+
+    A deprecation met through ``gem_core.make`` (or a wrapper, or the CLI) is the caller's
+    to fix; the default filters only show a ``DeprecationWarning`` attributed to ``__main__``.
+
+    Args:
+        also_skip: Other package folders whose frames are skipped too (a shim over gem_core).
+    """
+    skipped = (_PACKAGE_DIR, *(os.path.join(os.path.abspath(p), "") for p in also_skip))
+    frame, level = sys._getframe(1), 1  # the function calling warnings.warn
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(skipped):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def build(spec: EnvSpec, overrides: Mapping[str, Any]) -> Any:
-    """Instantiate an env from its spec, validating kwargs against ``config_model`` if the class has one."""
-    factory = spec.load()
+    """Instantiate an env from its spec, validating kwargs against ``config_model`` if the class has one.
+
+    Raises:
+        EntryPointError: the env's module cannot be imported, or the entry point built no env;
+            the message names the distribution that declared the id and, for a missing
+            dependency, what to install.
+    """
+    try:
+        factory = spec.load()
+    except EntryPointError as exc:
+        raise EntryPointError(f"env {spec.id!r} from {spec.owner}: {exc}. {_import_fix(spec, exc)}") from exc
     env = _call_with_kwargs(factory, f"env {spec.id!r}", (), {**spec.kwargs, **overrides})
+    if not (callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None))):
+        raise EntryPointError(
+            f"env {spec.id!r} from {spec.owner}: its entry point {spec.load_target()!r} returned"
+            f" {type(env).__name__}, not an env (an object with reset and step). Fix the entry point in"
+            f" {spec.distribution or 'the package that declares it'}."
+        )
     env.spec = spec
     return env
+
+
+def _import_fix(spec: _Spec, exc: EntryPointError) -> str:
+    """What to do about an entry point that does not import: install the missing module, or reinstall."""
+    cause = exc.__cause__
+    dist = spec.distribution or "the package that provides it"
+    missing = cause.name if isinstance(cause, ModuleNotFoundError) and cause.name else None
+    top = missing.split(".")[0] if missing else None
+    own_top = spec.load_target().partition(":")[0].split(".")[0]
+    if top is not None and top != own_top and importlib.util.find_spec(top) is None:
+        return (
+            f"It imports {top!r}, which is not installed: install it (usually pip install {top}),"
+            f" or reinstall {dist} with its extras."
+        )
+    return f"Reinstall {dist} (with its extras), or report this to its authors."
 
 
 def _call_with_kwargs(factory: Any, what: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

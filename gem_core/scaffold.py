@@ -7,6 +7,8 @@ run the env checker through gem_core's pytest plugin, a README and a CI workflow
 
 from __future__ import annotations
 
+import importlib.metadata as md
+import importlib.util
 import re
 from pathlib import Path
 from string import Template
@@ -17,6 +19,23 @@ __all__ = ["KINDS", "scaffold"]
 
 KINDS = ("env", "tool")
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+#: gem's own distributions (and GEM's): a package of the same name would replace one of them on install.
+RESERVED_DISTRIBUTIONS: frozenset[str] = frozenset(
+    {
+        "gem-core", "gem-games", "gem-code", "gem-math", "gem-qa", "gem-reasoning-gym", "gem-dataset-env",
+        "gem-tool-python", "gem-tool-search", "gem-tool-mcp", "gem-trl", "gem-verl", "gem-rl2", "gem-openrlhf",
+        "gem-oat", "gem-compat", "gem-llm", "gem-rg",
+    }
+)  # fmt: skip
+#: Their import packages.
+RESERVED_PACKAGES: frozenset[str] = frozenset(
+    {
+        "gem", "gem_core", "gem_games", "gem_code", "gem_math", "gem_qa", "gem_rg", "gem_dataset_env",
+        "gem_tool_python", "gem_tool_search", "gem_tool_mcp", "gem_trl", "gem_verl", "gem_rl2", "gem_openrlhf",
+        "gem_oat", "gem_compat", "gem_llm",
+    }
+)  # fmt: skip
 
 _PYPROJECT = """\
 [build-system]
@@ -49,7 +68,8 @@ $name = "$package.plugin"
 include = ["$package*"]
 
 [tool.pytest.ini_options]
-filterwarnings = ["error"]
+# Another installed package's broken plugin is reported, not this package's failure.
+filterwarnings = ["error", "default::gem_core.errors.PluginWarning"]
 """
 
 _PLUGIN_ENV = '''\
@@ -158,7 +178,7 @@ def plugin_manifest() -> PluginManifest:
 @hookimpl
 def register_tools() -> list[ToolSpec]:
     # make_tool("$name", **kwargs) calls the entry point with the spec's kwargs and the caller's.
-    return [ToolSpec(name="$name", entry_point="$package.tool:ShoutTool", description="Upper-cases text.")]
+    return [ToolSpec(name="$name", entry_point="$package.tool:$tool_class", description="Upper-cases text.")]
 '''
 
 _TOOL = '''\
@@ -171,7 +191,7 @@ from typing import Any
 from gem_core.tools import Tool, ToolResult
 
 
-class ShoutTool(Tool):
+class $tool_class(Tool):
     """Returns the text it is given in upper case."""
 
     name = "$name"
@@ -276,6 +296,11 @@ def scaffold(kind: str, name: str, directory: Path | None = None) -> list[Path]:
             f"(it becomes the {'namespace' if kind == 'env' else 'tool name'}); try {suggestion!r}"
         )
     dist, package = f"gem-{name.replace('_', '-')}", f"gem_{name}"
+    taken = _collisions(kind, name, dist, package)
+    if taken:
+        raise ConfigError(
+            f"gem new {kind} {name}: {'; '.join(taken)}. Pick another name, e.g. {name + '_' + kind + 's'!r}."
+        )
     root = Path(directory) if directory is not None else Path.cwd() / dist
     if root.exists():
         raise ConfigError(f"{root} exists already; pick another name or --dir")
@@ -294,6 +319,7 @@ def scaffold(kind: str, name: str, directory: Path | None = None) -> list[Path]:
         "listing": f"list --namespace {name}" if kind == "env" else "plugins",
         "summary": f"Text environments in the {name!r} namespace." if kind == "env" else f"The {name!r} tool.",
         "tests_note": ", including the env checker on every id" if kind == "env" else "",
+        "tool_class": "".join(part.capitalize() for part in name.split("_")) + "Tool",
     }
     files = {
         "pyproject.toml": _PYPROJECT,
@@ -311,3 +337,37 @@ def scaffold(kind: str, name: str, directory: Path | None = None) -> list[Path]:
         path.write_text(Template(template).substitute(values))
         written.append(path)
     return written
+
+
+def _collisions(kind: str, name: str, dist: str, package: str) -> list[str]:
+    """Why the names the package would get are taken: each reason, or nothing."""
+    reasons = []
+    installed = _installed(dist)
+    if dist in RESERVED_DISTRIBUTIONS or installed:
+        what = "is one of gem's own packages" if dist in RESERVED_DISTRIBUTIONS else f"is installed ({installed})"
+        reasons.append(f"the distribution would be {dist!r}, which {what}: installing it would replace that one")
+    if package in RESERVED_PACKAGES or importlib.util.find_spec(package) is not None:
+        reasons.append(f"the import package would be {package!r}, which exists already")
+    reasons += _registered(kind, name)
+    return reasons
+
+
+def _installed(dist: str) -> str | None:
+    try:
+        return f"{dist} {md.version(dist)}"
+    except md.PackageNotFoundError:
+        return None
+
+
+def _registered(kind: str, name: str) -> list[str]:
+    """The namespace or tool name is already in use by an installed package (or reserved for gem's)."""
+    from gem_core.plugins import GEM_NAMESPACES, get_discovery
+
+    registry = get_discovery().registry
+    if kind == "tool":
+        spec = registry.tools.get(name)
+        return [f"tool {name!r} is registered already by {spec.owner}"] if spec is not None else []
+    owner = registry.namespace_owners.get(name) or GEM_NAMESPACES.get(name)
+    if owner is None and registry.env_ids(namespace=name):
+        owner = registry.spec(registry.env_ids(namespace=name)[0]).owner
+    return [f"namespace {name!r} belongs to {owner}"] if owner else []

@@ -1,13 +1,14 @@
-"""Command-line values the adapters' dataset builders share: seed lists and JSON-object options."""
+"""Command-line values the CLIs and the adapters' dataset builders share: seeds, JSON objects, ``--kw`` pairs."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from gem_core.errors import ConfigError
 
-__all__ = ["parse_json_object", "parse_seeds"]
+__all__ = ["parse_json_object", "parse_kwargs", "parse_seeds"]
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -48,3 +49,21 @@ def parse_json_object(text: str | None, flag: str) -> dict[str, Any] | None:
     if not isinstance(value, dict):
         raise ConfigError(f"{flag} must be a JSON object, got {type(value).__name__}")
     return value
+
+
+def parse_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
+    """``--kw key=value`` pairs; values are JSON when they parse as JSON, else strings.
+
+    Raises:
+        ConfigError: a pair without ``=`` or without a key.
+    """
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--kw expects key=value, got {pair!r}")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out

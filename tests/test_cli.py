@@ -8,7 +8,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import hypothesis
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gem_core.cli import (
     COMMANDS,
@@ -180,7 +183,16 @@ class RaisingEnv(NumberGuessEnv):
         return super().step(action)
 
 
-def setup_plugins(fakes: Fakes, *, broken: bool = False, duplicate: bool = False, intruder: bool = False) -> None:
+class BadCloseEnv(NumberGuessEnv):
+    config_model = None
+
+    def close(self) -> None:
+        raise OSError("close boom")
+
+
+def setup_plugins(
+    fakes: Fakes, *, broken: bool = False, duplicate: bool = False, intruder: bool = False, strict: bool = False
+) -> None:
     """A good plugin that owns namespace 'fake', plus the trouble asked for."""
 
     def manifest() -> PluginManifest:
@@ -203,6 +215,8 @@ def setup_plugins(fakes: Fakes, *, broken: bool = False, duplicate: bool = False
     if intruder:
         fakes.module("fake_intruder", register_envs=lambda: [EnvSpec(id="fake:Other-v0", entry_point=REF)])
         eps.append(fakes.ep("intruder", "fake_intruder", "gem-intruder", "0.1"))
+    if strict:
+        fakes.monkeypatch.setenv("GEM_CORE_STRICT_PLUGINS", "1")
     fakes.install(*eps)
 
 
@@ -211,6 +225,8 @@ def register_raising() -> None:
 
     gem_core.register("cli:Raises-v0", RaisingEnv)
     gem_core.register("cli:Missing-v0", "gem_no_such_module_xyz.envs:Env")
+    gem_core.register("cli:Dict-v0", dict)  # an entry point that builds no env
+    gem_core.register("cli:BadClose-v0", BadCloseEnv)
 
 
 EXIT_CASES = [
@@ -228,13 +244,20 @@ EXIT_CASES = [
     ("bad-option", {}, ["list", "--frobnicate"], EXIT_BAD_INPUT, ""),
     ("bad-kw", {}, ["play", "core:NumberGuess-v0", "--kw", "high=lots"], EXIT_BAD_INPUT, "valid integer"),
     ("bad-kw-check", {}, ["check", "core:NumberGuess-v0", "--kw", "high=lots"], EXIT_BAD_INPUT, "valid integer"),
-    ("broken-list", {"broken": True}, ["list"], EXIT_PLUGIN_ERROR, "pip install fake_missing_module_xyz"),
+    # a broken plugin is left out: list works (exit 0) and says what did not load
+    ("broken-list", {"broken": True}, ["list"], EXIT_OK, "'fake_missing_module_xyz', which does not exist"),
+    ("broken-list-strict", {"broken": True, "strict": True}, ["list"], EXIT_PLUGIN_ERROR, "fake_missing_module_xyz"),
     ("broken-plugins", {"broken": True}, ["plugins"], EXIT_PLUGIN_ERROR, "broken  [gem-broken 9.9]  broken"),
-    ("duplicate-list", {"duplicate": True}, ["list"], EXIT_PLUGIN_ERROR, "registered twice"),
-    ("duplicate-plugins", {"duplicate": True}, ["plugins"], EXIT_PLUGIN_ERROR, "registered twice"),
-    ("duplicate-check", {"duplicate": True}, ["check", "free:Both-v0"], EXIT_PLUGIN_ERROR, "twice"),
-    ("intruder-list", {"intruder": True}, ["list"], EXIT_PLUGIN_ERROR, "which gem-good owns"),
+    ("broken-check-all", {"broken": True}, ["check", "--all"], EXIT_PLUGIN_ERROR, "gem-broken 9.9"),
+    ("duplicate-list", {"duplicate": True}, ["list"], EXIT_OK, "gem keeps 'dup'"),
+    ("duplicate-plugins", {"duplicate": True}, ["plugins"], EXIT_PLUGIN_ERROR, "again by plugin 'good'"),
+    ("duplicate-check", {"duplicate": True}, ["check", "free:Both-v0"], EXIT_OK, "ok    free:Both-v0"),
+    ("intruder-list", {"intruder": True}, ["list"], EXIT_OK, "which gem-good owns"),
+    ("intruder-check-ns", {"intruder": True}, ["check", "--all", "-n", "fake"], EXIT_OK, "ok    fake:Maze-v0"),
     ("missing-ep-play", {}, ["play", "cli:Missing-v0"], EXIT_PLUGIN_ERROR, "gem_no_such_module_xyz"),
+    ("not-an-env-play", {}, ["play", "cli:Dict-v0"], EXIT_PLUGIN_ERROR, "returned dict, not an env"),
+    ("not-an-env-check", {}, ["check", "cli:Dict-v0"], EXIT_PLUGIN_ERROR, "returned dict, not an env"),
+    ("close-raises-play", {}, ["play", "cli:BadClose-v0"], EXIT_CHECK_FAILED, "raised in close(): OSError"),
     ("missing-ep-check", {}, ["check", "cli:Missing-v0"], EXIT_PLUGIN_ERROR, "gem_no_such_module_xyz"),
 ]
 
@@ -287,6 +310,7 @@ def test_plugins_lists_broken_plugins_with_the_others(fakes: Fakes) -> None:
     assert code == EXIT_PLUGIN_ERROR
     assert "good  [gem-good 1.0]  loaded" in out and "owns namespaces: fake" in out
     assert "broken  [gem-broken 9.9]  broken" in out and "error: cannot load plugin 'broken'" in out
+    assert "fake:Maze-v0" in out
     code, out = run("plugins", "--json")
     assert {p["name"]: p["status"] for p in json.loads(out)}["broken"] == "broken"
 
@@ -296,21 +320,141 @@ def test_check_id_is_not_failed_by_another_distribution(fakes: Fakes, capsys: py
     assert run("check", "fake:Maze-v0") == (EXIT_OK, "ok    fake:Maze-v0\n")
     assert run("check", "--all", "-n", "fake")[0] == EXIT_OK
     assert run("info", "fake:Maze-v0")[0] == EXIT_OK
-    assert "ignoring broken plugins not needed here: plugin 'broken'" in capsys.readouterr().err
-    # an id that is not registered may come from the broken plugin: that is the plugin's error
+    assert "plugins with problems, not needed here: plugin 'broken' from gem-broken 9.9" in capsys.readouterr().err
+    # an id in the namespace a broken plugin is named for: that plugin's error (exit 3)
     assert run("check", "broken:Thing-v0")[0] == EXIT_PLUGIN_ERROR
-    assert "a broken plugin may provide it" in capsys.readouterr().err
+    assert "'fake_missing_module_xyz', which does not exist" in capsys.readouterr().err
+    # any other unknown id: exit 2, and the message names the plugins that did not load
+    assert run("info", "other:Thing-v0")[0] == EXIT_BAD_INPUT
+    assert "failed to load and may provide it: plugin 'broken' from gem-broken 9.9" in capsys.readouterr().err
 
 
-def test_skip_broken_plugins_makes_list_succeed(fakes: Fakes, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GEM_CORE_SKIP_BROKEN_PLUGINS", "1")
-    setup_plugins(fakes, broken=True)
-    with pytest.warns(Warning, match="gem-broken 9.9"):
-        code, out = run("list")
-    assert code == EXIT_OK and "fake:Maze-v0" in out
+def test_list_reports_what_did_not_load(fakes: Fakes, capsys: pytest.CaptureFixture[str]) -> None:
+    setup_plugins(fakes, broken=True, intruder=True)
+    code, out = run("list", "--json")
+    err = capsys.readouterr().err
+    assert code == EXIT_OK
+    assert {r["id"]: r["version"] for r in json.loads(out)}["fake:Maze-v0"] == "1.0"
+    assert "2 plugin problem(s); everything else works" in err
+    assert "gem-broken 9.9" in err and "gem-intruder 0.1" in err and "Traceback" not in err
+
+
+def test_info_shows_the_version(fakes: Fakes) -> None:
+    setup_plugins(fakes)
+    code, out = run("info", "fake:Maze-v0")
+    assert code == EXIT_OK and re.search(r"^distribution\s+gem-good 1\.0$", out, flags=re.M)
 
 
 def test_every_command_is_documented() -> None:
     text = (ROOT / "docs" / "cli.md").read_text()
     for name in COMMANDS:
         assert f"`gem {name}" in text, f"gem {name} is missing from docs/cli.md"
+
+
+# ---------------------------------------------------------------- gem play on envs that break the contract
+
+_VALUES = st.one_of(
+    st.none(),
+    st.integers(),
+    st.text(max_size=5),
+    st.lists(st.integers(), max_size=6).map(tuple),
+    st.tuples(
+        st.text(max_size=3),
+        st.one_of(st.none(), st.text(max_size=3), st.floats()),
+        st.booleans(),
+        st.booleans(),
+        st.just({}),
+    ),
+    st.tuples(st.integers(), st.dictionaries(st.text(max_size=2), st.integers(), max_size=2)),
+)
+
+
+class ReturnsWhatItIsTold(NumberGuessEnv):
+    """reset or step returns a given value instead of the contract's tuple."""
+
+    config_model = None
+    reset_value: object = None
+    step_value: object = None
+
+    def __init__(self, phase: str = "step") -> None:
+        super().__init__()
+        self.phase = phase
+
+    def reset(self, *, seed=None, options=None):  # type: ignore[no-untyped-def]
+        real = super().reset(seed=seed, options=options)
+        return type(self).reset_value if self.phase == "reset" else real
+
+    def step(self, action: str):  # type: ignore[no-untyped-def]
+        return type(self).step_value
+
+
+def _is_valid(value: object, phase: str) -> bool:
+    from gem_core.testing import _check_reset_return, _check_step_return
+
+    try:
+        _check_reset_return(value) if phase == "reset" else _check_step_return(value, "3")
+    except Exception:
+        return False
+    return True
+
+
+@settings(max_examples=40, deadline=None)
+@given(value=_VALUES, phase=st.sampled_from(["reset", "step"]))
+def test_play_reports_a_wrong_return_as_a_typed_error(value: object, phase: str) -> None:
+    """Whatever reset or step returns, gem play answers with the contract it broke (exit 1), never a traceback."""
+    import contextlib
+
+    import gem_core
+
+    hypothesis.assume(not _is_valid(value, phase))
+    setattr(ReturnsWhatItIsTold, f"{phase}_value", value)
+    gem_core.register("cli:Returns-v0", ReturnsWhatItIsTold, override=True)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(
+            ["play", "cli:Returns-v0", "--kw", f"phase={phase}"],
+            stdout=io.StringIO(),
+            stdin=io.StringIO("3\n"),
+            stderr=err,
+        )
+    assert code == EXIT_CHECK_FAILED
+    assert f"broke the Env contract: {phase}(" in err.getvalue() and "Traceback" not in err.getvalue()
+
+
+# ---------------------------------------------------------------- gem eval: configuration errors exit 2, up front
+
+
+def test_eval_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.eval.test_backends import ScriptedServer
+
+    server = ScriptedServer([])
+    try:
+        base = ["eval", "m", "core:NumberGuess-v0", "--base-url", server.url, "-n", "2", "--no-progress"]
+        cases = [
+            (["--kw", "max_turns=abc"], EXIT_BAD_INPUT, "max_turns"),
+            (["--wrapper", 'tools:{"tools": ["ecoh"]}'], EXIT_BAD_INPUT, "Did you mean 'echo'"),
+            (["--kw", "nonsense=1"], EXIT_BAD_INPUT, "nonsense"),
+        ]
+        for extra, code, text in cases:
+            got = run(*base, *extra)[0]
+            err = capsys.readouterr().err
+            assert (got, text in err) == (code, True), err
+            assert len(server.requests) == 0  # nothing was sent: it failed before any episode
+        down = base[:]
+        down[4] = "http://127.0.0.1:9/v1"  # the discard port: nothing listens
+        assert run(*down)[0] == EXIT_BAD_INPUT
+        assert "nothing answers at --base-url http://127.0.0.1:9/v1" in capsys.readouterr().err
+    finally:
+        server.close()
+
+
+def test_eval_exits_1_when_every_episode_failed_for_one_cause(capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.eval.test_backends import ScriptedServer
+
+    server = ScriptedServer([(400, {"error": "no such model"}, {})] * 4)
+    try:
+        argv = ["eval", "m", "core:NumberGuess-v0", "--base-url", server.url, "-n", "2", "--no-progress"]
+        assert run(*argv)[0] == EXIT_CHECK_FAILED
+        assert "every episode failed; the most common cause: EvalBackendError" in capsys.readouterr().err
+    finally:
+        server.close()

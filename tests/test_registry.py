@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -213,3 +214,39 @@ def test_tools(registry: Registry) -> None:
 def test_unknown_declaration_type() -> None:
     with pytest.raises(RegistrationError, match="cannot register dict"):
         Registry().add({"id": "a:B"})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("module_source", "message"),
+    [
+        (None, r"from pkgplug \(gem-pkg\).*Reinstall gem-pkg"),
+        ("import a_dependency_nobody_installed_xyz\n", "imports 'a_dependency_nobody_installed_xyz'.*pip install"),
+    ],
+    ids=["env-module-missing", "dependency-missing"],
+)
+def test_make_names_the_distribution_and_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module_source: str | None, message: str
+) -> None:
+    if module_source is not None:
+        (tmp_path / "gem_pkg_env_xyz.py").write_text(module_source)
+        monkeypatch.syspath_prepend(str(tmp_path))
+    reg = Registry()
+    reg.add(EnvSpec(id="pkg:Env-v0", entry_point="gem_pkg_env_xyz:Env", distribution="gem-pkg", plugin="pkgplug"))
+    with pytest.raises(EntryPointError, match=message):
+        reg.make("pkg:Env-v0")
+
+
+def test_deprecation_points_at_the_callers_line() -> None:
+    """Through gem_core.make the warning is attributed to the calling code (shown outside pytest too)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import gem_core\n"
+        "from gem_core.registry import EnvAlias\n"
+        "from gem_core.plugins import get_registry\n"
+        "get_registry().add(EnvAlias(id='core:Old-v0', target='core:NumberGuess-v0', deprecated=True), override=True)\n"
+        "gem_core.make('core:Old-v0')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "<string>:5: DeprecationWarning: env id 'core:Old-v0' is deprecated" in proc.stderr

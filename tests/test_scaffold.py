@@ -67,3 +67,42 @@ def test_scaffolded_env_passes_check_in_process(tmp_path: Path, fakes: Fakes, mo
     out = io.StringIO()
     assert main(["check", "--all", "--namespace", "maze"], stdout=out) == EXIT_OK, out.getvalue()
     assert "2 ok, 0 failed" in out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "reason"),
+    [
+        ("env", "core", "distribution would be 'gem-core', which is one of gem's own packages"),
+        ("env", "games", "distribution would be 'gem-games'"),
+        ("env", "game", "namespace 'game' belongs to gem-games"),
+        ("tool", "tool_python", "distribution would be 'gem-tool-python'"),
+        ("tool", "echo", "tool 'echo' is registered already"),
+        ("env", "compat", "import package would be 'gem_compat'"),
+        ("env", "rg", "'gem-rg'"),
+    ],
+    ids=["core", "games", "game-namespace", "python-tool", "echo-tool", "compat", "rg"],
+)
+def test_names_that_collide_are_refused(tmp_path: Path, kind: str, name: str, reason: str) -> None:
+    with pytest.raises(ConfigError, match=reason):
+        scaffold(kind, name, tmp_path / "pkg")
+    assert not (tmp_path / "pkg").exists()
+
+
+def test_an_installed_distribution_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.metadata as md
+
+    real = md.version
+
+    def version(dist: str) -> str:
+        return "3.1" if dist == "gem-ladder" else real(dist)
+
+    monkeypatch.setattr(md, "version", version)
+    with pytest.raises(ConfigError, match=r"'gem-ladder', which is installed \(gem-ladder 3.1\)"):
+        scaffold("env", "ladder", tmp_path / "pkg")
+
+
+@pytest.mark.parametrize(("name", "cls"), [("rot13", "Rot13Tool"), ("word_count", "WordCountTool")])
+def test_tool_class_is_named_after_the_tool(tmp_path: Path, name: str, cls: str) -> None:
+    scaffold("tool", name, tmp_path / "pkg")
+    assert f"class {cls}(Tool):" in (tmp_path / "pkg" / f"gem_{name}" / "tool.py").read_text()
+    assert f"tool:{cls}" in (tmp_path / "pkg" / f"gem_{name}" / "plugin.py").read_text()

@@ -9,7 +9,8 @@ import os
 import sys
 from typing import Any, TextIO
 
-from gem_core.errors import ConfigError
+from gem_core.errors import ConfigError, EnvCheckError, GemCoreError
+from gem_core.seeds import parse_kwargs
 
 __all__ = ["cmd_eval", "cmd_view", "eval_arguments", "view_arguments"]
 
@@ -125,9 +126,56 @@ def _wrappers(specs: list[Any]) -> list[Any]:
     return out
 
 
+def _preflight_envs(settings: Any) -> None:
+    """Build and close each env once with the run's kwargs and wrappers, before any episode.
+
+    A bad ``--kw``, a misspelled tool or wrapper, an unknown id fail here (exit 2) rather
+    than as the same error recorded in every episode.
+    """
+    import warnings
+
+    from gem_core.api import make
+
+    for env_id in settings.env_ids:
+        try:
+            with warnings.catch_warnings():  # a deprecated alias warns again in the run
+                warnings.simplefilter("ignore", DeprecationWarning)
+                env = make(env_id, wrappers=list(settings.wrappers) or None, **settings.env_kwargs)
+            env.close() if not asyncio.iscoroutinefunction(env.close) else asyncio.run(env.close())
+        except GemCoreError as exc:
+            raise type(exc)(f"{env_id}: {exc}") from exc
+        except Exception as exc:
+            raise EnvCheckError(f"cannot build {env_id} with these settings: {type(exc).__name__}: {exc}") from exc
+
+
+def _probe_server(base_url: str, timeout_s: float) -> None:
+    """Fail before the run if nothing answers at ``base_url`` (any HTTP answer counts as up)."""
+    import httpx
+
+    try:
+        httpx.get(f"{base_url.rstrip('/')}/models", timeout=min(timeout_s, 10.0))
+    except httpx.HTTPError as exc:
+        raise ConfigError(
+            f"nothing answers at --base-url {base_url} ({type(exc).__name__}: {exc}). Start the server, or fix the URL."
+        ) from None
+
+
+def _common_failure(records: list[dict[str, Any]]) -> str | None:
+    """The cause when every episode failed (the most frequent one), else ``None``."""
+    errors = [r.get("error") for r in records]
+    if not errors or not all(errors):
+        return None
+    causes = [str(e) for e in errors]
+    return max(set(causes), key=causes.count)
+
+
 def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
-    """Run an evaluation; 0 when every episode ran (failed episodes are in the summary, not the exit code)."""
-    from gem_core.cli import _parse_kwargs
+    """Run an evaluation.
+
+    Returns:
+        0 when episodes ran (failed episodes are in the summary); 1 when every episode failed
+        (the cause is written to stderr). Configuration errors raise (exit 2).
+    """
     from gem_core.episode import EpisodeLimits
     from gem_core.eval.backends import Sampling, make_backend
     from gem_core.eval.report import plot, print_summary, summary_json
@@ -147,7 +195,7 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
             system_prompt=o.get("system_prompt"),
         ),
         concurrency=int(o["concurrency"]),
-        env_kwargs=_parse_kwargs(o["kw"]) if isinstance(o["kw"], list) else dict(o["kw"]),
+        env_kwargs=parse_kwargs(o["kw"]) if isinstance(o["kw"], list) else dict(o["kw"]),
         wrappers=_wrappers(list(o["wrapper"])),
         trace_path=o.get("trace"),
         resume=bool(o.get("resume")),
@@ -158,6 +206,9 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
         max_tokens=int(o.get("max_turn_tokens") or 256),
         seed=o.get("sampling_seed"),
     )
+    _preflight_envs(settings)
+    if o["backend"] == "openai" and o.get("base_url"):
+        _probe_server(o["base_url"], float(o["timeout"]))
     backend = make_backend(
         o["backend"],
         o["model"],
@@ -179,6 +230,10 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
         plot(summaries, records, o["plot"], title=f"{o['model']} ({o['backend']})")
         if not o.get("json"):
             out.write(f"plot: {o['plot']}\n")
+    cause = _common_failure(records)
+    if cause is not None:
+        sys.stderr.write(f"gem eval: every episode failed; the most common cause: {cause}\n")
+        return 1
     return 0
 
 

@@ -185,3 +185,159 @@ def test_migration_doc_covers_every_name() -> None:
     doc = DOC.read_text()
     for name in [*gem.__all__, *WRAPPER_FACTORY]:
         assert re.search(rf"`(?:gem\.)?{re.escape(name)}\b", doc), name
+
+
+# ---------------------------------------------------------------- GEM's utilities, classes by path, GEM-era kwargs
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_PLAIN = st.text(alphabet=st.characters(blacklist_characters="{}\\<>`"), max_size=20)
+
+
+@settings(max_examples=50, deadline=None)
+@given(before=_PLAIN, answer=_PLAIN, after=_PLAIN)
+def test_parsing_finds_the_last_answer_whatever_surrounds_it(before: str, answer: str, after: str) -> None:
+    from gem.utils.parsing import extract_code_from_model, extract_last_boxed_answer, extract_last_tagged_answer
+
+    assert extract_last_boxed_answer(f"{before}\\boxed{{x}}{before}\\boxed{{{answer}}}{after}") == answer
+    assert extract_last_boxed_answer(f"{before}\\boxed{{{{{answer}}}}}{after}") == f"{{{answer}}}"  # nested braces
+    assert extract_last_boxed_answer(before + after) is None
+    assert extract_last_tagged_answer(f"<answer>x</answer>{before}<answer>{answer}</answer>{after}") == answer.strip()
+    assert extract_code_from_model(f"{before}\n```python\n{answer}\n```{after}") == answer.strip()
+    assert extract_code_from_model(before) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("\\boxed{1", None), ("\\fbox{2}", None), ("a \\fbox{2} b", None), ("\\boxed{}", "")],
+    ids=["unclosed", "fbox-is-found-but-not-unboxed", "fbox-in-text", "empty"],
+)
+def test_parsing_edge_cases(text: str, expected: str | None) -> None:
+    from gem.utils.parsing import extract_last_boxed_answer, last_boxed_only_string
+
+    assert extract_last_boxed_answer(text) == expected
+    if "fbox" in text:
+        assert last_boxed_only_string(text) == "\\fbox{2}"
+
+
+def test_debug_selective_step_on_a_vector_env(capsys: pytest.CaptureFixture[str]) -> None:
+    """As GEM's own test_game.py drives it: a random subset of envs stepped each turn, sub-envs read via .envs."""
+    from gem.utils.debug import run_and_print_episode_with_random_selection
+
+    envs = gem.make_vec(["game:GuessTheNumber-v0-easy", "game:Sudoku-v0-easy"], async_mode=True, max_turns=3)
+    try:
+        run_and_print_episode_with_random_selection(
+            envs, lambda _: [e.sample_random_action() for e in envs.envs], ignore_done=True, max_steps=4, seed=0
+        )
+    finally:
+        envs.close()
+    out = capsys.readouterr().out
+    assert out.count("Step ") == 4 and "----TIME:" in out
+
+
+def test_debug_prints_an_episode(capsys: pytest.CaptureFixture[str]) -> None:
+    from gem.utils.debug import run_and_print_episode
+
+    env = gem.make("game:GuessTheNumber-v0-easy")
+    run_and_print_episode(env, lambda obs: "\\boxed{5}", max_steps=3)
+    out = capsys.readouterr().out
+    assert out.count("---------- action ----------") <= 3 and "\\boxed{5}" in out and "----TIME:" in out
+
+
+def test_async_vector_env_has_envs_like_gem() -> None:
+    envs = gem.make_vec("game:GuessTheNumber-v0-easy", num_envs=3, async_mode=True)
+    try:
+        assert len(envs.envs) == 3 and all(hasattr(e, "step") for e in envs.envs)
+        assert envs.env_ids == ["game:GuessTheNumber-v0-easy"] * 3
+        obs, _ = envs.reset(seed=0)
+        assert len(obs) == 3
+    finally:
+        envs.close()
+
+
+@pytest.mark.parametrize("key", ["seed", "verbose"])
+def test_gem_era_constructor_kwargs_warn_and_are_dropped(key: str) -> None:
+    with pytest.warns(DeprecationWarning, match=f"GEM-era constructor argument {key}= is ignored") as record:
+        env = gem.make("game:GuessTheNumber-v0-easy", **{key: 3})
+    assert record[0].filename == __file__  # attributed to the caller's line
+    assert isinstance(env.reset(seed=0)[0], str)
+    if key != "seed":  # make_vec takes seed= itself (accepted, not passed on, as documented)
+        with pytest.warns(DeprecationWarning, match=key):
+            envs = gem.make_vec("game:GuessTheNumber-v0-easy", num_envs=2, **{key: 3})
+        envs.close()
+    with pytest.raises(gem_core.errors.ConfigError, match="frobnicate"):  # anything else is still refused
+        gem.make("game:GuessTheNumber-v0-easy", frobnicate=1)
+
+
+def test_gem_vector_classes_take_gem_arguments() -> None:
+    from gem.vector.sync_vector_env import SyncVectorEnv
+    from gem.vector.vector_env import AutoresetMode
+
+    ids = ["game:GuessTheNumber-v0-easy"] * 2
+    envs = SyncVectorEnv(ids, [lambda: gem.make(ids[0])] * 2)
+    try:
+        assert envs.autoreset_mode == AutoresetMode.SAME_STEP and envs.env_ids == ids
+        envs.reset(seed=1)
+        _, rewards, *_ = envs.step({0: "\\boxed{3}"})  # GEM's selective step: only env 0
+        assert len(rewards) == 1
+    finally:
+        envs.close()
+
+
+def test_gem_tool_classes_by_path_with_gem_arguments() -> None:
+    from gem.tools.python_code_tool import PythonCodeTool
+    from gem.tools.tool_env_wrapper import ToolEnvWrapper
+
+    env = ToolEnvWrapper(
+        gem.make("game:GuessTheNumber-v0-easy"),
+        tools=[PythonCodeTool(timeout=3)],
+        tool_reward=0.05,
+        tool_success_reward=0.25,
+        max_tool_uses=5,
+    )
+    try:
+        env.reset(seed=0)
+        obs, reward, *_ = env.step("<python>print(6 * 7)</python>")
+        assert "42" in obs and reward == pytest.approx(0.3)
+    finally:
+        env.close()
+
+
+GEM_PATHS = [
+    ("gem.envs.code_env", "CodeEnv", "gem-code"),
+    ("gem.envs.math_env", "MathEnv", "gem-math"),
+    ("gem.envs.qa_env", "QaEnv", "gem-qa"),
+    ("gem.envs.reasoning_gym", "ReasoningGymEnv", "gem-reasoning-gym"),
+    ("gem.tools.python_code_tool", "PythonCodeTool", "gem-tool-python"),
+    ("gem.tools.search_tool", "SearchTool", "gem-tool-search"),
+    ("gem.tools.mcp_tool", "MCPTool", "gem-tool-mcp"),
+    ("gem.tools.tool_env_wrapper", "ToolEnvWrapper", "gem-core"),
+    ("gem.vector.vector_env", "VectorEnv", "gem-core"),
+    ("gem.vector.sync_vector_env", "SyncVectorEnv", "gem-core"),
+    ("gem.vector.async_vector_env", "AsyncVectorEnv", "gem-core"),
+]
+
+
+@pytest.mark.parametrize(("module", "name", "dist"), GEM_PATHS, ids=[m for m, _, _ in GEM_PATHS])
+def test_gem_module_paths_import_or_name_the_package(module: str, name: str, dist: str) -> None:
+    """Each GEM path gives its class when the gem package behind it is installed, else says what to install."""
+    import importlib
+    import importlib.util
+
+    provider = dist.replace("-", "_").replace("reasoning_gym", "rg")
+    installed = importlib.util.find_spec(provider) is not None
+    if installed:
+        assert isinstance(getattr(importlib.import_module(module), name), type)
+    else:
+        with pytest.raises(ImportError, match=f"pip install {dist}"):
+            importlib.import_module(module)
+    assert f"`{module}" in DOC.read_text(), f"{module} is missing from the migration table"
+
+
+@pytest.mark.parametrize("module", ["gem.multiagent", "gem.envs.multiagent"])
+def test_multiagent_says_why_not(module: str) -> None:
+    import importlib
+
+    with pytest.raises(ImportError, match=r"migrating-from-gem\.md#multi-agent"):
+        importlib.import_module(module)

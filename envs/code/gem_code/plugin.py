@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gem_core.hookspecs import hookimpl
-from gem_core.registry import EnvSpec
+from gem_core.registry import EnvSpec, PluginManifest
 from gem_dataset_env.specs import HubDataset, dataset_spec, hub_specs
 
 _ENV = "gem_code.env:CodeEnv"
@@ -17,6 +17,12 @@ HUB_DATASETS: tuple[HubDataset, ...] = (
     ("code:PrimeIntellect15k", "axon-rl/PrimeIntellect-15k", "train", "PrimeIntellect verifiable code (15k)."),
     ("eval:CodeContest", "axon-rl/CodeContest", "test", "CodeContests test split."),
 )
+
+
+@hookimpl
+def plugin_manifest() -> PluginManifest:
+    # The ids in these namespaces are this package's; another distribution's there are refused.
+    return PluginManifest(api_version=1, namespaces=("code",))
 
 
 @hookimpl

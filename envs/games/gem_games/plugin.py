@@ -11,10 +11,16 @@ from __future__ import annotations
 import importlib
 
 from gem_core.hookspecs import hookimpl
-from gem_core.registry import EnvAlias, EnvSpec
+from gem_core.registry import EnvAlias, EnvSpec, PluginManifest
 
 #: The spec modules, each with a module-level ``SPECS`` list. Add a group by adding one line.
 SPEC_MODULES: tuple[str, ...] = ("gem_games.specs_a", "gem_games.specs_b")
+
+
+@hookimpl
+def plugin_manifest() -> PluginManifest:
+    # The ids in these namespaces are this package's; another distribution's there are refused.
+    return PluginManifest(api_version=1, namespaces=("game",))
 
 
 @hookimpl

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gem_core.hookspecs import hookimpl
-from gem_core.registry import EnvSpec
+from gem_core.registry import EnvSpec, PluginManifest
 from gem_math.specs import PYTHON_TOOL_DEFAULTS, HubDataset, dataset_spec, hub_specs, tool_variant
 
 _ENV = "gem_math.env:MathEnv"
@@ -41,6 +41,12 @@ def math_specs() -> list[EnvSpec]:
     ]
     # Every math id also comes with the python tool: `math:GSM8K-python`, `eval:AIME24-python`...
     return plain + [tool_variant(spec, "python", ["python"], PYTHON_TOOL_DEFAULTS) for spec in plain]
+
+
+@hookimpl
+def plugin_manifest() -> PluginManifest:
+    # The ids in these namespaces are this package's; another distribution's there are refused.
+    return PluginManifest(api_version=1, namespaces=("math",))
 
 
 @hookimpl

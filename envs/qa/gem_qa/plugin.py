@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gem_core.hookspecs import hookimpl
-from gem_core.registry import EnvSpec
+from gem_core.registry import EnvSpec, PluginManifest
 from gem_dataset_env.specs import SEARCH_TOOL_DEFAULTS, HubDataset, dataset_spec, hub_specs, tool_variant
 
 _ENV = "gem_qa.env:QaEnv"
@@ -62,6 +62,12 @@ def qa_specs() -> list[EnvSpec]:
         tool_variant(spec, "search", ["search"], SEARCH_TOOL_DEFAULTS) for spec in (*qa, *samples) if "qa" in spec.tags
     ]
     return [*qa, *logic, *samples, *with_search]
+
+
+@hookimpl
+def plugin_manifest() -> PluginManifest:
+    # The ids in these namespaces are this package's; another distribution's there are refused.
+    return PluginManifest(api_version=1, namespaces=("qa", "logic"))
 
 
 @hookimpl

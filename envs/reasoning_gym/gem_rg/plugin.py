@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gem_core.hookspecs import hookimpl
-from gem_core.registry import EnvSpec
+from gem_core.registry import EnvSpec, PluginManifest
 from gem_rg.names import DATASET_NAMES, REASONING_GYM_VERSION
 
 #: ``composite`` mixes other datasets and has no default mix; this one makes ``rg:composite`` usable as is.
@@ -16,6 +16,12 @@ COMPOSITE_DEFAULT: dict[str, Any] = {
         {"name": "spell_backward", "weight": 1.0, "config": {}},
     ]
 }
+
+
+@hookimpl
+def plugin_manifest() -> PluginManifest:
+    # The ids in these namespaces are this package's; another distribution's there are refused.
+    return PluginManifest(api_version=1, namespaces=("rg",))
 
 
 @hookimpl

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import functools
+import os
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import gem_core
+from gem.vector.async_vector_env import AsyncVectorEnv
+from gem.vector.sync_vector_env import SyncVectorEnv
 from gem_core.errors import DuplicateIdError, InvalidIdError
-from gem_core.registry import ENV_ID_RE, EnvSpec
-from gem_core.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
+from gem_core.registry import ENV_ID_RE, EnvSpec, caller_stacklevel
+from gem_core.vector import AutoresetMode, VectorEnv
 from gem_core.vector.make import build_env
 
 __all__ = ["ENV_REGISTRY", "GemIdError", "make", "make_vec", "native_id", "print_envs", "register"]
@@ -54,9 +58,41 @@ def register(id: str, entry_point: str | Callable[..., Any], **kwargs: Any) -> N
     registry.register(target, entry_point, kwargs=kwargs, override=True)
 
 
+_GEM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the gem package
+
+#: Constructor kwargs GEM's envs took that gem-core's do not, and what replaces each.
+GEM_ERA_KWARGS: dict[str, str] = {
+    "seed": "seed episodes with env.reset(seed=...)",
+    "verbose": "gem-core envs do not print; drop it",
+}
+
+
+def _drop_gem_era_kwargs(spec: EnvSpec, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` without the GEM-era ones the env's config does not take, each with a DeprecationWarning."""
+    config = getattr(spec.load(), "config_model", None)
+    fields = getattr(config, "model_fields", None)
+    if fields is None:  # no config model: the constructor decides
+        return kwargs
+    kept = dict(kwargs)
+    for key in [k for k in kwargs if k in GEM_ERA_KWARGS and k not in fields]:
+        del kept[key]
+        warnings.warn(
+            f"{spec.id}: the GEM-era constructor argument {key}= is ignored on gem-core; {GEM_ERA_KWARGS[key]}.",
+            DeprecationWarning,
+            stacklevel=caller_stacklevel(also_skip=[_GEM_DIR]),
+        )
+    return kept
+
+
 def make(env_id: str, **kwargs: Any) -> Any:
-    """Build a registered env, setting ``env.env_id`` and ``env.entry_point`` as GEM does."""
-    env = gem_core.make(native_id(env_id), **kwargs)
+    """Build a registered env, setting ``env.env_id`` and ``env.entry_point`` as GEM does.
+
+    GEM-era constructor kwargs the env no longer takes (:data:`GEM_ERA_KWARGS`) are dropped
+    with a ``DeprecationWarning`` naming the replacement.
+    """
+    target = native_id(env_id)
+    kwargs = _drop_gem_era_kwargs(gem_core.get_registry().spec(target), kwargs)
+    env = gem_core.make(target, **kwargs)
     spec = env.spec
     env.env_id = env_id  # type: ignore[union-attr]
     env.entry_point = spec.entry_point if spec is not None else None  # type: ignore[union-attr]
@@ -95,13 +131,18 @@ def make_vec(
     specs: list[EnvSpec] = [registry.spec(native_id(ids[i % len(ids)])) for i in range(n)]
     fns = [
         functools.partial(
-            build_env, spec, {**(vec_kwargs[i] if vec_kwargs else {}), **kwargs}, tuple(wrappers or ()), registry
+            build_env,
+            spec,
+            _drop_gem_era_kwargs(spec, {**(vec_kwargs[i] if vec_kwargs else {}), **kwargs}),
+            tuple(wrappers or ()),
+            registry,
         )
         for i, spec in enumerate(specs)
     ]
+    vec_ids = [spec.id for spec in specs]
     if async_mode:
-        return AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
-    return SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+        return AsyncVectorEnv(vec_ids, fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    return SyncVectorEnv(vec_ids, fns, autoreset_mode=AutoresetMode.SAME_STEP)
 
 
 class _RegistryView(Mapping[str, EnvSpec]):

@@ -1,1 +1,1 @@
-"""GEM's ``gem.utils``: the constants GEM-style env code imports."""
+"""GEM's ``gem.utils``: the constants, parsing helpers and debug printer GEM-style code imports."""

@@ -1,7 +1,12 @@
 """Declarations only: importing this module must stay cheap (no env code imported)."""
 
 from gem_core import hookimpl
-from gem_core.registry import EnvAlias, EnvSpec
+from gem_core.registry import EnvAlias, EnvSpec, PluginManifest
+
+
+@hookimpl
+def plugin_manifest():
+    return PluginManifest(api_version=1, namespaces=("demo",))
 
 
 @hookimpl

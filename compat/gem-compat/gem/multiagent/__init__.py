@@ -1,0 +1,5 @@
+"""GEM's ``gem.multiagent`` is not provided on gem-core; importing it says why and what to use."""
+
+from gem._require import NO_MULTIAGENT
+
+raise ImportError(NO_MULTIAGENT)
