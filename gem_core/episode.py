@@ -45,15 +45,18 @@ one batched ``generate`` call per turn: TRL) and :class:`gem_core.runner.Episode
 
 from __future__ import annotations
 
+import math
+import operator
+import reprlib
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args
 
 from gem_core.chat import ChatRenderer, ChatTokenizer, Message, render_ids
 from gem_core.core import AsyncEnv, Env, to_async
-from gem_core.errors import ConfigError, TrajectoryError
+from gem_core.errors import ConfigError, GenerateContractError, TrajectoryError
 from gem_core.rl.types import Episode, PrefixView, Turn, start_state_id
 
 __all__ = [
@@ -68,7 +71,9 @@ __all__ = [
     "EpisodeSession",
     "Generation",
     "TurnRequest",
+    "check_batch",
     "cut_at_stop",
+    "describe_request",
     "env_error_report",
     "failed_by_env",
 ]
@@ -149,6 +154,8 @@ class TurnRequest:
             the session: read it, do not change it.
         max_tokens: Most tokens this turn may generate (the per-turn cap and what is left
             of the episode budget); ``None`` for no limit.
+        env_id: The episode's env id (names it in errors), when known.
+        seed: The episode's reset seed, when known.
     """
 
     episode_index: int
@@ -156,6 +163,49 @@ class TurnRequest:
     prompt_ids: list[int] | None
     messages: list[Message]
     max_tokens: int | None
+    env_id: str | None = None
+    seed: int | None = None
+
+
+def describe_request(request: TurnRequest) -> str:
+    """The episode a request is for, as ``"env_id seed=S turn=T"`` (how contract errors name episodes)."""
+    return f"{request.env_id or 'env'} seed={request.seed} turn={request.turn}"
+
+
+#: What a generate must return, per mode; quoted by every :class:`~gem_core.errors.GenerateContractError`.
+_CONTRACT = {
+    True: (
+        "a generate must return, per request, a Generation with token_ids (ints in [0, vocabulary size)), "
+        "logprobs None or one finite float per id, and finish_reason a str ('stop', 'length' or 'abort')"
+    ),
+    False: "a generate must return, per request, the reply text (a str) or a Generation with text=str",
+}
+_TOKEN_MODE = "this engine has a tokenizer (token in, token out); return the sampled ids"
+_BATCH_CONTRACT = "; a batched generate returns a list with one answer per request, in request order"
+
+
+def _shown(value: object) -> str:
+    """``value`` for an error message: its type and a short repr."""
+    return f"{type(value).__name__} {reprlib.repr(value)}"
+
+
+def check_batch(outputs: object, requests: Sequence[TurnRequest], *, token_mode: bool) -> list[Any]:
+    """The answers of a batched ``generate`` as a list, one per request; a :class:`GenerateContractError` otherwise.
+
+    Only the batch's shape is checked here (a list-like of the right length); each answer is
+    checked by :meth:`EpisodeSession.check` of its episode.
+    """
+    if isinstance(outputs, (str, bytes, Mapping, Generation)) or not isinstance(outputs, Iterable):
+        problem = f"a batched generate returned {_shown(outputs)}, not a list of answers"
+    else:
+        outputs = list(outputs)
+        if len(outputs) == len(requests):
+            return outputs
+        problem = f"a batched generate returned {len(outputs)} answers for {len(requests)} requests"
+    names = [describe_request(r) for r in requests]
+    raise GenerateContractError(
+        f"{problem} (episodes: {', '.join(names)}); {_CONTRACT[token_mode]}{_BATCH_CONTRACT}", episodes=names
+    )
 
 
 #: ``await generate(request) -> Generation``: one request at a time (verl's server, OpenRLHF's engine).
@@ -320,38 +370,102 @@ class EpisodeSession:
             prompt_ids=None if self.context is None else list(self.context),
             messages=self.messages,
             max_tokens=self._max_tokens(),
+            env_id=self.env_id,
+            seed=self.seed,
         )
 
     def accept(self, generation: Generation | str) -> str | None:
         """Take the policy's answer; return the action for ``env.step``, or ``None`` if the episode ended instead.
 
         Raises:
-            TrajectoryError: The generation lacks what this mode needs (ids in token mode,
-                text in message mode) or its logprobs do not match its ids.
+            GenerateContractError: The answer breaks the generate contract (see :meth:`check`);
+                nothing of it was taken.
+        """
+        return self._take(self.check(generation))
+
+    def label(self) -> str:
+        """This episode as ``"env_id seed=S turn=T"`` (how contract errors name it)."""
+        return f"{self.env_id or 'env'} seed={self.seed} turn={len(self.turns)}"
+
+    def check(self, generation: object) -> Generation:
+        """Check one answer of ``generate`` against the contract; return it normalised (a new :class:`Generation`).
+
+        Token mode: ``token_ids`` ints (``operator.index``: numpy and torch integers pass) in
+        ``[0, vocabulary size)``; ``logprobs`` ``None`` or one finite float per id. Message
+        mode: a ``str`` or a ``Generation`` whose ``text`` is a ``str``. ``finish_reason`` a ``str``.
+        The checks are C-level passes (``map``, ``min``/``max``, ``sum``): a few microseconds a turn.
+
+        Raises:
+            GenerateContractError: What was wrong, naming the episode and the contract.
         """
         if self.done or self._pending is not None:
             raise RuntimeError(f"episode {self.episode_id} is not waiting for a generation")
-        policy_s = time.perf_counter() - self._requested_at
-        gen = Generation(text=generation) if isinstance(generation, str) else generation
-        max_tokens = self._max_tokens()
+        token_mode = self.engine.token_mode
+        if isinstance(generation, str):
+            if not token_mode:
+                return Generation(text=generation)
+            problem = f"generate returned text, but {_TOKEN_MODE}"
+        elif not isinstance(generation, Generation):
+            problem = f"generate returned {_shown(generation)}"
+        else:
+            checked = self._normalise(generation)
+            if isinstance(checked, Generation):
+                return checked
+            problem = checked
+        raise GenerateContractError(
+            f"episode {self.episode_id} ({self.label()}): {problem}; {_CONTRACT[token_mode]}", episodes=[self.label()]
+        )
+
+    def _normalise(self, gen: Generation) -> Generation | str:
+        """``gen`` normalised (ids ``int``, logprobs ``float``, fresh lists), or what is wrong with it."""
+        text: object = gen.text  # typed str, but a generate may put anything there
+        reason: object = gen.finish_reason
+        if text is not None and not isinstance(text, str):
+            return f"text is {_shown(text)}, not a str"
+        if not isinstance(reason, str):
+            return f"finish_reason is {_shown(reason)}, not a str"
         ids: list[int] | None = None
-        logprobs = None if gen.logprobs is None else list(gen.logprobs)
         if self.engine.token_mode:
             if gen.token_ids is None:
-                raise TrajectoryError(
-                    f"episode {self.episode_id}: generate returned no token_ids, but this engine has a tokenizer "
-                    "(token in, token out); return the sampled ids"
-                )
-            ids = list(gen.token_ids)
-            if logprobs is not None and len(logprobs) != len(ids):
-                raise TrajectoryError(
-                    f"episode {self.episode_id}: {len(logprobs)} logprobs for {len(ids)} generated tokens"
-                )
-            if max_tokens is not None and len(ids) > max_tokens:  # a server that ignored the limit
-                ids, logprobs = ids[:max_tokens], None if logprobs is None else logprobs[:max_tokens]
-                gen.finish_reason = "length"
+                return f"generate returned no token_ids, but {_TOKEN_MODE}"
+            try:
+                ids = list(map(operator.index, gen.token_ids))
+            except TypeError:
+                return f"token_ids must be a list of ints, got {_shown(gen.token_ids)}"
+            vocab = self.engine.vocab_size
+            if ids and (min(ids) < 0 or (vocab is not None and max(ids) >= vocab)):
+                bad = next(t for t in ids if t < 0 or (vocab is not None and t >= vocab))
+                return f"token id {bad} is outside the tokenizer's vocabulary [0, {vocab})"
         elif gen.text is None:
-            raise TrajectoryError(f"episode {self.episode_id}: generate returned no text; return the reply text")
+            return "generate returned no text; return the reply text"
+        logprobs: list[float] | None = None
+        if gen.logprobs is not None:
+            try:
+                logprobs = list(map(float, gen.logprobs))
+            except (TypeError, ValueError):
+                return f"logprobs must be a list of floats, got {_shown(gen.logprobs)}"
+            if ids is not None and len(logprobs) != len(ids):
+                return f"{len(logprobs)} logprobs for {len(ids)} generated tokens"
+            if not math.isfinite(sum(logprobs)):  # one pass; the slow scan only names the culprit
+                bad_at = next((i for i, x in enumerate(logprobs) if not math.isfinite(x)), None)
+                if bad_at is not None:
+                    return f"logprob {logprobs[bad_at]} at position {bad_at} is not finite"
+        return Generation(
+            token_ids=ids, text=gen.text, logprobs=logprobs, finish_reason=gen.finish_reason, extra=gen.extra
+        )
+
+    def _take(self, gen: Generation) -> str | None:
+        """Apply a checked answer (from :meth:`check`): the action for ``env.step``, or ``None``."""
+        policy_s = time.perf_counter() - self._requested_at
+        max_tokens = self._max_tokens()
+        ids = gen.token_ids
+        logprobs = gen.logprobs
+        if ids is not None and max_tokens is not None and len(ids) > max_tokens:  # a server that ignored the limit
+            ids, logprobs = ids[:max_tokens], None if logprobs is None else logprobs[:max_tokens]
+            gen.token_ids, gen.logprobs = ids, logprobs
+            gen.finish_reason = "length"
+        if not self.engine.token_mode:
+            ids = None
         if gen.finish_reason == "abort" or (ids is not None and not ids):
             # Nothing usable was generated: no token could carry this turn's reward.
             self._policy_s.append(policy_s)
@@ -563,6 +677,9 @@ class EpisodeEngine:
         stop_token_ids: Tokens that end a turn (default: the tokenizer's ``eos_token_id``).
             A reply reported as ``"length"`` that ends with one of them is complete: some
             servers (vLLM V1) check the length limit before the stop token.
+        vocab_size: Ids a generation may hold are ``[0, vocab_size)`` (the generate
+            contract); default ``len(tokenizer)`` (added tokens included), else its
+            ``vocab_size``; ``None`` when it has neither (then only negative ids are refused).
 
     Raises:
         TemplatePrefixError: At construction (the start-up probe), when the template
@@ -579,6 +696,7 @@ class EpisodeEngine:
         context: ContextMode = "delta",
         renderer: ChatRenderer | None = None,
         stop_token_ids: Sequence[int] | None = None,
+        vocab_size: int | None = None,
         **limit_kwargs: Any,
     ) -> None:
         if limits is not None and limit_kwargs:
@@ -597,6 +715,8 @@ class EpisodeEngine:
             stop_token_ids = [eos] if isinstance(eos, int) else []
         #: Tokens that end a turn: a reply ending in one at the token limit is complete, not cut.
         self.stop_token_ids = frozenset(int(t) for t in stop_token_ids)
+        #: Generated ids must lie in ``[0, vocab_size)``; ``None``: no upper bound known.
+        self.vocab_size = vocab_size if vocab_size is not None else _vocabulary_size(tokenizer)
         self.renderer: ChatRenderer | None = None
         if tokenizer is not None and context == "delta":
             self.renderer = renderer or ChatRenderer(tokenizer, self.chat_template_kwargs)
@@ -754,15 +874,19 @@ class EpisodeEngine:
             if not active:
                 return sessions
             requests = [s.request() for s in active]
-            generations = list(generate(requests))
-            if len(generations) != len(requests):
-                raise TrajectoryError(f"generate returned {len(generations)} generations for {len(requests)} requests")
+            try:
+                # The whole batch is checked before any env is stepped: a bad answer leaves every env as it was.
+                outputs = check_batch(generate(requests), requests, token_mode=self.token_mode)
+                generations = _check_all(active, outputs)
+            except Exception as exc:  # generate raised, or broke the contract: the trainer's side
+                if not isinstance(exc, GenerateContractError):  # that one names its episodes already
+                    names = ", ".join(map(describe_request, requests))
+                    add_note(exc, f"in the batched generate call for episodes {names}")
+                for session in active:
+                    session.fail(exc, "generate")
+                raise
             for session, generation in zip(active, generations, strict=True):
-                try:
-                    action = session.accept(generation)
-                except Exception as exc:  # a generation the engine cannot take: the trainer's side
-                    _mark_failed(session, exc, "generate")
-                    raise
+                action = session._take(generation)
                 if action is None:
                     continue
                 try:
@@ -814,6 +938,25 @@ def env_error_report(
     )
 
 
+def _check_all(sessions: Sequence[EpisodeSession], outputs: Sequence[Any]) -> list[Generation]:
+    """Each session's answer checked; one :class:`GenerateContractError` naming every episode with a bad answer."""
+    checked: list[Generation] = []
+    failed: list[GenerateContractError] = []
+    for session, output in zip(sessions, outputs, strict=True):
+        try:
+            checked.append(session.check(output))
+        except GenerateContractError as exc:
+            failed.append(exc)
+    if not failed:
+        return checked
+    if len(failed) == 1:
+        raise failed[0]
+    raise GenerateContractError(
+        f"{len(failed)} answers of a batched generate break the contract: " + " | ".join(map(str, failed)),
+        episodes=[name for exc in failed for name in exc.episodes],
+    )
+
+
 def add_note(exc: BaseException, note: str) -> None:
     """``exc.add_note(note)`` where Python has it (3.11+)."""
     if hasattr(exc, "add_note"):
@@ -826,6 +969,17 @@ def _mark_failed(session: EpisodeSession, exc: BaseException, phase: str) -> Non
         return
     add_note(exc, f"in episode {session.episode_id} ({session.start_state_id}, turn {len(session.turns)})")
     session.fail(exc, phase)
+
+
+def _vocabulary_size(tokenizer: Any) -> int | None:
+    """How many ids ``tokenizer`` can decode: ``len()`` (HF: added tokens included), else ``vocab_size``."""
+    if tokenizer is None:
+        return None
+    try:
+        return len(tokenizer)
+    except TypeError:
+        size = getattr(tokenizer, "vocab_size", None)
+        return size if isinstance(size, int) and size > 0 else None
 
 
 def _spec_id(env: Any) -> str | None:

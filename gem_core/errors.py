@@ -19,6 +19,7 @@ __all__ = [
     "EnvWorkerCrashed",
     "GemCoreError",
     "GemCoreWarning",
+    "GenerateContractError",
     "InvalidAction",
     "InvalidIdError",
     "NamespaceError",
@@ -223,3 +224,23 @@ def __getattr__(name: str) -> Any:
             f"{name} moved to {module}, part of {distribution}, which is not installed; "
             f"pip install it, or catch GemCoreError"
         ) from exc
+
+
+# --- generate contract (the episode engine's boundary to the policy) ---
+
+
+class GenerateContractError(TrajectoryError):
+    """A ``generate`` callable returned something the episode engine cannot take.
+
+    Raised at the boundary (:meth:`~gem_core.episode.EpisodeEngine.play`,
+    :meth:`~gem_core.episode.EpisodeEngine.play_batch`, :class:`~gem_core.runner.EpisodeRunner`)
+    before anything reaches an env or a record: a wrong type, a batch of the wrong length,
+    token ids outside the tokenizer's vocabulary, non-finite logprobs, logprobs that do not
+    match the ids. The message names the episode(s) (env id, seed, turn), what was wrong
+    and what a ``generate`` must return.
+    """
+
+    def __init__(self, message: str, *, episodes: list[str] | None = None) -> None:
+        super().__init__(message)
+        #: The episodes the bad answer was for, as ``"env_id seed=S turn=T"`` labels.
+        self.episodes = list(episodes or [])

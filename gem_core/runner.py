@@ -27,15 +27,25 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, Union
 
 import numpy as np
 
 from gem_core.chat import ChatTokenizer, Message
 from gem_core.core import AsyncEnv, Env, to_async
-from gem_core.episode import CutPolicy, EnvErrorPolicy, EpisodeEngine, EpisodeLimits, Generation, TurnRequest, add_note
-from gem_core.errors import ConfigError
+from gem_core.episode import (
+    CutPolicy,
+    EnvErrorPolicy,
+    EpisodeEngine,
+    EpisodeLimits,
+    Generation,
+    TurnRequest,
+    add_note,
+    check_batch,
+    describe_request,
+)
+from gem_core.errors import ConfigError, GenerateContractError
 from gem_core.registry import WrapperRef
 from gem_core.rl.types import Episode, Turn
 from gem_core.seeding import episode_seed
@@ -191,6 +201,8 @@ class EpisodeRunner:
         self._gate: asyncio.Event | None = None
         self._paused = 0
         self._queue: list[tuple[TurnRequest, asyncio.Future[Generation | str]]] = []
+        # requests of a batched call that failed: their episodes wait, and the next collect() sends them again
+        self._held: list[tuple[TurnRequest, asyncio.Future[Generation | str]]] = []
         self._flushing = False
         self.closed = False
 
@@ -206,9 +218,21 @@ class EpisodeRunner:
         slots (see ``keep_pool_full``). When enough have finished, the others pause before
         their next policy call until the next ``collect``; none is thrown away.
 
+        Faults (one raise per call, never one per episode):
+
+        * a batched ``generate`` that raises, or breaks the contract as a whole (not a list,
+          the wrong length: :class:`~gem_core.errors.GenerateContractError`): the call
+          raises that error once, with a note naming every episode of the batch; those
+          episodes lose nothing: they stay in flight, paused, and their requests go out
+          again at the next ``collect``;
+        * one answer that breaks the contract (a ``None``, ids outside the vocabulary,
+          non-finite logprobs), a per-request policy that raises, or an env error under
+          ``on_env_error="raise"``: that episode ends and the error is raised; the other
+          episodes are kept, paused. Several such errors in one call are raised as the
+          first, with a note naming the others.
+
         Raises:
-            Exception: the first error an episode raised (env or policy); the other
-                episodes are kept, paused.
+            Exception: as above; the other episodes are kept, paused.
         """
         if self.closed:
             raise RuntimeError("EpisodeRunner is closed")
@@ -219,10 +243,13 @@ class EpisodeRunner:
         assert self._wake is not None
         self._batch += 1
         self._gate.set()
+        if self._held:  # the requests of a failed batched call: send them again
+            self._queue[:0], self._held = self._held, []
+            self._maybe_flush()
         try:
             while len(self._done) < num_episodes:
                 if self._errors:
-                    raise self._errors.pop(0)
+                    self._raise_errors()
                 free = self.max_in_flight - len(self._tasks)
                 if not self.keep_pool_full:
                     free = min(free, num_episodes - len(self._done) - len(self._tasks))
@@ -231,11 +258,24 @@ class EpisodeRunner:
                 self._wake.clear()
                 await self._wake.wait()
             if self._errors:
-                raise self._errors.pop(0)
+                self._raise_errors()
         finally:
             self._gate.clear()
         out, self._done = self._done[:num_episodes], self._done[num_episodes:]
         return out
+
+    def _raise_errors(self) -> None:
+        """Raise the first pending error once, naming the others on it (each is one episode, already ended)."""
+        first, *others = self._errors
+        self._errors.clear()
+        if others:
+            add_note(
+                first,
+                f"{len(others)} more error(s) in this collect: "
+                + "; ".join(f"{type(e).__name__}: {e}" for e in others[:5])
+                + ("; ..." if len(others) > 5 else ""),
+            )
+        raise first
 
     async def aclose(self) -> None:
         """Cancel in-flight episodes and close every env; idempotent."""
@@ -245,7 +285,7 @@ class EpisodeRunner:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for _, future in self._queue:
+        for _, future in (*self._queue, *self._held):
             future.cancel()
         await asyncio.gather(*(env.close() for env in self._owned), return_exceptions=True)
         self._idle.clear()
@@ -316,12 +356,18 @@ class EpisodeRunner:
             return await self.policy(request.messages)
         if self.token_policy is not None:
             assert request.prompt_ids is not None
-            out = await self.token_policy(request.prompt_ids)
+            out: object = await self.token_policy(request.prompt_ids)  # typed, but checked: it may be anything
             if isinstance(out, Generation):
                 return out
-            if isinstance(out, tuple):
-                return Generation(token_ids=list(out[0]), logprobs=list(out[1]))
-            return Generation(token_ids=list(out))
+            if isinstance(out, tuple) and len(out) == 2 and not isinstance(out[0], int):
+                return Generation(token_ids=out[0], logprobs=out[1])  # the engine checks both
+            if not isinstance(out, (str, bytes, Mapping)) and isinstance(out, Iterable):
+                return Generation(token_ids=out)  # type: ignore[arg-type]  # ids of any iterable kind, checked there
+            raise GenerateContractError(
+                f"token_policy returned {type(out).__name__} {out!r:.80} for {describe_request(request)}; "
+                "a token_policy returns completion ids (a list of ints), (ids, logprobs) or a Generation",
+                episodes=[describe_request(request)],
+            )
         # batched: queue the request; the batch goes out once every running episode waits for a turn
         future: asyncio.Future[Generation | str] = asyncio.get_running_loop().create_future()
         self._queue.append((request, future))
@@ -339,16 +385,25 @@ class EpisodeRunner:
 
     async def _flush(self, batch: list[tuple[TurnRequest, asyncio.Future[Generation | str]]]) -> None:
         assert self.batch_policy is not None
+        requests = [request for request, _ in batch]
         try:
-            outputs = list(await self.batch_policy([request for request, _ in batch]))
-            if len(outputs) != len(batch):
-                raise ConfigError(f"generate returned {len(outputs)} generations for {len(batch)} requests")
-        except BaseException as exc:
+            outputs = check_batch(await self.batch_policy(requests), requests, token_mode=self.engine.token_mode)
+        except Exception as exc:
+            # One error for the whole call; its episodes keep everything and wait for the next collect().
+            add_note(
+                exc,
+                f"in the batched generate call for episodes {', '.join(map(describe_request, requests))}; "
+                "they are kept, paused, and their requests are sent again at the next collect()",
+            )
+            self._held.extend(batch)
+            self._errors.append(exc)
+            if self._wake is not None:
+                self._wake.set()
+        except BaseException as exc:  # KeyboardInterrupt, cancellation: every waiting episode sees it
             for _, future in batch:
                 if not future.done():
                     future.set_exception(exc)
-            if not isinstance(exc, Exception):
-                raise
+            raise
         else:
             for (_, future), output in zip(batch, outputs, strict=True):
                 if not future.done():

@@ -419,5 +419,5 @@ def test_play_batch_sends_every_running_episode_in_one_call() -> None:
 
 def test_play_batch_checks_the_number_of_generations() -> None:
     jobs = [EpisodeJob(env=recording_env(), seed=0), EpisodeJob(env=recording_env(), seed=1)]
-    with pytest.raises(TrajectoryError, match="1 generations for 2 requests"):
+    with pytest.raises(TrajectoryError, match="1 answers for 2 requests"):
         EpisodeEngine(tokenizer()).play_batch(jobs, lambda requests: [reply("a")])

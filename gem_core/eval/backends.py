@@ -11,6 +11,7 @@ anything else fails that episode at once with :class:`EvalBackendError`.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 from collections.abc import Mapping, Sequence
@@ -166,13 +167,11 @@ class OpenAIBackend(Backend):
         if self.api == "chat":
             body["messages"] = [{"role": m["role"], "content": m["content"]} for m in request.messages]
             data = await self._post("/chat/completions", body)
-            choice = data["choices"][0]
-            text = (choice.get("message") or {}).get("content") or ""
+            choice, text = _reply(data, "/chat/completions")
         else:
             body["prompt"] = self.tokenizer.decode(request.prompt_ids or [], skip_special_tokens=False)
             data = await self._post("/completions", body)
-            choice = data["choices"][0]
-            text = choice.get("text") or ""
+            choice, text = _reply(data, "/completions")
         usage = data.get("usage") or {}
         generation = Generation(
             text=text,
@@ -203,7 +202,7 @@ class OpenAIBackend(Backend):
             else:
                 if response.status_code < 400:
                     data: dict[str, Any] = response.json()
-                    if not data.get("choices"):
+                    if not isinstance(data, dict) or not data.get("choices"):
                         raise EvalBackendError(f"{self.base_url}{path} answered without choices: {data}")
                     return data
                 problem = f"HTTP {response.status_code}: {response.text[:300]}"
@@ -260,6 +259,31 @@ class _MicroBatcher:
             for (_, _, future), output in zip(batch, outputs, strict=True):
                 if not future.done():
                     future.set_result(output)
+
+
+def _reply(data: Any, path: str) -> tuple[dict[str, Any], str]:
+    """A response's first choice and its text; :class:`EvalBackendError` quoting the body when either is missing.
+
+    ``/chat/completions`` answers in ``choices[0].message.content``, ``/completions`` in
+    ``choices[0].text``. A ``null`` text counts as ``""`` only for a reply cut at the limit
+    (``finish_reason == "length"``, e.g. cut while reasoning); anything else missing is the
+    server's fault, never an empty reply.
+    """
+    field = "message.content" if path == "/chat/completions" else "text"
+    choices = data.get("choices") if isinstance(data, dict) else None
+    choice = choices[0] if isinstance(choices, list) and choices else None
+    if isinstance(choice, dict):
+        holder = choice.get("message") if path == "/chat/completions" else choice
+        text = holder.get(field.split(".")[-1]) if isinstance(holder, dict) else None
+        if isinstance(text, str):
+            return choice, text
+        if text is None and isinstance(holder, dict) and choice.get("finish_reason") == "length":
+            return choice, ""
+    shown = json.dumps(data, ensure_ascii=False, default=str)
+    raise EvalBackendError(
+        f"the {path} response has no choices[0].{field} (a str); is the server speaking another API "
+        f"(--api chat or completions)? body: {shown[:2000]}"
+    )
 
 
 class HFBackend(Backend):

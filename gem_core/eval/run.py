@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,8 +34,10 @@ class EvalSettings:
         concurrency: Most episodes in flight at once (over all envs).
         env_kwargs: Constructor overrides for every env.
         wrappers: Wrappers for every env (e.g. ``[("tools", {"tools": ["python"]})]``).
-        trace_path: JSONL file of finished episodes (``None``: no trace, no resume).
-        resume: Skip ``(env, seed)`` pairs already in ``trace_path``.
+        trace_path: JSONL file of finished episodes (``None``: no trace, no resume). It
+            must be new or empty unless ``resume`` is set.
+        resume: Skip ``(env, seed)`` pairs already in ``trace_path`` (every record there is
+            checked first; a bad one is a ``TrajectoryError`` naming ``file:line``).
     """
 
     env_ids: Sequence[str]
@@ -77,7 +80,13 @@ async def evaluate(backend: Backend, settings: EvalSettings, progress: Progress 
     engine = EpisodeEngine(backend.tokenizer, settings.limits)
     done: list[dict[str, Any]] = []
     if settings.resume and settings.trace_path:
-        done = read_trace(settings.trace_path, repair=True)
+        done = read_trace(settings.trace_path, repair=True)  # every record checked: file:line errors
+    elif settings.trace_path and os.path.exists(settings.trace_path) and os.path.getsize(settings.trace_path) > 0:
+        # appending a second run would repeat its (env, seed) pairs, and the summary would count them twice
+        raise ConfigError(
+            f"the trace {settings.trace_path} already holds episodes: pass --resume to go on with it, "
+            "or give a new --trace path"
+        )
     skip = finished_keys(done)
     for record in done:
         if progress is not None:

@@ -5,11 +5,19 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import Any
 
 from gem_core.errors import TrajectoryError
 
-__all__ = ["TRACE_SCHEMA", "TraceWriter", "episode_key", "finished_keys", "read_trace"]
+__all__ = [
+    "RECORD_FIELDS",
+    "TRACE_SCHEMA",
+    "TraceWriter",
+    "episode_key",
+    "finished_keys",
+    "read_trace",
+    "record_problem",
+]
 
 #: Schema tag of every trace line.
 TRACE_SCHEMA = "gem.eval/1"
@@ -20,40 +28,85 @@ def episode_key(env_id: str, seed: int) -> tuple[str, int]:
     return (env_id, int(seed))
 
 
-def read_trace(path: str | os.PathLike[str], *, repair: bool = False) -> list[dict[str, Any]]:
-    """Read every record of a trace file.
+#: What every trace record holds, and its types: what resume, the summary and ``gem view`` read.
+RECORD_FIELDS: dict[str, tuple[type, ...]] = {
+    "env_id": (str,),
+    "seed": (int,),
+    "episode_return": (int, float),
+    "success": (bool,),
+    "num_turns": (int,),
+    "completion_tokens": (int, float),
+}
 
-    A process killed while writing leaves at most one partial last line; it is skipped
-    (and cut off the file when ``repair`` is set, so appending starts on a clean line).
+
+def record_problem(record: Any) -> str | None:
+    """What makes ``record`` no trace record (``None``: it is one)."""
+    if not isinstance(record, dict):
+        return f"a JSON {type(record).__name__}, not a {TRACE_SCHEMA} record (an object)"
+    if record.get("schema") != TRACE_SCHEMA:
+        return f"schema is {record.get('schema')!r}, not {TRACE_SCHEMA!r}"
+    for name, types in RECORD_FIELDS.items():
+        if name not in record:
+            return f"the record has no {name!r}"
+        value = record[name]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            return f"{name} is {value!r}, not {' or '.join(t.__name__ for t in types)}"
+    return None
+
+
+def read_trace(path: str | os.PathLike[str], *, repair: bool = False) -> list[dict[str, Any]]:
+    """Read and check every record of a trace file.
+
+    Every line must be a whole :data:`TRACE_SCHEMA` record with the :data:`RECORD_FIELDS`,
+    and each ``(env_id, seed)`` may appear once. The only tolerated damage is what a kill
+    leaves: a last line without its newline. If it is a whole record it is kept (``repair``
+    adds the newline, so an append starts on a fresh line); if not (cut mid-write) it is
+    skipped (``repair`` cuts it off the file).
 
     Raises:
-        TrajectoryError: A line other than the last is not a trace record.
+        TrajectoryError: ``file:line: what is wrong`` for any other line that is not a
+            record, lacks a field, or repeats an episode.
     """
     if not os.path.exists(path):
         return []
+    name = os.fspath(path)
     records: list[dict[str, Any]] = []
-    good_end = 0
+    first_line: dict[tuple[str, int], int] = {}
     with open(path, "rb") as handle:
         lines = handle.readlines()
-    offset = 0
+    good_end = offset = 0
+    add_newline = False
     for number, raw in enumerate(lines, start=1):
         offset += len(raw)
+        whole = raw.endswith(b"\n")
         if not raw.strip():
             good_end = offset
             continue
         try:
             record = json.loads(raw)
-            if not isinstance(record, dict) or record.get("schema") != TRACE_SCHEMA:
-                raise ValueError(f"not a {TRACE_SCHEMA} record")
-        except ValueError as exc:
-            if number == len(lines) and not raw.endswith(b"\n"):
-                break  # the partial line of a killed run
-            raise TrajectoryError(f"{os.fspath(path)}:{number}: {exc}") from None
+        except ValueError as exc:  # UnicodeDecodeError included: a cut inside a multi-byte character
+            if not whole:
+                break  # the partial last line of a killed run
+            raise TrajectoryError(f"{name}:{number}: not JSON ({exc})") from None
+        problem = record_problem(record)
+        if problem is not None:
+            raise TrajectoryError(f"{name}:{number}: {problem}; every line of a trace is one gem eval record")
+        key = episode_key(record["env_id"], record["seed"])
+        if key in first_line:
+            raise TrajectoryError(
+                f"{name}:{number}: {key[0]} seed={key[1]} is already at line {first_line[key]}; a trace holds "
+                "each episode once (resume a trace with --resume, never by running into it again)"
+            )
+        first_line[key] = number
         records.append(record)
         good_end = offset
+        add_newline = not whole
     if repair and good_end < offset:
         with open(path, "r+b") as handle:
             handle.truncate(good_end)
+    if repair and add_newline:
+        with open(path, "ab") as handle:
+            handle.write(b"\n")
     return records
 
 
@@ -64,24 +117,33 @@ def finished_keys(records: list[dict[str, Any]]) -> set[tuple[str, int]]:
 
 @dataclass
 class TraceWriter:
-    """Appends records to a trace file, flushing each one so a crash loses nothing finished."""
+    """Appends records to a trace file as whole lines, each with one ``write``, so a crash loses nothing finished.
+
+    Opening it repairs the file's end first (:func:`read_trace` with ``repair``): a
+    complete last record gets its missing newline, a partial one is cut off, so the
+    first record appended starts on a line of its own.
+    """
 
     path: str
-    _handle: IO[str] | None = None
+    _fd: int | None = None
 
     def __enter__(self) -> TraceWriter:
-        self._handle = open(self.path, "a", encoding="utf-8")
+        if os.path.exists(self.path) and os.path.getsize(self.path) > 0:
+            read_trace(self.path, repair=True)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         return self
 
     def write(self, record: dict[str, Any]) -> None:
-        assert self._handle is not None, "use TraceWriter as a context manager"
-        self._handle.write(json.dumps({"schema": TRACE_SCHEMA, **record}, ensure_ascii=False, default=_plain) + "\n")
-        self._handle.flush()
+        assert self._fd is not None, "use TraceWriter as a context manager"
+        line = json.dumps({"schema": TRACE_SCHEMA, **record}, ensure_ascii=False, default=_plain) + "\n"
+        view = memoryview(line.encode("utf-8"))
+        while view:  # os.write may write less than asked (signals, full disks); O_APPEND keeps the pieces together
+            view = view[os.write(self._fd, view) :]
 
     def __exit__(self, *exc: object) -> None:
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def _plain(value: Any) -> Any:

@@ -139,26 +139,36 @@ def stats_from_moments(
 
 
 def _normalize_float64(x: FloatArray, *, eps: float, unbiased: bool, scale: bool) -> FloatArray:
-    """Two-pass ``(x - mean) / (std + eps)`` over all of ``x``, overflow- and NaN-safe."""
+    """``(x - mean) / (std + eps)`` (or ``x - mean``) over all of ``x``: zero-mean to the last rounding, finite.
+
+    The mean of values a few ulps apart is not representable (it rounds onto one of them,
+    giving one-sided "advantages" such as ``[-1.41, 0]``), so nothing is centred at the
+    values' own scale. Differences from the minimum are exact for values within a factor
+    2 of it (Sterbenz), so a one-ulp or subnormal spread survives; scaled to ``[0, 1]`` by
+    the spread, their mean is resolved, and a second centring pass takes out the first
+    pass's rounding. The result sums to zero up to one rounding per element.
+    """
     if x.size == 0:
         return np.array(x, dtype=np.float64)
     low, high = float(x.min()), float(x.max())
     if low == high:
         # Equal values: an exact test, since x - mean(x) would be rounding noise, not 0.
         return np.zeros_like(x)
-    # Work on x / peak so squares cannot overflow for huge returns; results are scale-free.
-    peak = max(abs(low), abs(high))
-    z = x / peak
-    centered = z - float(z.mean())
-    var_z = float(np.square(centered).mean())
-    if var_z == 0.0:  # a spread so small its square underflows: treat as equal rather than divide by 0
-        return np.zeros_like(x)
+    back = 1.0
+    if not math.isfinite(high - low):  # a spread past the float range: halve everything (exact) and scale back
+        x, low, high, eps, back = x * 0.5, low * 0.5, high * 0.5, eps * 0.5, 2.0
+    spread = high - low
+    unit = (x - low) / spread  # in [0, 1], both ends reached
+    centered = unit - float(unit.mean())
+    centered -= float(centered.mean())  # the rounding of the first pass
     if not scale:
-        return centered * peak
+        return centered * spread * back
+    var = float(np.square(centered).mean())  # > 0: the unit values span [0, 1]
     if unbiased:
-        var_z *= x.size / (x.size - 1)
-    denom = math.sqrt(var_z) + eps / peak  # eps/peak may be inf for tiny peaks: the quotient is then 0, not NaN
-    return centered / denom
+        var *= x.size / (x.size - 1)
+    # (x - mean) / (std + eps) == centered / (std_unit + eps / spread); eps / spread may be inf for a
+    # subnormal spread, and the quotient is then exactly 0 (zero-mean), never NaN.
+    return centered / (math.sqrt(var) + eps / spread)
 
 
 def normalize(
@@ -232,10 +242,12 @@ def rebn_from_moments(
     With global moments equal to the local ones the result equals :func:`rebn` to rounding.
     """
     array, out_dtype = _as_float_array(returns, "returns")
-    mean, std = stats_from_moments(total, total_sq, count, unbiased=unbiased, shift=shift)
+    _, std = stats_from_moments(total, total_sq, count, unbiased=unbiased, shift=shift)
     if std == 0.0:
         return np.zeros(array.shape, dtype=out_dtype)
-    out = (array - mean) / (std + eps)
+    # Centre in the shifted frame: shift + mean_d may not be representable (returns a few ulps apart),
+    # while (x - shift) is exact near the shift and mean_d is resolved there.
+    out = ((array - float(shift)) - float(total) / int(count)) / (std + eps)
     return out.astype(out_dtype, copy=False)
 
 

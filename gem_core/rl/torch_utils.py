@@ -129,7 +129,9 @@ def rebn_tensor(
         second = _sum_over_ranks(second, group)
     centered_total, centered_sq, _ = (float(v) for v in second.tolist())
     # Around the mean, equal returns give E[d^2] ~ E[d]^2 ~ rounding noise, which the relative test reads as 0.
-    mean, std = stats_from_moments(centered_total, centered_sq, round(count), unbiased=unbiased, shift=shift)
+    _, std = stats_from_moments(centered_total, centered_sq, round(count), unbiased=unbiased, shift=shift)
     if std == 0.0:
         return torch.zeros_like(returns)
-    return ((returns.detach().to(torch.float64) - mean) / (std + eps)).to(returns.dtype)
+    # Centre in the shifted frame (shift + mean_d may not be representable for returns a few ulps apart).
+    centered = (returns.detach().to(torch.float64) - shift) - centered_total / round(count)
+    return (centered / (std + eps)).to(returns.dtype)

@@ -164,3 +164,40 @@ def test_sampling_is_sent_and_seeds_are_stable(server: ScriptedServer) -> None:
     body = server.requests[0]
     assert (body["temperature"], body["top_p"], body["top_k"], body["max_tokens"]) == (0.7, 0.9, 20, 9)
     assert body["seed"] == backend._request_seed("core:NumberGuess-v0/seed=0", 0)
+
+
+COMPLETIONS_SHAPED = {"choices": [{"index": 0, "finish_reason": "stop", "text": "My guess is 8"}], "usage": {}}
+
+
+@pytest.mark.parametrize(
+    ("body", "missing", "quoted"),
+    [
+        (COMPLETIONS_SHAPED, "choices[0].message.content", '"text": "My guess is 8"'),
+        ({"choices": [{"message": {"content": None}, "finish_reason": "stop"}]}, "message.content", "null"),
+        ({"choices": [{"message": {"content": 7}, "finish_reason": "stop"}]}, "message.content", '"content": 7'),
+        ({"choices": []}, "without choices", "[]"),
+        ({"object": "error", "message": "model not loaded"}, "without choices", "model not loaded"),
+        ([{"text": "8"}], "without choices", "'text': '8'"),
+    ],
+    ids=["completions-shaped", "content-null", "content-int", "no-choices", "error-object", "json-list"],
+)
+def test_a_response_without_the_reply_is_an_episode_error_quoting_the_body(
+    server: ScriptedServer, body: Any, missing: str, quoted: str
+) -> None:
+    server.script = [(200, body, {})]
+    settings = {"env_ids": ["core:NumberGuess-v0"], "num_episodes": 2, "concurrency": 1}
+    records = run(backend_for(server), limits=EpisodeLimits(max_turns=1), **settings)
+    failed = [r for r in records if r["error"]]
+    assert len(failed) == 1, "exactly the episode that got the bad body fails; never a silent empty reply"
+    assert missing in failed[0]["error"] and quoted in failed[0]["error"]  # the server's body, in the trace
+    assert failed[0]["end_reason"] == "error" and failed[0]["success"] is False
+    assert "EvalBackendError" in failed[0]["error"]
+
+
+def test_a_null_content_cut_at_the_limit_is_an_empty_cut_reply(server: ScriptedServer) -> None:
+    body = {"choices": [{"message": {"role": "assistant", "content": None}, "finish_reason": "length"}]}
+    server.script = [(200, body, {})]
+    (record,) = run(
+        backend_for(server), env_ids=["core:NumberGuess-v0"], num_episodes=1, limits=EpisodeLimits(max_turns=1)
+    )
+    assert record["error"] is None and record["turns"][0]["stop_reason"] == "length"

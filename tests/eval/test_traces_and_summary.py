@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("rich", reason="the eval extra installs rich")
 
-from gem_core.errors import TrajectoryError
+from gem_core.episode import EpisodeLimits, Generation, TurnRequest
+from gem_core.errors import ConfigError, TrajectoryError
+from gem_core.eval.backends import Backend, Sampling
 from gem_core.eval.report import print_episode, print_summary
-from gem_core.eval.run import _wilson, summarize
+from gem_core.eval.run import EvalSettings, _wilson, evaluate, summarize
 from gem_core.eval.traces import TRACE_SCHEMA, TraceWriter, finished_keys, read_trace
 
 
@@ -97,3 +103,116 @@ def test_view_shows_the_conversation_with_rewards() -> None:
     text = out.getvalue()
     assert "a:X-v0 seed=3" in text and "My guess is 4" in text
     assert "reward -0.100 (cut at the token limit)" in text
+
+
+# ----------------------------------------------------------------- faults: cut files, bad records, resume
+
+
+def test_a_complete_last_record_without_its_newline_is_kept_and_the_next_append_starts_a_line(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "t.jsonl"
+    with TraceWriter(str(path)) as writer:
+        writer.write(record("a:X-v0", 0, True, 1.0))
+    path.write_bytes(path.read_bytes()[:-1])  # killed between the record and its newline
+    assert [r["seed"] for r in read_trace(path)] == [0]
+    with TraceWriter(str(path)) as writer:  # opening repairs the end first
+        writer.write(record("a:X-v0", 1, True, 1.0))
+    assert [r["seed"] for r in read_trace(path)] == [0, 1]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda r: r.pop("seed"), r"t.jsonl:2: the record has no 'seed'"),
+        (lambda r: r.pop("env_id"), r"t.jsonl:2: the record has no 'env_id'"),
+        (lambda r: r.update(seed="3"), r"t.jsonl:2: seed is '3', not int"),
+        (lambda r: r.update(seed=True), r"t.jsonl:2: seed is True, not int"),
+        (lambda r: r.update(success=None), r"t.jsonl:2: success is None, not bool"),
+        (lambda r: r.update(schema="other/1"), r"t.jsonl:2: schema is 'other/1'"),
+        (lambda r: r.update(seed=0), r"t.jsonl:2: a:X-v0 seed=0 is already at line 1"),
+    ],
+    ids=["no-seed", "no-env-id", "seed-str", "seed-bool", "success-null", "other-schema", "duplicate"],
+)
+def test_every_record_is_checked_with_file_and_line(tmp_path: Path, mutate: Any, message: str) -> None:
+    path = tmp_path / "t.jsonl"
+    bad = {"schema": TRACE_SCHEMA, **record("a:X-v0", 1, True, 1.0)}
+    mutate(bad)
+    lines = [json.dumps({"schema": TRACE_SCHEMA, **record("a:X-v0", 0, True, 1.0)}), json.dumps(bad)]
+    for ending in ("\n", ""):  # a bad whole record is an error at the end of the file too
+        path.write_text("\n".join(lines) + ending, encoding="utf-8")
+        with pytest.raises(TrajectoryError, match=message):
+            read_trace(path)
+
+
+class ScriptedBackend(Backend):
+    """Message mode, no server: every reply is the same guess."""
+
+    def __init__(self) -> None:
+        super().__init__("m", Sampling())
+
+    async def generate(self, request: TurnRequest, key: str) -> Generation:
+        return Generation(text="My guess is 8")
+
+
+ENV = "core:NumberGuess-v0"
+SEEDS = 5
+
+
+def evaluate_into(path: Path, *, resume: bool) -> list[dict[str, Any]]:
+    settings = EvalSettings(
+        env_ids=[ENV],
+        num_episodes=SEEDS,
+        limits=EpisodeLimits(max_turns=1),
+        trace_path=str(path),
+        resume=resume,
+        concurrency=2,
+    )
+    return asyncio.run(evaluate(ScriptedBackend(), settings))
+
+
+text_values = st.text(st.characters(codec="utf-8"), max_size=12)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    seeds=st.lists(st.integers(0, SEEDS - 1), unique=True, max_size=SEEDS),
+    texts=st.lists(text_values, min_size=SEEDS, max_size=SEEDS),
+    cut=st.floats(0, 1),
+    near_line_end=st.one_of(st.none(), st.tuples(st.integers(0, SEEDS), st.integers(-2, 1))),
+)
+def test_any_prefix_of_a_trace_plus_resume_gives_each_episode_once(
+    tmp_path_factory: pytest.TempPathFactory,
+    seeds: list[int],
+    texts: list[str],
+    cut: float,
+    near_line_end: tuple[int, int] | None,
+) -> None:
+    path = tmp_path_factory.mktemp("cut") / "trace.jsonl"
+    rows = [{**record(ENV, seed, False, 0.0), "messages": [{"role": "user", "content": texts[seed]}]} for seed in seeds]
+    with TraceWriter(str(path)) as writer:
+        for row in rows:
+            writer.write(row)
+    whole = path.read_bytes()
+    ends = [i + 1 for i, byte in enumerate(whole) if byte == ord("\n")]
+    if near_line_end is not None and ends:  # the cuts that matter most: around a record's newline
+        line, delta = near_line_end
+        offset = max(0, min(len(whole), ends[line % len(ends)] + delta))
+    else:
+        offset = round(cut * len(whole))
+    path.write_bytes(whole[:offset])  # killed anywhere, even inside a UTF-8 character
+    kept = read_trace(path)
+    assert [r["seed"] for r in kept] == seeds[: len(kept)]  # a prefix of what was written, none altered
+    evaluate_into(path, resume=True)
+    after = read_trace(path)
+    assert sorted(r["seed"] for r in after) == list(range(SEEDS))  # each episode exactly once
+    assert after[: len(kept)] == kept  # what survived the cut is kept as it was
+    assert path.read_bytes().endswith(b"\n")
+
+
+def test_a_run_into_an_existing_trace_without_resume_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    evaluate_into(path, resume=False)
+    with pytest.raises(ConfigError, match="already holds episodes: pass --resume"):
+        evaluate_into(path, resume=False)
+    assert len(read_trace(path)) == SEEDS

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -297,3 +298,97 @@ def test_reinforce_pp_with_equal_returns_is_zero_and_checks_inputs() -> None:
 
 def test_normalize_without_scale_only_centres() -> None:
     assert normalize([1.0, 3.0], scale=False).tolist() == [-1.0, 1.0]
+
+
+# --------------------------------------------------------------------------- zero-mean for any spread
+
+
+def _ulps_from(value: float, steps: int) -> float:
+    out = value
+    for _ in range(steps):
+        out = float(np.nextafter(out, np.inf))
+    return out
+
+
+@st.composite
+def any_spread(draw: st.DrawFn) -> list[float]:
+    """Batches whose spread is anything: one ulp, a few ulps, subnormal, huge, or arbitrary."""
+    kind = draw(st.sampled_from(["ulps", "subnormal", "arbitrary", "huge"]))
+    n = draw(st.integers(2, 9))
+    if kind == "ulps":
+        base = draw(st.floats(allow_nan=False, allow_infinity=False, min_value=-1e300, max_value=1e300))
+        values = [_ulps_from(base, draw(st.integers(0, 3))) for _ in range(n)]
+    elif kind == "subnormal":
+        values = [draw(st.integers(-40, 40)) * 5e-324 + draw(st.sampled_from([0.0, 1e-310])) for _ in range(n)]
+    elif kind == "huge":
+        values = draw(st.lists(st.sampled_from([-1.7e308, -1e308, 0.0, 1e308, 1.7e308]), min_size=n, max_size=n))
+    else:
+        values = draw(st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=n, max_size=n))
+    assume(min(values) != max(values))  # equal values are the exact-zeros case, tested above
+    return values
+
+
+def assert_zero_mean(advantages: np.ndarray) -> None:
+    """Finite, and summing to zero up to one rounding per element (the mean itself is not representable)."""
+    a = np.asarray(advantages, dtype=np.float64).reshape(-1)
+    if a.size == 0:
+        return
+    assert np.isfinite(a).all(), a
+    ulp = float(np.finfo(np.asarray(advantages).dtype).eps)
+    tolerance = 4 * a.size * ulp * float(np.abs(a).max()) + a.size * 5e-324
+    assert abs(math.fsum(a.tolist())) <= tolerance, (a.tolist(), math.fsum(a.tolist()))
+
+
+@settings(deadline=None, max_examples=300)
+@given(any_spread(), st.booleans(), st.sampled_from([1e-9, 0.0, 1e-6]))
+def test_rebn_is_zero_mean_and_finite_for_any_spread(values: list[float], unbiased: bool, eps: float) -> None:
+    advantages = rebn(values, unbiased=unbiased, eps=eps)
+    assert_zero_mean(advantages)
+    assert float(np.abs(advantages).max()) <= math.sqrt(len(values)) + 1e-9  # a z-score is bounded by sqrt(n)
+
+
+@settings(deadline=None, max_examples=150)
+@given(any_spread())
+def test_centring_alone_is_zero_mean_for_any_spread(values: list[float]) -> None:
+    assume(max(values) - min(values) < 1e308)  # x - mean itself past the float range is not representable
+    assert_zero_mean(normalize(values, scale=False))
+
+
+def test_two_returns_one_ulp_apart_are_symmetric() -> None:
+    for value in (0.1, 3.0, -5.5, 1e300, 1e-300, 2.5e-308):
+        low, high = value, float(np.nextafter(value, np.inf))
+        a, b = rebn([low, high]).tolist()
+        assert a == -b and a <= 0  # was [-1.41, 0] at 1e300 and [-3.3e-07, 0] at 3.0
+
+
+@settings(deadline=None, max_examples=150)
+@given(any_spread(), st.integers(1, 3))
+def test_group_estimators_are_zero_mean_per_group_for_any_spread(values: list[float], groups: int) -> None:
+    ids = [i % groups for i in range(len(values))]
+    batch = [np.array([v]) for v in values]
+    for estimator in (grpo_advantages, dr_grpo_advantages, rloo_advantages):
+        if estimator is not grpo_advantages:
+            assume(max(values) - min(values) < 1e307)  # unscaled: R - mean must itself be a float
+        out = np.array([a[0] for a in estimator(batch, ids)])
+        for group in range(groups):
+            assert_zero_mean(out[[i for i, g in enumerate(ids) if g == group]])
+
+
+@settings(deadline=None, max_examples=100)
+@given(any_spread(), st.booleans())
+def test_reinforce_pp_whitening_is_zero_mean_for_any_spread(values: list[float], unbiased: bool) -> None:
+    rows = [np.array([v]) for v in values]
+    masks = [np.ones(1) for _ in values]
+    assume(all(math.isfinite(v) for v in values))
+    out = reinforce_pp_advantages(rows, masks, unbiased=unbiased)
+    assert_zero_mean(np.concatenate(out))
+
+
+@settings(deadline=None, max_examples=100)
+@given(any_spread(), st.booleans())
+def test_rebn_from_moments_around_the_mean_is_zero_mean(values: list[float], unbiased: bool) -> None:
+    assume(max(abs(v) for v in values) < 1e150)  # squares of the moments form stay finite
+    shift = math.fsum(values) / len(values)
+    local = moments(values, shift=shift)
+    advantages = rebn_from_moments(values, local.total, local.total_sq, local.count, shift=shift, unbiased=unbiased)
+    assert_zero_mean(advantages)

@@ -70,6 +70,16 @@ def test_rebn_tensor_matches_numpy_and_is_nan_free(dtype: str) -> None:
     np.testing.assert_allclose(big.numpy(), [-1.0, 1.0], atol=1e-8)
 
 
+@pytest.mark.parametrize("value", [0.1, 3.0, -5.5, 1e10, 1e-300], ids=lambda v: f"at-{v:g}")
+@pytest.mark.parametrize("ulps", [1, 2, 3], ids=lambda n: f"{n}-ulps")
+def test_rebn_tensor_is_zero_mean_for_ulp_spreads(value: float, ulps: int) -> None:
+    high = value
+    for _ in range(ulps):
+        high = float(np.nextafter(high, np.inf))
+    out = rebn_tensor(torch.tensor([value, high, value], dtype=torch.float64)).tolist()
+    assert all(np.isfinite(out)) and abs(sum(out)) <= 8 * np.finfo(np.float64).eps * max(map(abs, out)), out
+
+
 def test_moments_without_distributed_are_local() -> None:
     m = all_reduce_moments(torch.tensor([1.0, 3.0]))
     assert (m.total, m.total_sq, m.count) == (4.0, 10.0, 2)

@@ -41,6 +41,7 @@ from gem_core.episode import (
     EpisodeSession,
     Generation,
     TurnRequest,
+    check_batch,
     cut_at_stop,
     env_error_report,
     failed_by_env,
@@ -487,12 +488,17 @@ class _Timed:
     def __call__(self, requests: list[TurnRequest]) -> list[Generation]:
         self.filler = self.filler or requests[0]
         wanted = len(requests) if self.sync is None else self.sync(len(requests))
+        sent = [*requests, *[self.filler] * (wanted - len(requests))]
         started = time.perf_counter()
-        generations = list(self.generate([*requests, *[self.filler] * (wanted - len(requests))]))[: len(requests)]
+        # The batch's shape is checked here (the engine checks each answer): a backend returning None or a
+        # dict is a GenerateContractError naming the episodes, not a TypeError.
+        generations = check_batch(self.generate(sent), sent, token_mode=True)[: len(requests)]
         self.timings.generate += time.perf_counter() - started
         self.timings.turns += 1
-        self.timings.generated_tokens += sum(len(g.token_ids or []) for g in generations if isinstance(g, Generation))
-        return generations  # type: ignore[return-value]
+        self.timings.generated_tokens += sum(
+            len(g.token_ids) for g in generations if isinstance(g, Generation) and isinstance(g.token_ids, list)
+        )
+        return generations
 
     def drain(self) -> None:
         """Join the other ranks' collective calls until no rank has an episode left."""

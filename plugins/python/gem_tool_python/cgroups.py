@@ -74,6 +74,29 @@ class CallCgroups:
             return [("memory.limit_in_bytes", memory), ("memory.memsw.limit_in_bytes", memory)]
         return [("pids.max", pids)]
 
+    def oom_kills(self, name: str) -> int | None:
+        """How many processes of call ``name`` the kernel killed for its memory limit; ``None`` if it cannot tell.
+
+        cgroup v1 has no group kill: its OOM killer takes one process at a time (the
+        largest), so the rest of a call whose memory is spread over processes would live on
+        (a parent waiting for its killed children until the wall clock). The host polls
+        this counter (``oom_kill`` in ``memory.events`` for v2, ``memory.oom_control`` for
+        v1, Linux 4.13+) and kills the whole call at the first kill.
+        """
+        memory = self.parents.get("unified" if self.version == 2 else "memory")
+        if memory is None:
+            return None
+        events = "memory.events" if self.version == 2 else "memory.oom_control"
+        try:
+            text = (memory / name / events).read_text()
+        except OSError:
+            return None
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                return int(value)
+        return None
+
     def remove(self, name: str) -> None:
         """Remove a call's cgroups once its processes are gone (retries briefly while the kernel catches up)."""
         for parent in self.parents.values():

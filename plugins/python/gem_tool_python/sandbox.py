@@ -52,6 +52,8 @@ _warn_lock = threading.Lock()
 _MAX_UID = 4_294_967_294
 #: Threads starting workers in parallel (at most one per warm worker).
 _SPAWNERS = 3
+#: How often a running call's cgroup is checked for an OOM kill (the call then dies whole).
+_OOM_POLL_S = 0.05
 
 
 #: What a model's program commonly imports; those installed are readable in the sandbox.
@@ -198,6 +200,12 @@ class _Worker:
         self._buffer = b""
         self._pushback: list[dict[str, Any]] = []
         self._eof = False
+
+    def oom_kills(self) -> int | None:
+        """Processes of this call the kernel killed for the call's memory limit (``None``: no cgroup counts them)."""
+        if self.cgroups is None or self.cgroup is None:
+            return None
+        return self.cgroups.oom_kills(self.cgroup)
 
     def read_event(self, deadline: float) -> dict[str, Any] | None:
         """The next control message, waiting until the deadline; ``None`` on EOF or timeout."""
@@ -664,12 +672,16 @@ class SandboxPool:
             writer = threading.Thread(target=_feed, args=(stdin, data), daemon=True)
             writer.start()
         open_fds = [worker.stdout, worker.stderr, worker.ctrl]
+        watch_oom = worker.oom_kills() is not None  # a per-call cgroup that counts OOM kills
         while status is None and worker.ctrl in open_fds:
             left = deadline - time.monotonic()
             if left <= 0:
                 status, error = "timeout", f"timed out after {timeout_s:g}s (wall clock); the program was killed"
                 break
-            for fd in select.select(open_fds, [], [], left)[0]:
+            ready = select.select(open_fds, [], [], min(left, _OOM_POLL_S) if watch_oom else left)[0]
+            if watch_oom and worker.oom_kills():
+                break  # the call went over its memory limit: it dies whole (status set below)
+            for fd in ready:
                 if fd == worker.ctrl:
                     worker._fill()
                     events, eof = worker.pending_events()
@@ -696,6 +708,9 @@ class SandboxPool:
                         f"output limit exceeded: more than {cap} bytes; "
                         "the output was truncated and the program was killed"
                     )
+        if watch_oom and status != "output_limit" and worker.oom_kills():
+            # However the memory was spread over processes, and whatever the survivors did next.
+            status, error = "killed", _memory_error(self.config, worker.oom_kills())
         if status is None:
             status, error = "crashed", "the sandbox lost the program's process"
         if writer is not None:
@@ -787,6 +802,13 @@ def _drain(fds: list[int], captured: dict[int, bytearray], cap: int, deadline: f
                 fds.remove(fd)
             elif len(captured[fd]) <= cap:
                 captured[fd] += chunk
+
+
+def _memory_error(config: SandboxConfig, kills: int | None) -> str:
+    return (
+        f"the program was killed: its processes together went over the call's memory limit "
+        f"({config.memory_mb} MiB, shared memory included; the kernel killed {kills} of them, the sandbox the rest)"
+    )
 
 
 def _done_status(event: dict[str, Any]) -> Status:

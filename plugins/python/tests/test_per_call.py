@@ -14,6 +14,8 @@ import pytest
 from gem_tool_python import SandboxPool
 from gem_tool_python import _worker as worker
 from gem_tool_python.sandbox import _allocate_uid
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gem_core.errors import SandboxIsolationWarning, ToolError
 
@@ -154,6 +156,76 @@ def test_children_share_one_memory_limit(pool: SandboxPool) -> None:
     )
     result = pool.run(code)
     assert "survived [0, 0, 0, 0, 0, 0]" not in result.stdout, result
+
+
+def spread(children: int, mib: int, *, parent_mib: int = 0, depth: int = 1, shared: bool = False) -> str:
+    """A program holding ``children`` x ``depth`` x ``mib`` MiB at once, its parent waiting.
+
+    Each process allocates after its forks, so no process inherits another's memory: each
+    stays under the per-process address-space limit, and only their sum is over the call's.
+    """
+    hold = (  # 16 MiB memfds (max_file_mb caps each), filled 1 MiB at a time: RLIMIT_AS does not see them
+        f"    held = []\n"
+        f"    for _ in range(-(-{mib} // 16)):\n"
+        "        fd = os.memfd_create('hog'); os.ftruncate(fd, 16 << 20); view = mmap.mmap(fd, 16 << 20)\n"
+        "        for at in range(16):\n"
+        "            view[at << 20 : (at + 1) << 20] = b'x' * (1 << 20)\n"
+        "        view.close(); held.append(fd)  # unmapped: only the cgroup sees it\n"
+        if shared
+        else f"    held = [bytearray(1 << 20) for _ in range({mib})]  # touched, 1 MiB at a time\n"
+    )
+    return (
+        "import mmap, os, time\n"
+        "def child(level):\n"
+        f"    if level < {depth} and os.fork() == 0:\n"
+        "        child(level + 1)\n"
+        f"{hold}"
+        "    time.sleep(60)\n"
+        "    os._exit(0)\n"
+        "pids = []\n"
+        f"for _ in range({children}):\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        child(1)\n"
+        "    pids.append(pid)\n"
+        f"mine = bytearray({parent_mib} << 20)\n"
+        "print('waiting', flush=True)\n"
+        "print('survived', [os.waitpid(p, 0)[1] for p in pids])\n"
+    )
+
+
+SPREADS = {
+    "4-children-x-100MiB": spread(4, 100),
+    "2-children-x-100MiB": spread(2, 100),
+    "6-children-x-40MiB": spread(6, 40),
+    "parent-60-and-2-children-x-60MiB": spread(2, 60, parent_mib=60),
+    "3-children-each-with-a-grandchild-x-40MiB": spread(3, 40, depth=2),
+    "3-children-x-60MiB-shared-memory": spread(3, 60, shared=True),
+}
+
+
+@pytest.mark.parametrize("code", list(SPREADS.values()), ids=list(SPREADS))
+def test_the_call_wide_memory_limit_kills_the_call_however_the_memory_is_spread(pool: SandboxPool, code: str) -> None:
+    cgroups_or_skip(pool)
+    result = pool.run(code)
+    # killed, whole, at once: never the wall clock's timeout with the parent waiting for killed children
+    assert result.status == "killed", result
+    assert "memory limit (128 MiB" in (result.error or "") and "survived" not in result.stdout, result
+    assert result.elapsed_s < pool.config.timeout_s / 2, result
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    procs=st.sampled_from([(2, 1), (3, 1), (4, 1), (6, 1), (2, 2), (3, 2)]),  # children x depth <= 6 (max_procs 8)
+    mib=st.integers(0, 90),
+    shared=st.booleans(),
+)
+def test_any_spread_over_the_limit_is_killed(pool: SandboxPool, procs: tuple[int, int], mib: int, shared: bool) -> None:
+    cgroups_or_skip(pool)
+    children, depth = procs
+    mib = max(mib, -(-170 // (children * depth)))  # clearly over 128 MiB together; <= 90 MiB each
+    result = pool.run(spread(children, mib, depth=depth, shared=shared))
+    assert result.status == "killed" and "survived" not in result.stdout, result
 
 
 def test_call_cgroups_are_removed(pool: SandboxPool) -> None:
