@@ -457,7 +457,7 @@ class VLLMBackend(Backend):
         return await self._batcher.submit(request, key)
 
     def _run_batch(self, batch: Sequence[tuple[TurnRequest, str]]) -> list[Generation | BaseException]:
-        from vllm import SamplingParams, TokensPrompt
+        from vllm import SamplingParams
 
         params = [
             SamplingParams(
@@ -470,7 +470,8 @@ class VLLMBackend(Backend):
             )
             for r, key in batch
         ]
-        prompts = [TokensPrompt(prompt_token_ids=r.prompt_ids or []) for r, _ in batch]
+        # vLLM's TokensPrompt is a TypedDict: a plain dict is one
+        prompts: list[Any] = [{"prompt_token_ids": r.prompt_ids or []} for r, _ in batch]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         return [self._generation(output.outputs[0]) for output in outputs]
 

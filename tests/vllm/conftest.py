@@ -40,6 +40,7 @@ os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 #: Warnings vLLM 0.32 and its torch raise on import or start-up, none about gem's code (warnings are errors here).
 THIRD_PARTY_WARNINGS = [
     "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning",
+    "ignore:`torch.distributed.reduce_op` is deprecated:FutureWarning",
 ]
 
 
@@ -89,8 +90,16 @@ class LoopThread:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=timeout)
 
     def close(self) -> None:
+        async def cancel_the_rest() -> None:  # the engine's output handler, so no task dies pending
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        self.run(cancel_the_rest(), timeout=60)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=30)
+        self.loop.close()
 
 
 @pytest.fixture(scope="session")
