@@ -41,6 +41,8 @@ os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 THIRD_PARTY_WARNINGS = [
     "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning",
     "ignore:`torch.distributed.reduce_op` is deprecated:FutureWarning",
+    # the async engine's client leaves its zmq context to the garbage collector at shutdown
+    "ignore:Unclosed context:ResourceWarning",
 ]
 
 

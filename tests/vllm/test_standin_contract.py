@@ -223,3 +223,17 @@ def test_bad_sampling_params_raise_vllm_validation_error() -> None:
             SamplingParams(**bad)
     assert not issubclass(VLLMValidationError, ValueError)
     assert SamplingParams().top_k == 0  # 0 (and -1, still accepted) mean "no top-k"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_cut_at_stop_answers_like_vllm(llm: Any, prompt: list[int], free_run: list[int], case: Case) -> None:
+    """``gem_core.episode.cut_at_stop`` (the hf backend's stop rule over ``model.generate``'s raw ids) is vLLM's."""
+    from gem_core.episode import cut_at_stop
+
+    real = _real(llm, prompt, case, free_run).outputs[0]
+    raw_ids, raw_logprobs = _policy_ids(real)  # what a model with no stop rule would have sampled
+    stops = {int(llm.get_tokenizer().eos_token_id), *_stop_ids(case, free_run)}
+    mine = cut_at_stop(raw_ids[: case.max_tokens], stops, case.max_tokens, raw_logprobs[: case.max_tokens])
+    assert mine.token_ids == list(real.token_ids)
+    assert mine.finish_reason == real.finish_reason
+    assert mine.logprobs == pytest.approx(_sampled_logprobs(real))
