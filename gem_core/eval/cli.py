@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any, TextIO
 
 from gem_core.errors import ConfigError, EnvCheckError, GemCoreError
@@ -18,6 +20,7 @@ _EVAL_EXAMPLES = """examples:
   gem eval Qwen/Qwen3-0.6B game:GuessTheNumber-v0-easy --base-url http://localhost:8000/v1 -n 50
   gem eval ./my-model core:NumberGuess-v0 --backend hf -n 20 --trace out.jsonl --plot out.png
   gem eval --config eval.json --resume
+  gem eval ./my-model game:GuessTheNumber-v0-easy --backend vllm --engine-kw enforce_eager=true --json
 """
 
 
@@ -32,6 +35,19 @@ def eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
     p.add_argument("--api", choices=["chat", "completions"], default=None, help="openai API to call (default chat)")
     p.add_argument("--tokenizer", help="local tokenizer path (needed for --api completions)")
+    p.add_argument(
+        "--exact-tokens",
+        action="store_true",
+        default=None,
+        help="--api completions: send token-id prompts, take the server's sampled ids (vLLM's return_token_ids)",
+    )
+    p.add_argument(
+        "--engine-kw",
+        action="append",
+        default=None,
+        metavar="KEY=VALUE",
+        help="vllm backend: a vllm.LLM option (JSON value), e.g. max_model_len=4096 enforce_eager=true",
+    )
     p.add_argument("--api-key-env", default=None, help="variable holding the API key (default OPENAI_API_KEY)")
     p.add_argument("-n", "--num-episodes", type=int, default=None, help="episodes per env (default 10)")
     p.add_argument("--seed-start", type=int, default=None, help="episode i resets with seed-start + i (default 0)")
@@ -78,6 +94,7 @@ _DEFAULTS: dict[str, Any] = {
     "timeout": 120.0,
     "wrapper": [],
     "kw": [],
+    "engine_kw": [],
     "env_ids": [],
 }
 
@@ -172,16 +189,57 @@ def _common_failure(records: list[dict[str, Any]]) -> str | None:
 def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     """Run an evaluation.
 
+    With ``--json`` nothing but the summary reaches stdout: whatever the backend prints
+    (vLLM's log lines, its engine processes' output) goes to stderr.
+
     Returns:
         0 when episodes ran (failed episodes are in the summary); 1 when every episode failed
         (the cause is written to stderr). Configuration errors raise (exit 2).
     """
+    o = _options(args)
+    if o.get("json"):
+        # stdout carries the JSON summary alone: engines log there (vLLM, from its worker processes too)
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+        with _stdout_to_stderr():
+            summary, code = _evaluate(o, out)
+        out.write(summary)
+        return code
+    return _evaluate(o, out)[1]
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Send this process's stdout (Python's and file descriptor 1, which child processes inherit) to stderr."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    python_stdout = sys.stdout
+    try:
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stdout = python_stdout
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _engine_kwargs(value: Any) -> dict[str, Any]:
+    if isinstance(value, dict):
+        return dict(value)
+    try:
+        return parse_kwargs(list(value))
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace("--kw", "--engine-kw")) from None
+
+
+def _evaluate(o: dict[str, Any], out: TextIO) -> tuple[str, int]:
+    """Run the evaluation ``o`` describes; print the table (and plot) or return the JSON summary, and the exit code."""
     from gem_core.episode import EpisodeLimits
     from gem_core.eval.backends import Sampling, make_backend
     from gem_core.eval.report import plot, print_summary, summary_json
     from gem_core.eval.run import EvalSettings, summarize
 
-    o = _options(args)
     if o.get("api_key_env"):
         os.environ.setdefault("OPENAI_API_KEY", os.environ.get(o["api_key_env"], ""))
     settings = EvalSettings(
@@ -216,25 +274,28 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
         base_url=o.get("base_url"),
         api=o["api"],
         tokenizer_path=o.get("tokenizer"),
+        exact_tokens=bool(o.get("exact_tokens")),
         max_retries=int(o["retries"]),
         timeout_s=float(o["timeout"]),
+        engine_kwargs=_engine_kwargs(o["engine_kw"]),
     )
     records = asyncio.run(_run(backend, settings, show_progress=not o.get("no_progress") and not o.get("json")))
     summaries = summarize(records)
     meta = {**backend.describe(), "trace": settings.trace_path, "retries": getattr(backend, "retries", 0)}
-    if o.get("json"):
-        out.write(summary_json(summaries, meta) + "\n")
-    else:
-        print_summary(summaries, out, title=f"gem eval: {o['model']} ({o['backend']})")
     if o.get("plot"):
         plot(summaries, records, o["plot"], title=f"{o['model']} ({o['backend']})")
-        if not o.get("json"):
+    summary = ""
+    if o.get("json"):
+        summary = summary_json(summaries, meta) + "\n"
+    else:
+        print_summary(summaries, out, title=f"gem eval: {o['model']} ({o['backend']})")
+        if o.get("plot"):
             out.write(f"plot: {o['plot']}\n")
     cause = _common_failure(records)
     if cause is not None:
         sys.stderr.write(f"gem eval: every episode failed; the most common cause: {cause}\n")
-        return 1
-    return 0
+        return summary, 1
+    return summary, 0
 
 
 async def _run(backend: Any, settings: Any, *, show_progress: bool) -> list[dict[str, Any]]:

@@ -118,15 +118,24 @@ class StandInLLM:
         logprobs = None
         if sampling_params.logprobs is not None:
             values = generation.logprobs or [0.0] * len(token_ids)
-            logprobs = [{t: Logprob(logprob=v, rank=1)} for t, v in zip(token_ids, values, strict=True)]
+            logprobs = [
+                {t: Logprob(logprob=v, rank=1, decoded_token=self.tokenizer.decode([t]))}
+                for t, v in zip(token_ids, values, strict=True)
+            ]
+        stopped = generation.finish_reason == "stop" and bool(token_ids)
         completion = CompletionOutput(
             index=0,
-            text=self.tokenizer.decode(token_ids, skip_special_tokens=sampling_params.skip_special_tokens),
+            # vLLM drops the stop token from the text (a special one or not), and the bytes of a
+            # character still incomplete at the end (its incremental detokenizer holds them back)
+            text=self.tokenizer.decode(
+                token_ids[:-1] if stopped else token_ids, skip_special_tokens=sampling_params.skip_special_tokens
+            ).rstrip("\ufffd"),
             token_ids=token_ids,
             cumulative_logprob=None if logprobs is None else float(sum(generation.logprobs or [])),
             logprobs=logprobs,
             finish_reason=generation.finish_reason,
-            stop_reason=None,  # vLLM's value when the EOS token (kept in token_ids) or the length limit ended it
+            # vLLM: None when the EOS token (kept in token_ids) or the length limit ended it, else the stop token id
+            stop_reason=token_ids[-1] if stopped and token_ids[-1] != self.tokenizer.eos_token_id else None,
         )
         yield RequestOutput(
             request_id=request_id,

@@ -126,7 +126,11 @@ class LLM:
             outputs.append(
                 CompletionOutput(
                     index=index,
-                    text=tok.decode(out_ids, skip_special_tokens=params.skip_special_tokens),
+                    # vLLM drops the stop token from the text (a special one or not), and the bytes of a
+                    # character still incomplete at the end (its incremental detokenizer holds them back)
+                    text=tok.decode(
+                        out_ids[:-1] if finish == "stop" else out_ids, skip_special_tokens=params.skip_special_tokens
+                    ).rstrip("\ufffd"),
                     token_ids=out_ids,
                     cumulative_logprob=cumulative,
                     logprobs=logprobs,
