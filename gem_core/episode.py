@@ -106,6 +106,8 @@ class Generation:
         finish_reason: ``"stop"`` (the model ended its turn), ``"length"`` (cut at the
             token limit) or ``"abort"`` (the server gave up: the episode ends here,
             without a turn). vLLM and OpenAI call it ``finish_reason``, verl ``stop_reason``.
+            vLLM's ``"repetition"`` counts as a cut; ``"error"`` or any other reason is
+            refused with a :class:`~gem_core.errors.GenerateContractError`.
         extra: Server-specific fields the adapter needs back (verl's ``extra_fields``),
             kept per turn in :attr:`EpisodeSession.generations`, never in the records.
     """
@@ -167,6 +169,19 @@ class TurnRequest:
     seed: int | None = None
 
 
+def _finish_problem(reason: str) -> str:
+    """What is wrong with a finish reason the engine does not take (for a :class:`GenerateContractError`)."""
+    if reason == "error":
+        return (
+            "finish_reason is 'error': the inference engine failed this request (see its log), so there is no "
+            "reply to score; retry the request or raise instead of returning it"
+        )
+    return (
+        f"finish_reason {reason!r} is not one of {sorted(_FINISH_REASONS)}; map the server's reason to "
+        "'stop' (ended its turn), 'length' (cut at the limit) or 'abort' (no usable reply)"
+    )
+
+
 def describe_request(request: TurnRequest) -> str:
     """The episode a request is for, as ``"env_id seed=S turn=T"`` (how contract errors name episodes)."""
     return f"{request.env_id or 'env'} seed={request.seed} turn={request.turn}"
@@ -176,10 +191,15 @@ def describe_request(request: TurnRequest) -> str:
 _CONTRACT = {
     True: (
         "a generate must return, per request, a Generation with token_ids (ints in [0, vocabulary size)), "
-        "logprobs None or one finite float per id, and finish_reason a str ('stop', 'length' or 'abort')"
+        "logprobs None or one finite float per id, and finish_reason 'stop', 'length', 'abort' "
+        "(or vLLM's 'repetition', a cut)"
     ),
     False: "a generate must return, per request, the reply text (a str) or a Generation with text=str",
 }
+#: The finish reasons a generate may report, and what each is to the engine. vLLM's ``"repetition"``
+#: (its repetition detector stopped the reply) is a cut; ``"error"`` and any reason not here are refused
+#: by :func:`_finish_problem`, because scoring a failed or unknown request as a reply is silently wrong.
+_FINISH_REASONS = {"stop": "stop", "length": "length", "abort": "abort", "repetition": "length"}
 _TOKEN_MODE = "this engine has a tokenizer (token in, token out); return the sampled ids"
 _BATCH_CONTRACT = "; a batched generate returns a list with one answer per request, in request order"
 
@@ -424,6 +444,9 @@ class EpisodeSession:
             return f"text is {_shown(text)}, not a str"
         if not isinstance(reason, str):
             return f"finish_reason is {_shown(reason)}, not a str"
+        finish = _FINISH_REASONS.get(reason)
+        if finish is None:
+            return _finish_problem(reason)
         ids: list[int] | None = None
         if self.engine.token_mode:
             if gen.token_ids is None:
@@ -450,9 +473,7 @@ class EpisodeSession:
                 bad_at = next((i for i, x in enumerate(logprobs) if not math.isfinite(x)), None)
                 if bad_at is not None:
                     return f"logprob {logprobs[bad_at]} at position {bad_at} is not finite"
-        return Generation(
-            token_ids=ids, text=gen.text, logprobs=logprobs, finish_reason=gen.finish_reason, extra=gen.extra
-        )
+        return Generation(token_ids=ids, text=gen.text, logprobs=logprobs, finish_reason=finish, extra=gen.extra)
 
     def _take(self, gen: Generation) -> str | None:
         """Apply a checked answer (from :meth:`check`): the action for ``env.step``, or ``None``."""

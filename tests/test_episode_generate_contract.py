@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from gem_core.core import StepReturn
@@ -27,6 +27,8 @@ pytest.importorskip("transformers", reason="the test extra installs transformers
 from gem_core.testing_tokenizers import build_chat_tokenizer
 
 ENV_ID = "test:Echo-v0"
+#: The finish reasons the engine takes, and the one each becomes (vLLM's "repetition" is a cut).
+ACCEPTED_FINISH = {"stop": "stop", "length": "length", "abort": "abort", "repetition": "length"}
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -84,6 +86,7 @@ def hostile_answer(draw: st.DrawFn) -> tuple[object, str]:
                 "logprob-length",
                 "logprob-str",
                 "finish-reason",
+                "finish-reason-unknown",
                 "text-not-str",
             ]
         )
@@ -123,6 +126,11 @@ def hostile_answer(draw: st.DrawFn) -> tuple[object, str]:
         return Generation(token_ids=ids, logprobs=["x"] * len(ids)), "logprobs must be a list of floats"  # type: ignore[list-item]
     if kind == "finish-reason":
         return Generation(token_ids=ids, finish_reason=draw(st.sampled_from([None, 1, b"stop"]))), "finish_reason"  # type: ignore[arg-type]
+    if kind == "finish-reason-unknown":
+        # vLLM's "error", casings and any other name: never scored as if the model had ended its turn
+        reason = draw(st.sampled_from(["error", "Stop", "completed", ""]) | st.text(max_size=12))
+        assume(reason not in ACCEPTED_FINISH)
+        return Generation(token_ids=ids, finish_reason=reason), f"finish_reason {reason!r}"
     return Generation(token_ids=ids, text=draw(st.sampled_from([1, b"x", ["a"]]))), "text is"  # type: ignore[arg-type]
 
 
@@ -411,3 +419,13 @@ def test_runner_raises_several_episode_errors_once() -> None:
             assert runner.in_flight == 0 and not runner._errors  # raised once, not three times
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize(("reason", "recorded"), sorted(ACCEPTED_FINISH.items()), ids=sorted(ACCEPTED_FINISH))
+def test_accepted_finish_reasons_and_what_each_becomes(reason: str, recorded: str) -> None:
+    engine = EpisodeEngine(tokenizer())
+    session = engine.session(env_id=ENV_ID, seed=0)
+    session.begin("the first observation")
+    tok = tokenizer()
+    ids = tok.encode("move", add_special_tokens=False)  # no stop token: a cut stays a cut
+    assert session.check(Generation(token_ids=ids, finish_reason=reason)).finish_reason == recorded
