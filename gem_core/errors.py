@@ -223,3 +223,30 @@ def __getattr__(name: str) -> Any:
             f"{name} moved to {module}, part of {distribution}, which is not installed; "
             f"pip install it, or catch GemCoreError"
         ) from exc
+
+
+# --- vector env fault model (docs/wrappers-vector.md, "Faults") ---
+
+
+class EnvResultError(GemCoreError, TypeError):
+    """A sub-env broke the result contract, or its result could not travel back.
+
+    ``step`` did not return ``(str, float, bool, bool, dict)``, ``reset`` did not return
+    ``(str, dict)``, or the result does not pickle in the worker or does not unpickle in the parent.
+
+    The message names the env index, its id, the episode seed, the phase and what was wrong.
+    """
+
+
+class EnvStepTimeout(GemCoreError, TimeoutError):
+    """A sub-env's call ran past the vector env's ``step_timeout``; the message names the env.
+
+    The worker process or actor that hosted it is replaced (its envs lose their episodes).
+    """
+
+
+class PlacementError(GemCoreError, RuntimeError):
+    """Ray could not place a vector env's actors in time; names the resources needed and available."""
+
+
+__all__ += ["EnvResultError", "EnvStepTimeout", "PlacementError"]

@@ -278,11 +278,11 @@ class VectorEnv:
     def _finish_reset(self, targets: list[int], outcomes: list[Outcome]) -> VectorResetReturn:
         observations: list[str] = []
         infos: list[dict[str, Any]] = []
-        failures: dict[int, BaseException] = {}
+        failures: dict[int, Failure] = {}
         for i, out in zip(targets, outcomes, strict=True):
             if isinstance(out, Failure):
                 self._blocked[i] = "raised an error"
-                failures[i] = out.error
+                failures[i] = out
                 observations.append("")
                 infos.append({"env_error": out.describe()})
                 continue
@@ -316,13 +316,13 @@ class VectorEnv:
         return indices, acts
 
     def _finish_step(self, indices: list[int], outcomes: list[Outcome]) -> VectorStepReturn:
-        failures: dict[int, BaseException] = {}
+        failures: dict[int, Failure] = {}
         if Failure in map(type, outcomes):  # rare; the common case below transposes in C
             entries: list[Outcome] = []
             for i, out in zip(indices, outcomes, strict=True):
                 if type(out) is Failure:
                     self._blocked[i] = "raised an error"
-                    failures[i] = out.error
+                    failures[i] = out
                     out = ("", 0.0, False, False, {"env_error": out.describe()})
                 entries.append(out)
             outcomes = entries
@@ -339,13 +339,15 @@ class VectorEnv:
             raise self._error("step", failures, result)
         return result
 
-    def _error(self, what: str, failures: dict[int, BaseException], results: object) -> VectorEnvError:
-        causes = "; ".join(f"env {i}: {type(e).__name__}: {e}" for i, e in sorted(failures.items()))
+    def _error(self, what: str, failures: dict[int, Failure], results: object) -> VectorEnvError:
+        causes = "; ".join(
+            f"env {i}: {type(f.error).__name__}: {f.error} [{f.where()}]" for i, f in sorted(failures.items())
+        )
         return VectorEnvError(
             f"{type(self).__name__}.{what}() failed in {len(failures)} of {self.num_envs} envs ({causes}). "
             f"The other envs kept their state; reset the failed ones with reset(indices={sorted(failures)}) "
             "or build the vector env with on_error='reset'",
-            failures,
+            {i: f.error for i, f in failures.items()},
             results,
         )
 

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import os
 import subprocess
@@ -20,7 +21,8 @@ class CountEnv(Env):
     """Counts steps; each episode starts with a number drawn from the env's RNG.
 
     The action ``"boom"`` raises, to test error isolation; ``"end"`` terminates early;
-    ``"exit"`` kills the process the env runs in; ``"sleep"`` blocks for a while.
+    ``"exit"`` kills the process the env runs in; ``"sleep"`` blocks for a while;
+    ``"return:<literal>"`` returns that Python literal instead of a step tuple (a contract breach).
     """
 
     def __init__(self, episode_length: int = 3, spawn_child: bool = False) -> None:
@@ -48,6 +50,8 @@ class CountEnv(Env):
             os._exit(3)
         if action == "sleep":
             time.sleep(3.0)
+        if action.startswith("return:"):
+            return ast.literal_eval(action[len("return:") :])  # type: ignore[no-any-return]
         self.t += 1
         done = self.t >= self.episode_length or action == "end"
         return f"ep {self.tag} t {self.t} {action}", float(self.t), done, False, {"t": self.t, "tag": self.tag}

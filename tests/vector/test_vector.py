@@ -22,6 +22,8 @@ from gem_vector_testenvs import (
     make_count_env,
     make_exiting_env,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gem_core.errors import ConfigError, EnvWorkerCrashed, ResetNeeded, VectorEnvError
 from gem_core.registry import EnvSpec, Registry
@@ -564,3 +566,70 @@ def test_make_vec_rejects_bad_arguments(registry: Registry) -> None:
         make_vec("test:Count-v0", 1, processes=True, registry=registry)
     with pytest.raises(ConfigError, match="pass backend= alone"):
         make_vec("test:Count-v0", 1, backend="sync", vectorization="sync", registry=registry)
+
+
+# ---------------------------------------------------------------------- the result contract
+
+_scalars = st.one_of(st.none(), st.integers(), st.floats(allow_nan=False), st.text(max_size=5), st.booleans())
+
+
+@st.composite
+def bad_step_results(draw: st.DrawFn) -> Any:
+    """Anything but a valid ``(str, number, bool, bool, dict)``: other types, other arities, one wrong field."""
+    good: list[Any] = ["obs", 1.0, False, False, {}]
+    kind = draw(st.sampled_from(["scalar", "arity", "field"]))
+    if kind == "scalar":
+        return draw(st.one_of(_scalars, st.lists(_scalars, max_size=5), st.dictionaries(st.text(max_size=3), _scalars)))
+    if kind == "arity":
+        n = draw(st.integers(0, 8).filter(lambda k: k != 5))
+        return tuple(draw(st.lists(_scalars, min_size=n, max_size=n)))
+    field = draw(st.integers(0, 4))
+    wrong = {0: st.one_of(st.none(), st.integers()), 1: st.one_of(st.none(), st.text(max_size=3), st.booleans())}
+    good[field] = draw(wrong.get(field, st.one_of(st.none(), st.integers(2, 5), st.text(max_size=3))))
+    if field == 4:
+        good[4] = draw(st.one_of(st.none(), st.lists(_scalars, max_size=2), st.integers()))
+    return tuple(good)
+
+
+def examples_for(kind: str) -> int:
+    return 12 if kind in LOCAL_KINDS else 4  # worker round trips cost more
+
+
+@pytest.mark.parametrize("on_error", ["raise", "reset"])
+def test_a_bad_result_is_a_typed_failure_of_that_env_only(kind: str, on_error: str) -> None:
+    from gem_core.errors import EnvResultError
+
+    with build(kind, n=3, episode_length=4, on_error=on_error) as vec:
+
+        @settings(max_examples=examples_for(kind), deadline=None, derandomize=True)
+        @given(bad=bad_step_results(), culprit=st.integers(0, 2), seed=st.integers(0, 2**32))
+        def check(bad: Any, culprit: int, seed: int) -> None:
+            vec.reset(seed=seed)
+            actions = ["a"] * 3
+            actions[culprit] = f"return:{bad!r}"
+            if on_error == "raise":
+                with pytest.raises(VectorEnvError) as caught:
+                    vec.step(actions)
+                assert list(caught.value.failures) == [culprit]
+                error = caught.value.failures[culprit]
+                results = caught.value.results
+            else:
+                results = vec.step(actions)
+                error = None
+            obs, rewards, term, trunc, infos = results  # type: ignore[misc]
+            for i in range(3):
+                if i != culprit:  # the others were stepped, and their results delivered
+                    assert obs[i].endswith("t 1 a") and rewards[i] == 1.0 and "env_error" not in infos[i]
+            report = infos[culprit]["env_error"]
+            assert report["type"] == "EnvResultError" and report["phase"] == "step"
+            assert report["seed"] == episode_seed(seed, culprit, 0)
+            assert f"env {culprit} (" in report["message"] and f"seed {report['seed']}" in report["message"]
+            if on_error == "raise":
+                assert isinstance(error, EnvResultError)
+                assert vec.needs_reset == [i == culprit for i in range(3)]
+            else:  # recovered: a new episode with the env's next seed
+                assert obs[culprit].startswith("start ") and trunc[culprit] and not term[culprit]
+                assert infos[culprit]["seed"] == episode_seed(seed, culprit, 1)
+                assert not any(vec.needs_reset)
+
+        check()
