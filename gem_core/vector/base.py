@@ -33,6 +33,7 @@ __all__ = [
     "VectorEnv",
     "VectorResetReturn",
     "VectorStepReturn",
+    "check_timeout",
     "episode_seed",  # re-exported: it moved to gem_core.seeding
     "episode_seeds",
 ]
@@ -46,6 +47,12 @@ VectorStepReturn = tuple[list[str], np.ndarray, np.ndarray, np.ndarray, list[dic
 _M = TypeVar("_M", Member, AsyncMember)
 #: Collects a group's outcomes, in the order of the indices it was started with.
 Pending = Callable[[], list[Outcome]]
+
+
+def check_timeout(name: str, value: float | None) -> None:
+    """Raise :class:`ConfigError` unless ``value`` is ``None`` or a positive number of seconds."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+        raise ConfigError(f"{name} must be a positive number of seconds or None, got {value!r}")
 
 
 class Group(abc.ABC):
@@ -341,7 +348,8 @@ class VectorEnv:
 
     def _error(self, what: str, failures: dict[int, Failure], results: object) -> VectorEnvError:
         causes = "; ".join(
-            f"env {i}: {type(f.error).__name__}: {f.error} [{f.where()}]" for i, f in sorted(failures.items())
+            f"env {i}: {type(f.error).__name__}: {f.error}" + ("" if f.where() in str(f.error) else f" [{f.where()}]")
+            for i, f in sorted(failures.items())
         )
         return VectorEnvError(
             f"{type(self).__name__}.{what}() failed in {len(failures)} of {self.num_envs} envs ({causes}). "

@@ -55,7 +55,9 @@ def make_vec(
     max_threads: int | None = None,
     max_processes: int | None = None,
     num_cpus: float | None = None,
-    envs_per_actor: int = 1,
+    envs_per_actor: int | None = None,
+    step_timeout: float | None = None,
+    placement_timeout: float | None = 120.0,
     registry: Registry | None = None,
     vectorization: Literal["sync", "async"] | None = None,
     processes: bool | None = None,
@@ -82,7 +84,12 @@ def make_vec(
         max_threads: ``async`` only: thread-pool size.
         max_processes: ``async`` and ``process``: number of worker processes.
         num_cpus: ``ray`` only: CPUs per env; default each spec's ``num_cpus``.
-        envs_per_actor: ``ray`` only: envs sharing one actor.
+        envs_per_actor: ``ray`` only: envs sharing one actor; default: packed by the cluster's free CPUs.
+        step_timeout: Seconds an env's ``step``/``reset`` may take before it fails with
+            :class:`~gem_core.errors.EnvStepTimeout` (``None``: no limit); what each backend can
+            interrupt is in docs/wrappers-vector.md, "Faults".
+        placement_timeout: ``ray`` only: seconds to wait for the actors before
+            :class:`~gem_core.errors.PlacementError`.
         registry: Where to look ids up; the process-wide registry by default.
         vectorization: Deprecated: ``backend`` replaces it.
         processes: Deprecated: ``True`` is ``backend="process"``; ``False`` keeps
@@ -114,7 +121,7 @@ def make_vec(
         specs[env_id] = spec
     refs = tuple(wrappers or ())
     spec_of = [specs[ids[i % len(ids)]] for i in range(n)]
-    common: dict[str, Any] = {"autoreset_mode": autoreset_mode, "on_error": on_error}
+    common: dict[str, Any] = {"autoreset_mode": autoreset_mode, "on_error": on_error, "step_timeout": step_timeout}
 
     def local(spec: EnvSpec) -> Callable[[], Env | AsyncEnv]:
         return functools.partial(build_env, spec, kwargs, refs, registry)
@@ -137,7 +144,13 @@ def make_vec(
     from gem_core.vector.ray import RayVectorEnv
 
     cpus = [s.num_cpus if num_cpus is None else num_cpus for s in spec_of]
-    return RayVectorEnv([remote(s) for s in spec_of], num_cpus=cpus, envs_per_actor=envs_per_actor, **common)
+    return RayVectorEnv(
+        [remote(s) for s in spec_of],
+        num_cpus=cpus,
+        envs_per_actor=envs_per_actor,
+        placement_timeout=placement_timeout,
+        **common,
+    )
 
 
 def _pick_backend(backend: str | None, vectorization: str | None, processes: bool | None) -> tuple[Backend, bool]:

@@ -11,16 +11,18 @@ worker process or in a Ray actor. Backends only move requests and outcomes aroun
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import numbers
 import pickle
 import traceback
+from collections.abc import Coroutine
 from typing import Any, Generic, Literal, NamedTuple, TypeVar, Union
 
 import numpy as np
 
 from gem_core.core import AsyncEnv, Env
-from gem_core.errors import ConfigError, EnvResultError
+from gem_core.errors import ConfigError, EnvResultError, EnvStepTimeout
 from gem_core.seeding import SeedStream, episode_seed
 
 __all__ = [
@@ -318,11 +320,25 @@ class _Logic(Generic[_E]):
         self.seed = seed = self.seeds.take()
         return _EnvReset(seed, options)
 
+    @property
+    def phase(self) -> str:
+        """The env call under way or last made (``step``, ``reset``, ``autoreset``, ``final reset``, ...)."""
+        return self._stage.value
+
+    def where(self) -> str:
+        """``env 2 (game:X-v0, seed 123, phase step)``."""
+        return describe_env(self.index, self.env_id, self.seed, self._stage.value)
+
+    def timeout_error(self, seconds: float, detail: str = "") -> EnvStepTimeout:
+        """An :class:`EnvStepTimeout` naming this env."""
+        return EnvStepTimeout(f"{self.where()}: no result within step_timeout={seconds:g}s{detail}")
+
     def failure(self, error: BaseException, tb: str | None = None) -> Failure:
         """A :class:`Failure` of this env in its current phase."""
         return Failure(self.index, error, tb, env_id=self.env_id, seed=self.seed, phase=self._stage.value)
 
-    def _bad_result(self, problem: str) -> EnvResultError:
+    def result_error(self, problem: str) -> EnvResultError:
+        """An :class:`EnvResultError` naming this env, its seed and phase, and ``problem``."""
         where = describe_env(self.index, self.env_id, self.seed, self._stage.value)
         return EnvResultError(f"{where}: {problem}. Fix the env (gem_core.testing.check_env finds such bugs)")
 
@@ -332,11 +348,11 @@ class _Logic(Generic[_E]):
             if not _is_step_result(value):
                 problem = step_result_problem(value)
                 if problem is not None:
-                    raise self._bad_result(problem)
+                    raise self.result_error(problem)
         else:
             problem = reset_result_problem(value)
             if problem is not None:
-                raise self._bad_result(problem)
+                raise self.result_error(problem)
         return value
 
     def recover(self, failure: Failure) -> Outcome:
@@ -396,16 +412,14 @@ class Member(_Logic[Env]):
         """:meth:`handle` of ``Step(action)``, without building the request (the hot path of cheap envs)."""
         if self.lost is not None or self.pending_reset:
             return self._run(self._begin(Step(action)))
+        self._stage = _Stage.STEP  # also for recover(): the last call was a step
         try:
             value = self.env.step(action)
             if not _is_step_result(value):  # validated inside the guard: a bad result is this env's failure
-                self._stage = _Stage.STEP
                 self._checked(action, value)
         except Exception as exc:
-            self._stage = _Stage.STEP
             return self._run(self._raised(exc))
         if value[2] or value[3]:
-            self._stage = _Stage.STEP
             return self._run(self._advance(value))
         return value
 
@@ -428,7 +442,13 @@ class Member(_Logic[Env]):
 
 
 class AsyncMember(_Logic[AsyncEnv]):
-    """An async env with its per-env logic; :meth:`handle` serves one request on an event loop."""
+    """An async env with its per-env logic; :meth:`handle` serves one request on an event loop.
+
+    With a ``timeout``, each env call that runs past it is cancelled and fails with
+    :class:`~gem_core.errors.EnvStepTimeout` (``on_error`` applies).
+    """
+
+    timeout: float | None = None
 
     async def handle(self, request: Request) -> Outcome:
         env = self.env
@@ -436,11 +456,19 @@ class AsyncMember(_Logic[AsyncEnv]):
         while call is not None:
             try:
                 if type(call) is str:
-                    value: Any = self._checked(call, await env.step(call))
+                    value: Any = self._checked(call, await self._within(env.step(call)))
                 else:
-                    value = self._checked(call, await env.reset(seed=call.seed, options=call.options))  # type: ignore[union-attr]
+                    value = self._checked(call, await self._within(env.reset(seed=call.seed, options=call.options)))  # type: ignore[union-attr]
             except Exception as exc:
                 call = self._raised(exc)
                 continue
             call = self._advance(value)
         return self.outcome
+
+    async def _within(self, call: Coroutine[Any, Any, Any]) -> Any:
+        if self.timeout is None:
+            return await call
+        try:
+            return await asyncio.wait_for(call, self.timeout)
+        except (asyncio.TimeoutError, TimeoutError):
+            raise self.timeout_error(self.timeout, " (the call was cancelled)") from None
