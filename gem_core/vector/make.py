@@ -1,4 +1,4 @@
-"""``make_vec``: a vector env from registered ids."""
+"""``make_vec``: a vector env from registered ids (``build_env`` lives in :mod:`gem_core.vector.building`)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from typing import Any, Literal
 
 from gem_core.core import AsyncEnv, Env
 from gem_core.errors import ConfigError
-from gem_core.registry import EnvSpec, Registry, WrapperRef, build
+from gem_core.registry import EnvSpec, Registry, WrapperRef
 from gem_core.vector.async_vector import AsyncVectorEnv, SyncEnvs
 from gem_core.vector.base import AutoresetMode, OnError, VectorEnv
+from gem_core.vector.building import build_env
 from gem_core.vector.process import ProcessEnv, ProcessVectorEnv
 from gem_core.vector.sync import SyncVectorEnv
 
@@ -20,27 +21,6 @@ __all__ = ["BACKENDS", "Backend", "build_env", "make_vec"]
 Backend = Literal["sync", "async", "process", "ray"]
 #: Where ``make_vec`` can run envs.
 BACKENDS: tuple[Backend, ...] = ("sync", "async", "process", "ray")
-
-
-def build_env(
-    spec: EnvSpec,
-    kwargs: dict[str, Any],
-    wrappers: Sequence[WrapperRef],
-    registry: Registry | None = None,
-) -> Env | AsyncEnv:
-    """Build one env from its spec, then apply the spec's and the caller's wrappers.
-
-    Module-level and driven by picklable arguments, so a worker process can run it.
-    Wrapper names resolve in ``registry`` (the process-wide one when ``None``).
-    """
-    if registry is None:
-        from gem_core.plugins import get_registry
-
-        registry = get_registry()
-    env = build(spec, kwargs)
-    for ref in (*spec.wrappers, *wrappers):
-        env = registry.apply_wrapper(env, ref)
-    return env  # type: ignore[no-any-return]
 
 
 def make_vec(

@@ -419,7 +419,7 @@ def ray_env_factory(
         **kwargs: Constructor kwargs (over the spec's defaults).
     """
     from gem_core.plugins import get_registry
-    from gem_core.vector.make import build_env
+    from gem_core.vector.building import build_env
 
     spec, _ = get_registry().resolve(env_id)
     build = functools.partial(build_env, spec, kwargs, tuple(wrappers))
