@@ -74,7 +74,7 @@ class AsyncCountEnv(AsyncEnv):
         return self.inner.reset(seed=seed, options=options)
 
     async def step(self, action: str) -> StepReturn:
-        await asyncio.sleep(0)
+        await asyncio.sleep(30.0 if action == "asleep" else 0)  # "asleep": hangs, but can be cancelled
         return self.inner.step(action)
 
 

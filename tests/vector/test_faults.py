@@ -177,3 +177,30 @@ def test_fault_matrix(kind: str, fault: str) -> None:
         assert fault != "setsid_child" or children
 
     check()
+
+
+@pytest.mark.parametrize("on_error", ["raise", "reset"])
+def test_a_hanging_async_env_is_cancelled_at_step_timeout(on_error: str) -> None:
+    from gem_core.errors import EnvStepTimeout
+
+    with build("async-native", n=2, episode_length=5, on_error=on_error, step_timeout=0.5) as vec:
+        vec.reset(seed=1)
+        if on_error == "raise":
+            with pytest.raises(VectorEnvError) as caught:
+                vec.step(["asleep", "a"])
+            assert isinstance(caught.value.failures[0], EnvStepTimeout) and list(caught.value.failures) == [0]
+            assert "env 0 (" in str(caught.value.failures[0])
+            results: Any = caught.value.results
+        else:
+            results = vec.step(["asleep", "a"])
+            assert results[0][0].startswith("start ") and results[3][0]
+            assert results[4][0]["env_error"]["type"] == "EnvStepTimeout"
+        assert results[0][1].endswith("t 1 a")
+
+
+@pytest.mark.parametrize("value", [0, -1.0, "5", True])
+def test_step_timeout_must_be_positive_seconds(value: Any) -> None:
+    from gem_core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="step_timeout must be a positive number"):
+        build("sync", n=1, step_timeout=value)
