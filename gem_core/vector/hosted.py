@@ -415,7 +415,8 @@ class HostedGroup(Group):
         host.send("split", host.dumps(None))
         try:
             blobs = decode(host.receive(_remaining(deadline)))
-            assert len(blobs) == len(items)
+            if len(blobs) != len(items):
+                raise ValueError(f"{len(blobs)} replies for {len(items)} requests")
         except HostDied:
             raise
         except Exception as exc:  # the channel's state is unknown: the host is replaced

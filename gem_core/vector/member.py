@@ -190,14 +190,15 @@ _FLAG_TYPES = frozenset({bool, np.bool_})
 
 
 def _is_step_result(value: Any) -> bool:
+    if type(value) is not tuple or len(value) != 5:
+        return False
+    obs, reward, terminated, truncated, info = value
     return (
-        type(value) is tuple
-        and len(value) == 5
-        and type(value[0]) is str
-        and type(value[1]) in _NUMBER_TYPES
-        and type(value[2]) in _FLAG_TYPES
-        and type(value[3]) in _FLAG_TYPES
-        and type(value[4]) is dict
+        type(obs) is str
+        and type(info) is dict
+        and type(reward) in _NUMBER_TYPES
+        and type(terminated) in _FLAG_TYPES
+        and type(truncated) in _FLAG_TYPES
     )
 
 

@@ -34,7 +34,7 @@ def faulty(fault: str, seed: int, env: int, fail_at: int = 2, **kwargs: Any) -> 
     return functools.partial(make_faulty_count_env, fault, fail_at, (episode_seed(seed, env, 0),), **kwargs)
 
 
-@pytest.mark.parametrize("kind", HOSTED_KINDS)
+@pytest.mark.parametrize("kind", ["process"])  # the reproducer; the matrix covers every backend
 @pytest.mark.parametrize("on_error", ["raise", "reset"])
 @pytest.mark.parametrize("fault", ["unpicklable", "unloadable"])
 def test_a_result_that_cannot_travel_fails_its_env_only_and_nothing_goes_stale(
@@ -85,9 +85,11 @@ TRAVEL = ["unpicklable", "unloadable"]  # only where results cross a process bou
 HOST_KILLERS = ["exit", "segfault", "hang"]  # take their worker or actor, so all its envs
 LOCAL_FAULTS = [*IN_BAND, *TRAVEL, "hang"]
 HOSTED_FAULTS = [*IN_BAND, *TRAVEL, *HOST_KILLERS, "setsid_child"]
+# async process envs share the process backend's code (HostedGroup, WorkerHost): a few faults suffice there
 MATRIX = [
     *[(kind, fault) for kind in ("sync", "async-thread") for fault in LOCAL_FAULTS],
-    *[(kind, fault) for kind in ("process", "async-process", "ray") for fault in HOSTED_FAULTS],
+    *[(kind, fault) for kind in ("process", "ray") for fault in HOSTED_FAULTS],
+    *[("async-process", fault) for fault in ("unloadable", "segfault", "hang")],
 ]
 STEP_TIMEOUT = {"sync": 1.0, "async-thread": 1.0, "process": 5.0, "async-process": 5.0, "ray": 10.0}
 EXPECTED = {
@@ -204,3 +206,35 @@ def test_step_timeout_must_be_positive_seconds(value: Any) -> None:
 
     with pytest.raises(ConfigError, match="step_timeout must be a positive number"):
         build("sync", n=1, step_timeout=value)
+
+
+def test_a_worker_whose_replies_cannot_be_read_is_replaced_never_reused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gem_core.errors import EnvWorkerCrashed
+    from gem_core.vector import hosted
+
+    real_decode = hosted.decode
+
+    def torn(frame: bytes) -> Any:  # the per-env replies of a split arrive unreadable
+        value = real_decode(frame)
+        if isinstance(value, list) and value and isinstance(value[0], bytes):
+            raise EOFError("torn reply")
+        return value
+
+    with build("process", n=4, factory=faulty("unloadable", 2, 1)) as vec:
+        vec.reset(seed=2)
+        vec.step(["a"] * 4)
+        mates = host_mates(vec, 1)
+        before = {tuple(w.indices): w.process.pid for w in vec.workers}  # type: ignore[attr-defined]
+        monkeypatch.setattr(hosted, "decode", torn)
+        with pytest.raises(VectorEnvError) as caught:
+            vec.step(["b"] * 4)
+        monkeypatch.undo()
+        assert sorted(caught.value.failures) == mates
+        assert all(isinstance(e, EnvWorkerCrashed) for e in caught.value.failures.values())
+        after = {tuple(w.indices): w.process.pid for w in vec.workers}  # type: ignore[attr-defined]
+        assert after[tuple(mates)] != before[tuple(mates)]  # replaced
+        obs = caught.value.results[0]  # type: ignore[index]
+        assert all(obs[i].endswith("t 2 b") for i in range(4) if i not in mates)
+        vec.reset(indices=mates)
+        obs, *_ = vec.step(["c"] * 4)
+        assert [o.split()[3] for o in obs] == ["1" if i in mates else "3" for i in range(4)]

@@ -553,7 +553,7 @@ def bad_step_results(draw: st.DrawFn) -> Any:
 
 
 def examples_for(kind: str) -> int:
-    return 12 if kind in LOCAL_KINDS else 4  # worker round trips cost more
+    return 12 if kind in LOCAL_KINDS else 3  # worker round trips cost more
 
 
 @pytest.mark.parametrize("on_error", ["raise", "reset"])
