@@ -305,13 +305,14 @@ def faulty_number_guess(
     fail_at: int = 1,
     seeds: Collection[int] | None = None,
     error: type[BaseException] | str = "RuntimeError",
+    fault: str = "raise",
     **number_guess: Any,
 ) -> FaultyEnv:
     """:class:`NumberGuessEnv` in a :class:`FaultyEnv`: an entry point for tests to register, e.g.
 
     ``gem_core.register("test:Faulty-v0", faulty_number_guess, kwargs={"fail_at": 2})``.
     """
-    return FaultyEnv(NumberGuessEnv(**number_guess), fail_at=fail_at, seeds=seeds, error=error)
+    return FaultyEnv(NumberGuessEnv(**number_guess), fail_at=fail_at, seeds=seeds, error=error, fault=fault)
 
 
 #: Malformed actions ``step`` must survive: empty, huge, unicode, binary junk, markup fragments.

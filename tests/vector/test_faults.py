@@ -238,3 +238,20 @@ def test_a_worker_whose_replies_cannot_be_read_is_replaced_never_reused(monkeypa
         vec.reset(indices=mates)
         obs, *_ = vec.step(["c"] * 4)
         assert [o.split()[3] for o in obs] == ["1" if i in mates else "3" for i in range(4)]
+
+
+@pytest.mark.parametrize("backend", ["sync", "process"])
+def test_errors_name_the_registered_env_id(backend: str) -> None:
+    from gem_core.registry import EnvSpec, Registry
+    from gem_core.vector import make_vec
+
+    registry = Registry()
+    registry.add(
+        EnvSpec(id="test:Faulty-v0", entry_point="gem_core.testing:faulty_number_guess", kwargs={"fault": "none"})
+    )
+    with make_vec("test:Faulty-v0", 2, backend=backend, registry=registry, max_processes=1) as vec:  # type: ignore[arg-type]
+        vec.reset(seed=0)
+        with pytest.raises(VectorEnvError, match=r"env 0 \(test:Faulty-v0, seed \d+, phase step\)") as caught:
+            vec.step(["1", "2"])
+        assert isinstance(caught.value.failures[1], EnvResultError)
+        assert "step() must return a 5-tuple" in str(caught.value.failures[1])
