@@ -175,8 +175,8 @@ def burn_columns(work: int, cores: int, ray_note: str | None) -> dict[str, Calla
         from gem_core.vector.ray import RayVectorEnv
 
         def ray_vec(n: int) -> VectorEnv:
-            per_actor = -(-n // cores)
-            return RayVectorEnv([fn] * n, autoreset_mode="same_step", envs_per_actor=per_actor, num_cpus=1 / per_actor)
+            # an actor serves its envs one at a time and reserves what one needs: one actor per core
+            return RayVectorEnv([fn] * n, autoreset_mode="same_step", envs_per_actor=-(-n // cores), num_cpus=1)
 
         columns["ray"] = ray_vec
     return columns
@@ -248,9 +248,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.no_process:
         columns["process"] = ours(backend="process", max_processes=cores)
     if ray_note is None:
-        columns["ray"] = lambda n, a: ours(backend="ray", envs_per_actor=-(-n // cores), num_cpus=1 / -(-n // cores))(
-            n, a
-        )
+        columns["ray"] = lambda n, a: ours(backend="ray", envs_per_actor=-(-n // cores), num_cpus=1)(n, a)
     if gem is not None:
         columns["gem-sync"] = lambda n, a: run_gem(gem, n, False, a)
         columns["gem-async"] = lambda n, a: run_gem(gem, n, True, a)

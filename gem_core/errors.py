@@ -244,3 +244,30 @@ class GenerateContractError(TrajectoryError):
         super().__init__(message)
         #: The episodes the bad answer was for, as ``"env_id seed=S turn=T"`` labels.
         self.episodes = list(episodes or [])
+
+
+# --- vector env fault model (docs/wrappers-vector.md, "Faults") ---
+
+
+class EnvResultError(GemCoreError, TypeError):
+    """A sub-env broke the result contract, or its result could not travel back.
+
+    ``step`` did not return ``(str, float, bool, bool, dict)``, ``reset`` did not return
+    ``(str, dict)``, or the result does not pickle in the worker or does not unpickle in the parent.
+
+    The message names the env index, its id, the episode seed, the phase and what was wrong.
+    """
+
+
+class EnvStepTimeout(GemCoreError, TimeoutError):
+    """A sub-env's call ran past the vector env's ``step_timeout``; the message names the env.
+
+    The worker process or actor that hosted it is replaced (its envs lose their episodes).
+    """
+
+
+class PlacementError(GemCoreError, RuntimeError):
+    """Ray could not place a vector env's actors in time; names the resources needed and available."""
+
+
+__all__ += ["EnvResultError", "EnvStepTimeout", "PlacementError"]

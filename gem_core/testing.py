@@ -12,10 +12,16 @@ Every env package calls :func:`check_env` in its own tests::
 from __future__ import annotations
 
 import builtins
+import ctypes
 import inspect
 import math
+import os
 import random
 import re
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, ClassVar
 
@@ -28,12 +34,14 @@ from gem_core.tools.base import Tool, ToolResult
 from gem_core.wrappers.base import Wrapper
 
 __all__ = [
+    "FAULTS",
     "FUZZ_ACTIONS",
     "EchoTool",
     "FaultyEnv",
     "GenericTestEnv",
     "NumberGuessConfig",
     "NumberGuessEnv",
+    "Unloadable",
     "check_env",
     "faulty_number_guess",
 ]
@@ -169,17 +177,56 @@ class GenericTestEnv(Env):
         return f"action {int(self.np_random.integers(100))}"
 
 
-class FaultyEnv(Wrapper):
-    """Plays ``env`` normally, then raises at a chosen turn: a flaky grader, a buggy env, a tool server that died.
+#: What :class:`FaultyEnv` can do at its chosen turn (see there).
+FAULTS: tuple[str, ...] = (
+    "raise",
+    "none",
+    "wrong_arity",
+    "wrong_type",
+    "unpicklable",
+    "unloadable",
+    "exit",
+    "segfault",
+    "hang",
+    "setsid_child",
+)
 
-    For tests of error isolation (``EpisodeLimits(on_env_error="end")`` and the adapters).
+
+class Unloadable:
+    """Pickles, but unpickling it raises: a result that leaves a worker and cannot be read by the parent."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_refuse_to_unpickle, ("gem_core.testing.Unloadable refuses to be unpickled",))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Unloadable)
+
+    def __hash__(self) -> int:
+        return 0
+
+
+def _refuse_to_unpickle(message: str) -> Unloadable:
+    raise RuntimeError(message)
+
+
+class FaultyEnv(Wrapper):
+    """Plays ``env`` normally, then misbehaves at a chosen turn: a flaky grader, a buggy env, a tool server that died.
+
+    For tests of error isolation (``EpisodeLimits(on_env_error="end")``, the adapters, the vector backends).
 
     Args:
         env: The env to wrap.
-        fail_at: ``0`` raises in ``reset``; ``k >= 1`` raises in the ``k``-th ``step`` of an episode.
-        seeds: Fail only episodes reset with one of these seeds (``None``: every episode).
-        error: The exception type to raise, or the name of a builtin one (``"TimeoutError"``);
-            its message names the turn and the seed.
+        fail_at: ``0`` misbehaves in ``reset``; ``k >= 1`` in the ``k``-th ``step`` of an episode.
+        seeds: Misbehave only in episodes reset with one of these seeds (``None``: every episode).
+        error: For ``fault="raise"``: the exception type to raise, or the name of a builtin one
+            (``"TimeoutError"``); its message names the turn and the seed.
+        fault: What to do (one of :data:`FAULTS`): ``"raise"`` the error; return ``"none"``, a
+            result of the ``"wrong_arity"``, or one whose observation has the ``"wrong_type"``;
+            put an ``"unpicklable"`` object (a lock) or an ``"unloadable"`` one (:class:`Unloadable`)
+            in ``info["payload"]``; ``"exit"`` the process (``os._exit(17)``); ``"segfault"``;
+            ``"hang"`` for ``hang_s`` seconds; start a ``"setsid_child"`` (a process in its own
+            session that sleeps for ``hang_s``; its pid in ``info["child_pid"]``) and go on normally.
+        hang_s: How long ``"hang"`` blocks and a ``"setsid_child"`` lives.
     """
 
     def __init__(
@@ -189,6 +236,8 @@ class FaultyEnv(Wrapper):
         fail_at: int = 1,
         seeds: Collection[int] | None = None,
         error: type[BaseException] | str = RuntimeError,
+        fault: str = "raise",
+        hang_s: float = 600.0,
     ) -> None:
         super().__init__(env)
         if isinstance(error, str):
@@ -197,26 +246,58 @@ class FaultyEnv(Wrapper):
             raise TypeError(f"error must be an exception type or a builtin exception's name, got {error!r}")
         if fail_at < 0:
             raise ValueError(f"fail_at must be >= 0 (0 fails reset), got {fail_at}")
+        if fault not in FAULTS:
+            raise ValueError(f"fault must be one of {FAULTS}, got {fault!r}")
         self.fail_at = fail_at
         self.seeds = None if seeds is None else frozenset(seeds)
         self.error: type[BaseException] = error
+        self.fault = fault
+        self.hang_s = hang_s
         self._seed: int | None = None
         self._steps = 0
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
         self._seed, self._steps = seed, 0
-        self._maybe_raise(0)
-        return self.env.reset(seed=seed, options=options)
+        if not self._due(0):
+            return self.env.reset(seed=seed, options=options)
+        return self._misbehave(0, lambda: self.env.reset(seed=seed, options=options))  # type: ignore[no-any-return]
 
     def step(self, action: str) -> StepReturn:
         self._steps += 1
-        self._maybe_raise(self._steps)
-        return self.env.step(action)
+        if not self._due(self._steps):
+            return self.env.step(action)
+        return self._misbehave(self._steps, lambda: self.env.step(action))  # type: ignore[no-any-return]
 
-    def _maybe_raise(self, turn: int) -> None:
-        if turn == self.fail_at and (self.seeds is None or self._seed in self.seeds):
-            where = "reset" if turn == 0 else f"step {turn}"
+    def _due(self, turn: int) -> bool:
+        return turn == self.fail_at and (self.seeds is None or self._seed in self.seeds)
+
+    def _misbehave(self, turn: int, call: Callable[[], tuple[Any, ...]]) -> Any:
+        where = "reset" if turn == 0 else f"step {turn}"
+        fault = self.fault
+        if fault == "raise":
             raise self.error(f"FaultyEnv: injected failure in {where} (seed={self._seed})")
+        if fault == "exit":
+            os._exit(17)
+        if fault == "segfault":
+            ctypes.string_at(0)  # reads address 0: SIGSEGV
+        if fault == "hang":
+            time.sleep(self.hang_s)
+        if fault == "none":
+            return None
+        result = call()
+        if fault == "wrong_arity":
+            return result[:-1]
+        if fault == "wrong_type":
+            return (len(result[0]), *result[1:])
+        info = dict(result[-1])
+        if fault == "unpicklable":
+            info["payload"] = threading.Lock()
+        elif fault == "unloadable":
+            info["payload"] = Unloadable()
+        elif fault == "setsid_child":
+            code = f"import time; time.sleep({self.hang_s})"
+            info["child_pid"] = subprocess.Popen([sys.executable, "-c", code], start_new_session=True).pid
+        return (*result[:-1], info)
 
 
 def faulty_number_guess(
@@ -224,13 +305,14 @@ def faulty_number_guess(
     fail_at: int = 1,
     seeds: Collection[int] | None = None,
     error: type[BaseException] | str = "RuntimeError",
+    fault: str = "raise",
     **number_guess: Any,
 ) -> FaultyEnv:
     """:class:`NumberGuessEnv` in a :class:`FaultyEnv`: an entry point for tests to register, e.g.
 
     ``gem_core.register("test:Faulty-v0", faulty_number_guess, kwargs={"fail_at": 2})``.
     """
-    return FaultyEnv(NumberGuessEnv(**number_guess), fail_at=fail_at, seeds=seeds, error=error)
+    return FaultyEnv(NumberGuessEnv(**number_guess), fail_at=fail_at, seeds=seeds, error=error, fault=fault)
 
 
 #: Malformed actions ``step`` must survive: empty, huge, unicode, binary junk, markup fragments.

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Literal
 
 from gem_core.core import AsyncEnv, Env
 from gem_core.errors import ConfigError
 from gem_core.loop import LoopThread
-from gem_core.vector.base import Group, LocalGroup, Pending, VectorEnv
+from gem_core.vector.base import Group, LocalGroup, Pending, VectorEnv, check_timeout
 from gem_core.vector.hosted import HostedGroup
-from gem_core.vector.member import AsyncMember, AutoresetMode, Member, OnError, Outcome, Request
+from gem_core.vector.member import AsyncMember, AutoresetMode, Member, MemberState, OnError, Outcome, Request
 from gem_core.vector.process import ProcessEnv, close_at_exit, process_group
 from gem_core.vector.sync import InlineGroup, close_all
 
@@ -48,23 +50,79 @@ class LoopGroup(LocalGroup[AsyncMember]):
 
 
 class ThreadGroup(LocalGroup[Member]):
-    """Sync members served concurrently in a thread pool (for envs that block on I/O)."""
+    """Sync members served concurrently in a thread pool (for envs that block on I/O).
+
+    With a ``timeout``, a member whose request runs past it fails with
+    :class:`~gem_core.errors.EnvStepTimeout` (``on_error`` applies). A thread cannot be
+    interrupted: the hung call keeps its thread (and its env object) until it returns, and
+    the interpreter waits for it at exit. The group moves on with a fresh pool and a new env
+    built from the env's factory, continuing its seed stream.
+    """
 
     kind = "thread"
 
-    def __init__(self, members: Sequence[Member], pool: ThreadPoolExecutor) -> None:
+    def __init__(
+        self,
+        members: Sequence[Member],
+        pool: ThreadPoolExecutor,
+        factories: dict[int, Callable[[], Env | AsyncEnv]] | None = None,
+        timeout: float | None = None,
+    ) -> None:
         super().__init__(members)
         self.pool = pool
+        self.max_workers: int = getattr(pool, "_max_workers", len(members) or 1)
+        self.factories = factories or {}
+        self.timeout = timeout
+        self.abandoned: list[ThreadPoolExecutor] = []
 
     def start(self, indices: list[int], requests: Sequence[Request]) -> Pending:
         submit, members = self.pool.submit, self.members
         futures = [submit(members[i].handle, r) for i, r in zip(indices, requests, strict=True)]
-        return lambda: [f.result() for f in futures]
+        return self._waiter(indices, futures)
 
     def start_steps(self, indices: list[int], actions: Sequence[str]) -> Pending:
         submit, members = self.pool.submit, self.members
         futures = [submit(members[i].step, a) for i, a in zip(indices, actions, strict=True)]
-        return lambda: [f.result() for f in futures]
+        return self._waiter(indices, futures)
+
+    def _waiter(self, indices: list[int], futures: list[Future[Outcome]]) -> Pending:
+        if self.timeout is None:
+            return lambda: [f.result() for f in futures]
+        timeout = self.timeout
+
+        def wait() -> list[Outcome]:
+            deadline = time.monotonic() + timeout
+            outcomes: list[Outcome] = []
+            for i, future in zip(indices, futures, strict=True):
+                try:
+                    outcomes.append(future.result(max(0.0, deadline - time.monotonic())))
+                except FutureTimeout:
+                    outcomes.append(self._replace_hung(i, timeout))
+            return outcomes
+
+        return wait
+
+    def _replace_hung(self, index: int, timeout: float) -> Outcome:
+        """The member at ``index`` is stuck in its thread: leave it there, go on with a new env and pool."""
+        old = self.members[index]
+        failure = old.failure(old.timeout_error(timeout, " (its thread cannot be interrupted and was abandoned)"), "")
+        self.abandoned.append(self.pool)
+        self.pool.shutdown(wait=False)
+        self.pool = ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="gem-vector")
+        factory = self.factories.get(index)
+        if factory is None:
+            return failure  # the env stays in use by its thread; step() refuses it until it is reset
+        try:
+            env = factory()
+            assert isinstance(env, Env)
+        except Exception as exc:
+            return old.failure(old.timeout_error(timeout, f"; building a replacement env failed ({exc!r})"), "")
+        state = MemberState(old.seeds.root, old.seeds.episodes, None)
+        member = self.members[index] = Member(index, env, old.mode, old.on_error, state)
+        try:  # on_error applies, with the same bound
+            return self.pool.submit(member.recover, failure).result(timeout)
+        except FutureTimeout:
+            return failure
 
     def close(self) -> list[BaseException]:
         return close_all([m.env for m in self.members.values()])
@@ -93,6 +151,10 @@ class AsyncVectorEnv(VectorEnv):
         sync_envs: ``"thread"`` (default) or ``"inline"``.
         max_threads: Thread-pool size; default one per threaded env, at most 64.
         max_processes: Worker processes for process envs; default ``os.cpu_count()``.
+        step_timeout: Seconds one env's request may take (``None``: no limit): async envs
+            are cancelled, threads abandoned (:class:`ThreadGroup`), inline envs interrupted
+            by ``SIGALRM`` in the main thread (:class:`~gem_core.vector.sync.InlineGroup`),
+            worker processes replaced. The env fails with :class:`~gem_core.errors.EnvStepTimeout`.
     """
 
     def __init__(
@@ -104,8 +166,10 @@ class AsyncVectorEnv(VectorEnv):
         sync_envs: SyncEnvs = "thread",
         max_threads: int | None = None,
         max_processes: int | None = None,
+        step_timeout: float | None = None,
     ) -> None:
         super().__init__(len(env_fns), autoreset_mode, on_error)
+        check_timeout("step_timeout", step_timeout)
         if sync_envs not in ("thread", "inline"):
             raise ConfigError(f"sync_envs must be 'thread' or 'inline', got {sync_envs!r}")
         mode = self.autoreset_mode
@@ -122,17 +186,19 @@ class AsyncVectorEnv(VectorEnv):
                 env = fn()
                 if isinstance(env, AsyncEnv):
                     native.append(AsyncMember(i, env, mode, on_error))
+                    native[-1].timeout = step_timeout
                 else:
                     (threaded if sync_envs == "thread" else inline).append(Member(i, env, mode, on_error))
-            groups = [LoopGroup(native, self._loop), InlineGroup(inline)]
+            groups = [LoopGroup(native, self._loop), InlineGroup(inline, step_timeout)]
             if threaded:
                 self._pool = ThreadPoolExecutor(
                     max_workers=max_threads or min(64, len(threaded)), thread_name_prefix="gem-vector"
                 )
-                groups.append(ThreadGroup(threaded, self._pool))
+                factories = {m.index: env_fns[m.index] for m in threaded}
+                groups.append(ThreadGroup(threaded, self._pool, factories, step_timeout))  # type: ignore[arg-type]
             remote = {i: fn.factory for i, fn in enumerate(env_fns) if isinstance(fn, ProcessEnv)}
             if remote:
-                groups.append(process_group(remote, mode, on_error, max_processes))
+                groups.append(process_group(remote, mode, on_error, max_processes, step_timeout))
                 close_at_exit(self)
         except BaseException:
             for group in groups:
@@ -161,6 +227,9 @@ class AsyncVectorEnv(VectorEnv):
             self._release()
 
     def _release(self) -> None:
+        for group in self._groups:
+            if isinstance(group, ThreadGroup) and group.pool is not self._pool:
+                group.pool.shutdown(wait=True)  # the pool that replaced one with a hung thread
         if self._pool is not None:
             self._pool.shutdown(wait=True)
         self._loop.close()

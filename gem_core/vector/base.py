@@ -33,6 +33,7 @@ __all__ = [
     "VectorEnv",
     "VectorResetReturn",
     "VectorStepReturn",
+    "check_timeout",
     "episode_seed",  # re-exported: it moved to gem_core.seeding
     "episode_seeds",
 ]
@@ -46,6 +47,12 @@ VectorStepReturn = tuple[list[str], np.ndarray, np.ndarray, np.ndarray, list[dic
 _M = TypeVar("_M", Member, AsyncMember)
 #: Collects a group's outcomes, in the order of the indices it was started with.
 Pending = Callable[[], list[Outcome]]
+
+
+def check_timeout(name: str, value: float | None) -> None:
+    """Raise :class:`ConfigError` unless ``value`` is ``None`` or a positive number of seconds."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+        raise ConfigError(f"{name} must be a positive number of seconds or None, got {value!r}")
 
 
 class Group(abc.ABC):
@@ -278,11 +285,11 @@ class VectorEnv:
     def _finish_reset(self, targets: list[int], outcomes: list[Outcome]) -> VectorResetReturn:
         observations: list[str] = []
         infos: list[dict[str, Any]] = []
-        failures: dict[int, BaseException] = {}
+        failures: dict[int, Failure] = {}
         for i, out in zip(targets, outcomes, strict=True):
             if isinstance(out, Failure):
                 self._blocked[i] = "raised an error"
-                failures[i] = out.error
+                failures[i] = out
                 observations.append("")
                 infos.append({"env_error": out.describe()})
                 continue
@@ -316,13 +323,13 @@ class VectorEnv:
         return indices, acts
 
     def _finish_step(self, indices: list[int], outcomes: list[Outcome]) -> VectorStepReturn:
-        failures: dict[int, BaseException] = {}
+        failures: dict[int, Failure] = {}
         if Failure in map(type, outcomes):  # rare; the common case below transposes in C
             entries: list[Outcome] = []
             for i, out in zip(indices, outcomes, strict=True):
                 if type(out) is Failure:
                     self._blocked[i] = "raised an error"
-                    failures[i] = out.error
+                    failures[i] = out
                     out = ("", 0.0, False, False, {"env_error": out.describe()})
                 entries.append(out)
             outcomes = entries
@@ -339,13 +346,16 @@ class VectorEnv:
             raise self._error("step", failures, result)
         return result
 
-    def _error(self, what: str, failures: dict[int, BaseException], results: object) -> VectorEnvError:
-        causes = "; ".join(f"env {i}: {type(e).__name__}: {e}" for i, e in sorted(failures.items()))
+    def _error(self, what: str, failures: dict[int, Failure], results: object) -> VectorEnvError:
+        causes = "; ".join(
+            f"env {i}: {type(f.error).__name__}: {f.error}" + ("" if f.where() in str(f.error) else f" [{f.where()}]")
+            for i, f in sorted(failures.items())
+        )
         return VectorEnvError(
             f"{type(self).__name__}.{what}() failed in {len(failures)} of {self.num_envs} envs ({causes}). "
             f"The other envs kept their state; reset the failed ones with reset(indices={sorted(failures)}) "
             "or build the vector env with on_error='reset'",
-            failures,
+            {i: f.error for i, f in failures.items()},
             results,
         )
 

@@ -1,4 +1,4 @@
-"""``make_vec``: a vector env from registered ids."""
+"""``make_vec``: a vector env from registered ids (``build_env`` lives in :mod:`gem_core.vector.building`)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from typing import Any, Literal
 
 from gem_core.core import AsyncEnv, Env
 from gem_core.errors import ConfigError
-from gem_core.registry import EnvSpec, Registry, WrapperRef, build
+from gem_core.registry import EnvSpec, Registry, WrapperRef
 from gem_core.vector.async_vector import AsyncVectorEnv, SyncEnvs
 from gem_core.vector.base import AutoresetMode, OnError, VectorEnv
+from gem_core.vector.building import build_env
 from gem_core.vector.process import ProcessEnv, ProcessVectorEnv
 from gem_core.vector.sync import SyncVectorEnv
 
@@ -20,27 +21,6 @@ __all__ = ["BACKENDS", "Backend", "build_env", "make_vec"]
 Backend = Literal["sync", "async", "process", "ray"]
 #: Where ``make_vec`` can run envs.
 BACKENDS: tuple[Backend, ...] = ("sync", "async", "process", "ray")
-
-
-def build_env(
-    spec: EnvSpec,
-    kwargs: dict[str, Any],
-    wrappers: Sequence[WrapperRef],
-    registry: Registry | None = None,
-) -> Env | AsyncEnv:
-    """Build one env from its spec, then apply the spec's and the caller's wrappers.
-
-    Module-level and driven by picklable arguments, so a worker process can run it.
-    Wrapper names resolve in ``registry`` (the process-wide one when ``None``).
-    """
-    if registry is None:
-        from gem_core.plugins import get_registry
-
-        registry = get_registry()
-    env = build(spec, kwargs)
-    for ref in (*spec.wrappers, *wrappers):
-        env = registry.apply_wrapper(env, ref)
-    return env  # type: ignore[no-any-return]
 
 
 def make_vec(
@@ -55,7 +35,9 @@ def make_vec(
     max_threads: int | None = None,
     max_processes: int | None = None,
     num_cpus: float | None = None,
-    envs_per_actor: int = 1,
+    envs_per_actor: int | None = None,
+    step_timeout: float | None = None,
+    placement_timeout: float | None = 120.0,
     registry: Registry | None = None,
     vectorization: Literal["sync", "async"] | None = None,
     processes: bool | None = None,
@@ -82,7 +64,12 @@ def make_vec(
         max_threads: ``async`` only: thread-pool size.
         max_processes: ``async`` and ``process``: number of worker processes.
         num_cpus: ``ray`` only: CPUs per env; default each spec's ``num_cpus``.
-        envs_per_actor: ``ray`` only: envs sharing one actor.
+        envs_per_actor: ``ray`` only: envs sharing one actor; default: packed by the cluster's free CPUs.
+        step_timeout: Seconds an env's ``step``/``reset`` may take before it fails with
+            :class:`~gem_core.errors.EnvStepTimeout` (``None``: no limit); what each backend can
+            interrupt is in docs/wrappers-vector.md, "Faults".
+        placement_timeout: ``ray`` only: seconds to wait for the actors before
+            :class:`~gem_core.errors.PlacementError`.
         registry: Where to look ids up; the process-wide registry by default.
         vectorization: Deprecated: ``backend`` replaces it.
         processes: Deprecated: ``True`` is ``backend="process"``; ``False`` keeps
@@ -114,7 +101,7 @@ def make_vec(
         specs[env_id] = spec
     refs = tuple(wrappers or ())
     spec_of = [specs[ids[i % len(ids)]] for i in range(n)]
-    common: dict[str, Any] = {"autoreset_mode": autoreset_mode, "on_error": on_error}
+    common: dict[str, Any] = {"autoreset_mode": autoreset_mode, "on_error": on_error, "step_timeout": step_timeout}
 
     def local(spec: EnvSpec) -> Callable[[], Env | AsyncEnv]:
         return functools.partial(build_env, spec, kwargs, refs, registry)
@@ -137,7 +124,13 @@ def make_vec(
     from gem_core.vector.ray import RayVectorEnv
 
     cpus = [s.num_cpus if num_cpus is None else num_cpus for s in spec_of]
-    return RayVectorEnv([remote(s) for s in spec_of], num_cpus=cpus, envs_per_actor=envs_per_actor, **common)
+    return RayVectorEnv(
+        [remote(s) for s in spec_of],
+        num_cpus=cpus,
+        envs_per_actor=envs_per_actor,
+        placement_timeout=placement_timeout,
+        **common,
+    )
 
 
 def _pick_backend(backend: str | None, vectorization: str | None, processes: bool | None) -> tuple[Backend, bool]:

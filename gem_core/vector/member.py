@@ -11,14 +11,19 @@ worker process or in a Ray actor. Backends only move requests and outcomes aroun
 
 from __future__ import annotations
 
+import asyncio
 import enum
+import numbers
 import pickle
 import traceback
+from collections.abc import Coroutine
 from typing import Any, Generic, Literal, NamedTuple, TypeVar, Union
 
+import numpy as np
+
 from gem_core.core import AsyncEnv, Env
-from gem_core.errors import ConfigError
-from gem_core.seeding import SeedStream
+from gem_core.errors import ConfigError, EnvResultError, EnvStepTimeout
+from gem_core.seeding import SeedStream, episode_seed
 
 __all__ = [
     "AsyncMember",
@@ -32,7 +37,10 @@ __all__ = [
     "Request",
     "Reset",
     "Step",
+    "describe_env",
     "portable",
+    "reset_result_problem",
+    "step_result_problem",
 ]
 
 OnError = Literal["raise", "reset"]
@@ -108,21 +116,48 @@ def portable(exc: BaseException) -> BaseException:
 
 
 class Failure:
-    """A sub-env request that raised: the env index, the exception and its formatted traceback."""
+    """A sub-env request that failed: the env index, the exception, its traceback, and where it happened.
 
-    __slots__ = ("error", "index", "traceback")
+    Attributes:
+        index: The env index.
+        error: The exception.
+        traceback: Its formatted traceback (``""`` for failures the vector env itself detected).
+        env_id: The env's registered id, when it has a spec.
+        seed: The seed of the episode the env was in (or being reset to), when known.
+        phase: The env call that failed: ``"step"``, ``"reset"``, ``"autoreset"``,
+            ``"final reset"`` (``same_step``), ``"recovery reset"`` (``on_error="reset"``).
+    """
 
-    def __init__(self, index: int, error: BaseException, tb: str | None = None) -> None:
+    __slots__ = ("env_id", "error", "index", "phase", "seed", "traceback")
+
+    def __init__(
+        self,
+        index: int,
+        error: BaseException,
+        tb: str | None = None,
+        *,
+        env_id: str | None = None,
+        seed: int | None = None,
+        phase: str | None = None,
+    ) -> None:
         self.index = index
         self.error = error
         self.traceback = (
             tb if tb is not None else "".join(traceback.format_exception(type(error), error, error.__traceback__))
         )
+        self.env_id, self.seed, self.phase = env_id, seed, phase
+
+    def where(self) -> str:
+        """``env 2 (game:X-v0, seed 123, phase step)``: what a message names."""
+        return describe_env(self.index, self.env_id, self.seed, self.phase)
 
     def describe(self) -> dict[str, Any]:
-        """A plain dict for ``info["env_error"]``: index, type, message, traceback."""
+        """A plain dict for ``info["env_error"]``: index, env_id, seed, phase, type, message, traceback."""
         return {
             "index": self.index,
+            "env_id": self.env_id,
+            "seed": self.seed,
+            "phase": self.phase,
             "type": type(self.error).__name__,
             "message": str(self.error),
             "traceback": self.traceback,
@@ -130,7 +165,73 @@ class Failure:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # crosses process boundaries: the exception travels as a picklable copy
-        return (Failure, (self.index, portable(self.error), self.traceback))
+        error = portable(self.error)
+        return (_rebuild_failure, (self.index, error, self.traceback, self.env_id, self.seed, self.phase))
+
+
+def _rebuild_failure(
+    index: int, error: BaseException, tb: str, env_id: str | None, seed: int | None, phase: str | None
+) -> Failure:
+    return Failure(index, error, tb, env_id=env_id, seed=seed, phase=phase)
+
+
+def describe_env(index: int, env_id: str | None, seed: int | None, phase: str | None) -> str:
+    """``env 2 (game:X-v0, seed 123, phase step)``, leaving out what is not known."""
+    parts = [env_id or "id unknown", f"seed {seed}" if seed is not None else "seed unknown"]
+    if phase:
+        parts.append(f"phase {phase}")
+    return f"env {index} ({', '.join(parts)})"
+
+
+# ---------------------------------------------------------------------- the result contract
+# Exact types first (one set lookup each): the check runs on every step of every env.
+_NUMBER_TYPES = frozenset({float, int, np.float64, np.float32, np.int64})
+_FLAG_TYPES = frozenset({bool, np.bool_})
+
+
+def _is_step_result(value: Any) -> bool:
+    if type(value) is not tuple or len(value) != 5:
+        return False
+    obs, reward, terminated, truncated, info = value
+    return (
+        type(obs) is str
+        and type(info) is dict
+        and type(reward) in _NUMBER_TYPES
+        and type(terminated) in _FLAG_TYPES
+        and type(truncated) in _FLAG_TYPES
+    )
+
+
+def step_result_problem(value: Any) -> str | None:
+    """What is wrong with ``value`` as a ``step`` result, or ``None`` if it keeps the contract."""
+    if not isinstance(value, tuple) or len(value) != 5:
+        shown = f"a {len(value)}-tuple" if isinstance(value, tuple) else f"{type(value).__name__} {value!r:.80}"
+        return f"step() must return a 5-tuple (obs, reward, terminated, truncated, info), got {shown}"
+    obs, reward, terminated, truncated, info = value
+    if not isinstance(obs, str):
+        return f"step() observation must be str, got {type(obs).__name__}"
+    if isinstance(reward, (bool, np.bool_)) or not isinstance(reward, numbers.Real):
+        return f"step() reward must be a float, got {type(reward).__name__}"
+    for name, flag in (("terminated", terminated), ("truncated", truncated)):
+        if not isinstance(flag, (bool, np.bool_)):
+            return f"step() {name} must be bool, got {type(flag).__name__}"
+    if not isinstance(info, dict):
+        return f"step() info must be dict, got {type(info).__name__}"
+    return None
+
+
+def reset_result_problem(value: Any) -> str | None:
+    """What is wrong with ``value`` as a ``reset`` result, or ``None`` if it keeps the contract."""
+    if type(value) is tuple and len(value) == 2 and type(value[0]) is str and type(value[1]) is dict:
+        return None
+    if not isinstance(value, tuple) or len(value) != 2:
+        shown = f"a {len(value)}-tuple" if isinstance(value, tuple) else f"{type(value).__name__} {value!r:.80}"
+        return f"reset() must return (obs, info), got {shown}"
+    if not isinstance(value[0], str):
+        return f"reset() observation must be str, got {type(value[0]).__name__}"
+    if not isinstance(value[1], dict):
+        return f"reset() info must be dict, got {type(value[1]).__name__}"
+    return None
 
 
 #: What a request yields: a reset tuple ``(obs, info)``, a step tuple, or a :class:`Failure`.
@@ -146,11 +247,11 @@ class MemberState(NamedTuple):
 
 
 class _Stage(enum.Enum):
-    RESET = 0  # explicit reset: the outcome is the reset tuple
-    STEP = 1  # the env's step
-    AUTORESET = 2  # NEXT_STEP: reset instead of the step
-    FINAL_RESET = 3  # SAME_STEP: reset after the final step
-    RECOVER = 4  # on_error="reset": reset after a failure
+    RESET = "reset"  # explicit reset: the outcome is the reset tuple
+    STEP = "step"  # the env's step
+    AUTORESET = "autoreset"  # NEXT_STEP: reset instead of the step
+    FINAL_RESET = "final reset"  # SAME_STEP: reset after the final step
+    RECOVER = "recovery reset"  # on_error="reset": reset after a failure
 
 
 class _EnvReset(NamedTuple):
@@ -178,6 +279,14 @@ class _Logic(Generic[_E]):
         self.mode = autoreset_mode
         self.on_error = on_error
         self.seeds = SeedStream(index, state.root if state else None, state.episodes if state else 0)
+        #: The seed of the episode the env is in (or being reset to); for error messages.
+        self.seed: int | None = None
+        if self.seeds.root is not None and self.seeds.episodes > 0:
+            self.seed = episode_seed(self.seeds.root, index, self.seeds.episodes - 1)
+        try:
+            self.env_id: str | None = getattr(getattr(env, "spec", None), "id", None)
+        except Exception:  # a broken spec property must not break the vector env
+            self.env_id = None
         self.pending_reset = False  # NEXT_STEP: the last step ended the episode
         # set when the env was rebuilt after its host died: its episode is gone
         self.lost: Failure | None = state.lost if state else None
@@ -197,7 +306,7 @@ class _Logic(Generic[_E]):
             if self.pending_reset:
                 self.pending_reset = False
                 self._stage = _Stage.AUTORESET
-                return _EnvReset(self.seeds.take(), None)
+                return self._next_episode(None)
             self._stage = _Stage.STEP
             return request.action
         assert type(request) is Reset
@@ -206,7 +315,53 @@ class _Logic(Generic[_E]):
         self.pending_reset = False
         self.lost = None
         self._stage = _Stage.RESET
-        return _EnvReset(self.seeds.take(), request.options)
+        return self._next_episode(request.options)
+
+    def _next_episode(self, options: dict[str, Any] | None) -> _EnvReset:
+        self.seed = seed = self.seeds.take()
+        return _EnvReset(seed, options)
+
+    @property
+    def phase(self) -> str:
+        """The env call under way or last made (``step``, ``reset``, ``autoreset``, ``final reset``, ...)."""
+        return self._stage.value
+
+    def where(self) -> str:
+        """``env 2 (game:X-v0, seed 123, phase step)``."""
+        return describe_env(self.index, self.env_id, self.seed, self._stage.value)
+
+    def timeout_error(self, seconds: float, detail: str = "") -> EnvStepTimeout:
+        """An :class:`EnvStepTimeout` naming this env."""
+        return EnvStepTimeout(f"{self.where()}: no result within step_timeout={seconds:g}s{detail}")
+
+    def failure(self, error: BaseException, tb: str | None = None) -> Failure:
+        """A :class:`Failure` of this env in its current phase."""
+        return Failure(self.index, error, tb, env_id=self.env_id, seed=self.seed, phase=self._stage.value)
+
+    def result_error(self, problem: str) -> EnvResultError:
+        """An :class:`EnvResultError` naming this env, its seed and phase, and ``problem``."""
+        where = describe_env(self.index, self.env_id, self.seed, self._stage.value)
+        return EnvResultError(f"{where}: {problem}. Fix the env (gem_core.testing.check_env finds such bugs)")
+
+    def _checked(self, call: _EnvCall, value: Any) -> Any:
+        """``value`` if it is a valid result of ``call``; else raises :class:`EnvResultError` (inside the guard)."""
+        if type(call) is str:
+            if not _is_step_result(value):
+                problem = step_result_problem(value)
+                if problem is not None:
+                    raise self.result_error(problem)
+        else:
+            problem = reset_result_problem(value)
+            if problem is not None:
+                raise self.result_error(problem)
+        return value
+
+    def recover(self, failure: Failure) -> Outcome:
+        """Apply ``on_error`` to a failure found after this member's last request (its result did not travel).
+
+        Synchronous: only :class:`Member` calls it (hosts are sync).
+        """
+        raise NotImplementedError
 
     def _advance(self, value: Any) -> _EnvCall | None:
         stage = self._stage
@@ -216,7 +371,7 @@ class _Logic(Generic[_E]):
                 if self.mode is AutoresetMode.SAME_STEP:
                     self._held = value
                     self._stage = _Stage.FINAL_RESET
-                    return _EnvReset(self.seeds.take(), None)
+                    return self._next_episode(None)
                 self.pending_reset = self.mode is AutoresetMode.NEXT_STEP
             return None
         obs, info = value
@@ -233,7 +388,7 @@ class _Logic(Generic[_E]):
         return None
 
     def _raised(self, exc: Exception) -> _EnvCall | None:
-        return self._fail(Failure(self.index, exc))
+        return self._fail(self.failure(exc))
 
     def _fail(self, failure: Failure) -> _EnvCall | None:
         # Recovery resets only failed *steps*; a failed explicit reset or recovery is reported.
@@ -241,7 +396,7 @@ class _Logic(Generic[_E]):
             self.pending_reset = False
             self._held = failure
             self._stage = _Stage.RECOVER
-            return _EnvReset(self.seeds.take(), None)
+            return self._next_episode(None)
         self.pending_reset = False
         self._held = None
         self.outcome = failure
@@ -258,21 +413,28 @@ class Member(_Logic[Env]):
         """:meth:`handle` of ``Step(action)``, without building the request (the hot path of cheap envs)."""
         if self.lost is not None or self.pending_reset:
             return self._run(self._begin(Step(action)))
+        self._stage = _Stage.STEP  # also for recover(): the last call was a step
         try:
             value = self.env.step(action)
+            if not _is_step_result(value):  # validated inside the guard: a bad result is this env's failure
+                self._checked(action, value)
         except Exception as exc:
-            self._stage = _Stage.STEP
             return self._run(self._raised(exc))
         if value[2] or value[3]:
-            self._stage = _Stage.STEP
             return self._run(self._advance(value))
         return value
+
+    def recover(self, failure: Failure) -> Outcome:
+        return self._run(self._fail(failure))
 
     def _run(self, call: _EnvCall | None) -> Outcome:
         env = self.env
         while call is not None:
             try:
-                value = env.step(call) if type(call) is str else env.reset(seed=call.seed, options=call.options)  # type: ignore[union-attr]
+                if type(call) is str:
+                    value = self._checked(call, env.step(call))
+                else:
+                    value = self._checked(call, env.reset(seed=call.seed, options=call.options))  # type: ignore[union-attr]
             except Exception as exc:
                 call = self._raised(exc)
                 continue
@@ -281,7 +443,13 @@ class Member(_Logic[Env]):
 
 
 class AsyncMember(_Logic[AsyncEnv]):
-    """An async env with its per-env logic; :meth:`handle` serves one request on an event loop."""
+    """An async env with its per-env logic; :meth:`handle` serves one request on an event loop.
+
+    With a ``timeout``, each env call that runs past it is cancelled and fails with
+    :class:`~gem_core.errors.EnvStepTimeout` (``on_error`` applies).
+    """
+
+    timeout: float | None = None
 
     async def handle(self, request: Request) -> Outcome:
         env = self.env
@@ -289,11 +457,19 @@ class AsyncMember(_Logic[AsyncEnv]):
         while call is not None:
             try:
                 if type(call) is str:
-                    value: Any = await env.step(call)
+                    value: Any = self._checked(call, await self._within(env.step(call)))
                 else:
-                    value = await env.reset(seed=call.seed, options=call.options)  # type: ignore[union-attr]
+                    value = self._checked(call, await self._within(env.reset(seed=call.seed, options=call.options)))  # type: ignore[union-attr]
             except Exception as exc:
                 call = self._raised(exc)
                 continue
             call = self._advance(value)
         return self.outcome
+
+    async def _within(self, call: Coroutine[Any, Any, Any]) -> Any:
+        if self.timeout is None:
+            return await call
+        try:
+            return await asyncio.wait_for(call, self.timeout)
+        except (asyncio.TimeoutError, TimeoutError):
+            raise self.timeout_error(self.timeout, " (the call was cancelled)") from None

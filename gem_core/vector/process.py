@@ -16,6 +16,7 @@ import multiprocessing as mp
 import os
 import pickle
 import signal
+import uuid
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,9 +25,9 @@ from typing import Any
 
 from gem_core.core import AsyncEnv, Env
 from gem_core.errors import ConfigError
-from gem_core.vector.base import VectorEnv
-from gem_core.vector.hosted import Host, HostDied, HostedGroup, MemberHost
-from gem_core.vector.member import AutoresetMode, Failure, OnError, RemoteEnvError, portable
+from gem_core.vector.base import VectorEnv, check_timeout
+from gem_core.vector.hosted import HOST_TAG, Host, HostDied, HostedGroup, MemberHost, decode, kill_tagged
+from gem_core.vector.member import AutoresetMode, OnError, RemoteEnvError
 
 __all__ = ["ProcessEnv", "ProcessVectorEnv", "RemoteEnvError", "WorkerHost", "split_evenly"]
 
@@ -43,24 +44,10 @@ class ProcessEnv:
     factory: Callable[[], Env | AsyncEnv]
 
 
-def _sendable(value: Any) -> Any:
-    """``value`` (a list of replies) with each reply that does not pickle replaced by a Failure saying so."""
-    safe = []
-    for index_reply in value:
-        try:
-            pickle.dumps(index_reply)
-            safe.append(index_reply)
-        except Exception as exc:
-            out, root, episodes = index_reply
-            index = out.index if isinstance(out, Failure) else -1
-            error = TypeError(f"the env's result does not pickle, so it cannot leave the worker process: {exc}")
-            safe.append((Failure(index, error, ""), root, episodes))
-    return safe
-
-
-def _serve(conn: Connection, current: Any) -> None:
+def _serve(conn: Connection, current: Any, token: str) -> None:
     if hasattr(os, "setsid"):
         os.setsid()  # own process group: close() kills the envs' children with the worker
+    os.environ[HOST_TAG] = token  # inherited by whatever the envs start, even past setsid: close() finds them
     host = MemberHost()
 
     def mark(index: int) -> None:
@@ -68,28 +55,14 @@ def _serve(conn: Connection, current: Any) -> None:
 
     while True:
         try:
-            op, payload = conn.recv()
+            op, data = conn.recv()
         except (EOFError, OSError):  # the parent went away
             break
-        except Exception as exc:  # a request that does not unpickle here (an import missing in the worker)
-            conn.send(("err", portable(exc)))
-            continue
-        try:
-            if op in ("run", "build"):
-                value: Any = host.run(payload, mark) if op == "run" else host.build(payload, mark)
-                current.value = -1
-            elif op == "shutdown":
-                conn.send(("ok", host.close()))
-                break
-            else:
-                raise ValueError(f"unknown worker op {op!r}")
-        except Exception as exc:
-            conn.send(("err", portable(exc)))
-            continue
-        try:
-            conn.send(("ok", value))
-        except Exception:
-            conn.send(("ok", _sendable(value) if op == "run" else [portable(RuntimeError("reply does not pickle"))]))
+        frame = host.serve(op, data, mark)
+        current.value = -1
+        conn.send_bytes(frame)
+        if op == "shutdown":
+            break
     conn.close()
 
 
@@ -105,8 +78,11 @@ class WorkerHost(Host):
         self.conn: Connection
         self.conn, child = self._ctx.Pipe()
         self.current = self._ctx.RawValue("q", -1)  # the env index being served, to name a crash's culprit
+        self.token = uuid.uuid4().hex
         # not a daemon: envs may start their own multiprocessing children
-        self.process = self._ctx.Process(target=_serve, args=(child, self.current), name="gem-vector-worker")
+        self.process = self._ctx.Process(
+            target=_serve, args=(child, self.current, self.token), name="gem-vector-worker"
+        )
         self.process.start()
         child.close()
         self._dead = False
@@ -115,29 +91,23 @@ class WorkerHost(Host):
     def describe(self) -> str:
         return f"worker process {self.process.pid}"
 
-    def send(self, op: str, payload: Any) -> None:
+    def send(self, op: str, data: bytes) -> None:
         if self._dead:
             return
         try:
-            self.conn.send((op, payload))
-        except (pickle.PicklingError, AttributeError, TypeError) as exc:
-            raise ConfigError(
-                f"cannot send {op!r} to a worker process: {exc}. Env factories and actions must pickle: "
-                "use a module-level function or a functools.partial of one, not a lambda or closure"
-            ) from exc
+            self.conn.send((op, data))
         except OSError:  # BrokenPipeError and friends: the worker is gone; receive() says how
             self._dead = True
 
-    def receive(self) -> Any:
+    def receive(self, timeout: float | None = None) -> bytes:
         if not self._dead:
             try:
-                status, value = self.conn.recv()
+                if timeout is not None and not self.conn.poll(timeout):
+                    culprit = int(self.current.value)
+                    raise HostDied(culprit if culprit >= 0 else None, f"no reply within {timeout:g}s", timed_out=True)
+                return self.conn.recv_bytes()
             except (EOFError, OSError):
                 self._dead = True
-            else:
-                if status == "err":
-                    raise value
-                return value
         self.process.join(2.0)
         culprit = int(self.current.value)
         code = self.process.exitcode
@@ -154,16 +124,14 @@ class WorkerHost(Host):
         errors: list[BaseException] = []
         if not self._dead:
             with contextlib.suppress(Exception):
-                self.conn.send(("shutdown", None))
+                self.conn.send(("shutdown", pickle.dumps(None)))
                 if self.conn.poll(10.0):
-                    status, value = self.conn.recv()
-                    if status == "ok":
-                        errors = list(value)
+                    errors = list(decode(self.conn.recv_bytes()))
         self._stop(timeout=5.0)
         return errors
 
     def _stop(self, timeout: float) -> None:
-        """Stop the process and kill whatever is left of its process group; never raises."""
+        """Stop the process and kill whatever its envs started (its process group, anything tagged); never raises."""
         self.closed = True
         with contextlib.suppress(Exception):
             self.process.join(timeout)
@@ -174,6 +142,8 @@ class WorkerHost(Host):
         if pid is not None and hasattr(os, "killpg"):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            kill_tagged(self.token)
         with contextlib.suppress(Exception):
             self.conn.close()
         with contextlib.suppress(Exception):
@@ -196,6 +166,7 @@ def process_group(
     autoreset_mode: AutoresetMode,
     on_error: OnError,
     max_processes: int | None,
+    step_timeout: float | None = None,
 ) -> HostedGroup:
     """The envs of ``factories`` spread evenly over ``max_processes`` workers (default: one per CPU)."""
     if max_processes is not None and max_processes < 1:
@@ -209,7 +180,7 @@ def process_group(
         for host in hosts:
             host.close()
         raise
-    return HostedGroup(hosts, factories, autoreset_mode, on_error)
+    return HostedGroup(hosts, factories, autoreset_mode, on_error, step_timeout=step_timeout)
 
 
 class ProcessVectorEnv(VectorEnv):
@@ -230,6 +201,10 @@ class ProcessVectorEnv(VectorEnv):
         autoreset_mode: ``"next_step"`` (default), ``"same_step"`` or ``"disabled"``.
         on_error: ``"raise"`` (default) or ``"reset"``.
         max_processes: Number of workers; default ``os.cpu_count()``, never more than ``len(env_fns)``.
+        step_timeout: Seconds a batch may take in a worker (``None``: no limit). A worker that
+            misses it is killed and replaced: the env it was running fails with
+            :class:`~gem_core.errors.EnvStepTimeout`, the others of that worker with
+            :class:`~gem_core.errors.EnvWorkerCrashed` (``on_error`` applies to both).
 
     Raises:
         ConfigError: a factory does not pickle.
@@ -244,9 +219,11 @@ class ProcessVectorEnv(VectorEnv):
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         on_error: OnError = "raise",
         max_processes: int | None = None,
+        step_timeout: float | None = None,
     ) -> None:
         super().__init__(len(env_fns), autoreset_mode, on_error)
-        group = process_group(dict(enumerate(env_fns)), self.autoreset_mode, on_error, max_processes)
+        check_timeout("step_timeout", step_timeout)
+        group = process_group(dict(enumerate(env_fns)), self.autoreset_mode, on_error, max_processes, step_timeout)
         self._set_groups([group])
         self.workers = group.hosts
         close_at_exit(self)

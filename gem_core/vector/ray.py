@@ -2,8 +2,12 @@
 
 Needs the ``ray`` extra (``pip install 'gem-core[ray]'``). Envs are placed wherever
 ``ray.init`` connects: an existing cluster (``ray.init(address="ray://head:10001")``, or
-``RAY_ADDRESS``), or a local instance that Ray starts. Each actor reserves the CPUs its
-envs need (``num_cpus`` per env, from the spec). A batch costs one remote call per actor.
+``RAY_ADDRESS``), or a local instance that Ray starts. An actor serves its envs one after
+another, so it reserves the most any of its envs needs (``num_cpus`` per env, from the spec);
+by default envs are packed into as many actors as the cluster's free CPUs hold, and placement
+that does not happen within ``placement_timeout`` raises
+:class:`~gem_core.errors.PlacementError` naming what was needed and what the cluster has.
+A batch costs one remote call per actor.
 An actor that dies (``ray.kill``, a crash, a lost node) is replaced and only its envs lose
 their episodes (see :mod:`gem_core.vector.hosted`).
 
@@ -16,18 +20,24 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import mmap
+import os
+import pickle
+import struct
+import tempfile
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from gem_core.core import AsyncEnv, Env, ResetReturn, StepReturn, to_sync
-from gem_core.errors import ConfigError, EnvWorkerCrashed
+from gem_core.errors import ConfigError, EnvWorkerCrashed, PlacementError
 from gem_core.registry import EnvSpec
-from gem_core.vector.base import VectorEnv
-from gem_core.vector.hosted import Host, HostDied, HostedGroup, MemberHost
+from gem_core.vector.base import VectorEnv, check_timeout
+from gem_core.vector.hosted import HOST_TAG, Host, HostDied, HostedGroup, MemberHost, kill_tagged
 from gem_core.vector.member import AutoresetMode, OnError, portable
 from gem_core.vector.process import split_evenly
 
-__all__ = ["RayEnv", "RayVectorEnv", "ray_env_factory"]
+__all__ = ["RayEnv", "RayVectorEnv", "pack_envs", "ray_env_factory"]
 
 
 def _ray() -> Any:
@@ -47,17 +57,34 @@ def _ensure_ray(address: str | None) -> Any:
 
 
 class _EnvActor:
-    """Runs inside a Ray actor: the members of a vector env, or one raw env for :class:`RayEnv`."""
+    """Runs inside a Ray actor: the members of a vector env, or one raw env for :class:`RayEnv`.
 
-    def __init__(self) -> None:
+    Args:
+        token: Tags the processes the envs start (see :func:`~gem_core.vector.hosted.kill_tagged`).
+        marker: A file of the driver's, where the actor notes the env it is serving, so the
+            driver can name it if the actor dies; ignored when the actor runs on another node.
+    """
+
+    def __init__(self, token: str | None = None, marker: str | None = None) -> None:
         self.host = MemberHost()
         self.env: Env | None = None
+        self.token = token
+        if token is not None:
+            os.environ[HOST_TAG] = token
+        self._marks: mmap.mmap | None = None
+        if marker is not None and os.path.exists(marker):  # the driver's node
+            with open(marker, "r+b") as f:
+                self._marks = mmap.mmap(f.fileno(), _MARK.size)
 
-    def build(self, specs: Any) -> list[BaseException | None]:
-        return self.host.build(specs)
+    def _mark(self, index: int) -> None:
+        if self._marks is not None:
+            _MARK.pack_into(self._marks, 0, index)
 
-    def run(self, items: Any) -> Any:
-        return self.host.run(items)
+    def serve(self, op: str, data: bytes) -> bytes:
+        try:
+            return self.host.serve(op, data, self._mark)
+        finally:
+            self._mark(-1)
 
     def shutdown(self, _: Any = None) -> list[BaseException]:
         errors = self.host.close()
@@ -66,6 +93,9 @@ class _EnvActor:
                 self.env.close()
             except Exception as exc:
                 errors.append(portable(exc))
+        if self.token is not None:
+            with contextlib.suppress(Exception):
+                kill_tagged(self.token)
         return errors
 
     def open(self, factory: Callable[[], Env | AsyncEnv]) -> None:
@@ -85,9 +115,18 @@ def _actor_class() -> Any:
     return _ray().remote(_EnvActor)
 
 
-def _new_actor(num_cpus: float, options: dict[str, Any] | None) -> Any:
+def _new_actor(num_cpus: float, options: dict[str, Any] | None, *args: Any) -> Any:
     # max_restarts=0: a dead actor is replaced by us, with its envs rebuilt from their factories
-    return _actor_class().options(**{"num_cpus": num_cpus, "max_restarts": 0, **(options or {})}).remote()
+    return _actor_class().options(**{"num_cpus": num_cpus, "max_restarts": 0, **(options or {})}).remote(*args)
+
+
+_MARK = struct.Struct("<q")  # the env index an actor is serving, -1 between calls
+
+
+def _cluster_cpus() -> tuple[float, float]:
+    """``(total, available)`` CPUs of the cluster Ray is connected to."""
+    ray = _ray()
+    return float(ray.cluster_resources().get("CPU", 0.0)), float(ray.available_resources().get("CPU", 0.0))
 
 
 def _kill(actor: Any) -> None:
@@ -96,42 +135,94 @@ def _kill(actor: Any) -> None:
 
 
 class ActorHost(Host):
-    """One Ray actor holding some envs of a vector env."""
+    """One Ray actor holding some envs of a vector env.
 
-    def __init__(self, indices: Sequence[int], num_cpus: float, options: dict[str, Any] | None = None) -> None:
+    Args:
+        indices: The env indices it holds.
+        num_cpus: CPUs the actor reserves.
+        options: More ``ray.remote`` options.
+        layout: How the vector env's envs are spread, for a :class:`~gem_core.errors.PlacementError`.
+    """
+
+    def __init__(
+        self, indices: Sequence[int], num_cpus: float, options: dict[str, Any] | None = None, layout: str = ""
+    ) -> None:
         super().__init__(indices)
         self.num_cpus = num_cpus
         self.options = options
-        self.actor = _new_actor(num_cpus, options)
+        self.layout = layout
+        self.token = uuid.uuid4().hex
+        fd, self.marker = tempfile.mkstemp(prefix="gem-ray-actor-")
+        os.write(fd, _MARK.pack(-1))
+        os.close(fd)
+        self.actor = _new_actor(num_cpus, options, self.token, self.marker)
         self._ref: Any = None
+        self.placed = False  # an actor that never answered may be waiting for CPUs: close() does not wait on it
 
     def describe(self) -> str:
         actor_id = getattr(self.actor, "_actor_id", None)  # not public API: the id only helps to find logs
         return f"Ray actor {actor_id.hex()[:12]}" if actor_id is not None else "Ray actor"
 
-    def send(self, op: str, payload: Any) -> None:
-        self._ref = getattr(self.actor, op).remote(payload)
+    def dumps(self, payload: Any) -> bytes:
+        # cloudpickle: factories sent to actors may be closures (results come back with plain pickle)
+        return _ray().cloudpickle.dumps(payload)  # type: ignore[no-any-return]
 
-    def receive(self) -> Any:
+    def send(self, op: str, data: bytes) -> None:
+        self._ref = self.actor.serve.remote(op, data)
+
+    def _culprit(self) -> int | None:
+        if len(self.indices) == 1:
+            return self.indices[0]
+        with contextlib.suppress(OSError, struct.error), open(self.marker, "rb") as f:
+            index: int = _MARK.unpack(f.read(_MARK.size))[0]
+            return index if index >= 0 else None
+        return None
+
+    def receive(self, timeout: float | None = None) -> bytes:
         ray = _ray()
         try:
-            return ray.get(self._ref)
+            frame: bytes = ray.get(self._ref, timeout=timeout)
+            self.placed = True
+            return frame
+        except ray.exceptions.GetTimeoutError:
+            raise HostDied(self._culprit(), f"no reply within {timeout:g}s", timed_out=True) from None
         except ray.exceptions.RayActorError as exc:
-            culprit = self.indices[0] if len(self.indices) == 1 else None
             detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise HostDied(culprit, detail) from None
-        except ray.exceptions.RayTaskError as exc:  # the actor method itself raised
-            raise exc.as_instanceof_cause() from None
+            raise HostDied(self._culprit(), detail) from None
+        except ray.exceptions.RayTaskError as exc:  # serve() never raises; Ray itself failed the call
+            return pickle.dumps(("err", portable(exc.as_instanceof_cause())))
+
+    def build_timeout_error(self, timeout: float) -> Exception:
+        total, available = _cluster_cpus()
+        return PlacementError(
+            f"Ray did not place {self.describe()} (envs {self.indices}, {self.num_cpus:g} CPUs) within "
+            f"{timeout:g}s: the vector env needs {self.layout}; the cluster has {total:g} CPUs, "
+            f"{available:g} free now. Lower num_cpus (make_vec(..., num_cpus=0.25) for light envs), "
+            "leave envs_per_actor to pack envs by the free CPUs, free the cluster, add nodes, "
+            "or raise placement_timeout"
+        )
 
     def restart(self) -> None:
         _kill(self.actor)
-        self.actor = _new_actor(self.num_cpus, self.options)
+        self._reap()
+        with open(self.marker, "r+b") as f:
+            f.write(_MARK.pack(-1))
+        self.actor = _new_actor(self.num_cpus, self.options, self.token, self.marker)
+        self.placed = False
+
+    def _reap(self) -> None:
+        with contextlib.suppress(Exception):  # what the envs started, on this node (the actor's own node does it too)
+            kill_tagged(self.token)
 
     def close(self) -> list[BaseException]:
         errors: list[BaseException] = []
-        with contextlib.suppress(Exception):
-            errors = list(_ray().get(self.actor.shutdown.remote(None), timeout=30))
+        if self.placed:
+            with contextlib.suppress(Exception):
+                errors = list(_ray().get(self.actor.shutdown.remote(None), timeout=30))
         _kill(self.actor)
+        self._reap()
+        with contextlib.suppress(OSError):
+            os.unlink(self.marker)
         return errors
 
 
@@ -140,6 +231,20 @@ def _per_env(num_cpus: float | Sequence[float], n: int) -> list[float]:
     if len(cpus) != n or any(c < 0 for c in cpus):
         raise ConfigError(f"num_cpus must be one non-negative number or one per env ({n}), got {num_cpus!r}")
     return cpus
+
+
+def pack_envs(cpus: Sequence[float], free_cpus: float, envs_per_actor: int | None) -> list[list[int]]:
+    """Env indices per actor: ``envs_per_actor`` each, or (``None``) as many actors as ``free_cpus`` hold.
+
+    An actor serves its envs one after another, so it needs the most any of them needs, not the sum.
+    """
+    n = len(cpus)
+    if envs_per_actor is None:
+        need = max(cpus)
+        actors = n if need == 0 else max(1, min(n, int(free_cpus / need + 1e-9)))
+    else:
+        actors = -(-n // envs_per_actor)
+    return split_evenly(range(n), actors)
 
 
 class RayVectorEnv(VectorEnv):
@@ -155,16 +260,24 @@ class RayVectorEnv(VectorEnv):
             but the modules it uses must be importable on the cluster's nodes.
         autoreset_mode: ``"next_step"`` (default), ``"same_step"`` or ``"disabled"``.
         on_error: ``"raise"`` (default) or ``"reset"``.
-        num_cpus: CPUs each env reserves (one number, or one per env); ``make_vec`` takes it
-            from the spec. An actor reserves the sum over its envs.
+        num_cpus: CPUs each env needs (one number, or one per env); ``make_vec`` takes it
+            from the spec. An actor serves its envs one after another, so it reserves the
+            most any of its envs needs.
         envs_per_actor: Envs sharing one actor: fewer remote calls per batch, but an actor's
-            death costs all its envs their episodes. Default 1.
+            death costs all its envs their episodes. Default ``None``: as many actors as the
+            cluster's free CPUs hold (at most one per env), the envs spread evenly over them.
+        step_timeout: Seconds a ``step``/``reset`` may take; an actor that misses it is
+            replaced and its envs fail with :class:`~gem_core.errors.EnvStepTimeout` (the one
+            that was running) or :class:`~gem_core.errors.EnvWorkerCrashed`. ``None``: no limit.
+        placement_timeout: Seconds to wait for the actors to be placed and built before
+            :class:`~gem_core.errors.PlacementError`; ``None`` waits forever.
         actor_options: More ``ray.remote`` options for every actor (``resources``,
             ``runtime_env``, ``scheduling_strategy``...).
         address: Passed to ``ray.init`` when Ray is not initialized yet.
 
     Raises:
         ConfigError: Ray is not installed, or a bad argument.
+        PlacementError: the actors were not placed within ``placement_timeout``.
         EnvWorkerCrashed: an actor died while building its envs.
         Exception: an env's constructor raised; the exception is raised as itself.
     """
@@ -176,25 +289,40 @@ class RayVectorEnv(VectorEnv):
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         on_error: OnError = "raise",
         num_cpus: float | Sequence[float] = 1.0,
-        envs_per_actor: int = 1,
+        envs_per_actor: int | None = None,
         actor_options: dict[str, Any] | None = None,
         address: str | None = None,
+        step_timeout: float | None = None,
+        placement_timeout: float | None = 120.0,
     ) -> None:
         super().__init__(len(env_fns), autoreset_mode, on_error)
-        if envs_per_actor < 1:
+        if envs_per_actor is not None and envs_per_actor < 1:
             raise ConfigError(f"envs_per_actor must be >= 1, got {envs_per_actor}")
+        check_timeout("step_timeout", step_timeout)
+        check_timeout("placement_timeout", placement_timeout)
         cpus = _per_env(num_cpus, self.num_envs)
         _ensure_ray(address)
+        parts = pack_envs(cpus, _cluster_cpus()[1], envs_per_actor)
+        needs = [max(cpus[i] for i in part) for part in parts]
+        layout = (
+            f"{len(parts)} actors of {'/'.join(f'{c:g}' for c in sorted(set(needs)))} CPUs, {sum(needs):g} CPUs in all"
+        )
         hosts: list[Host] = []
         try:
-            n_actors = -(-self.num_envs // envs_per_actor)
-            for part in split_evenly(range(self.num_envs), n_actors):
-                hosts.append(ActorHost(part, sum(cpus[i] for i in part), actor_options))
+            for part, need in zip(parts, needs, strict=True):
+                hosts.append(ActorHost(part, need, actor_options, layout))
         except BaseException:
             for host in hosts:
                 host.close()
             raise
-        group = HostedGroup(hosts, dict(enumerate(env_fns)), self.autoreset_mode, on_error)
+        group = HostedGroup(
+            hosts,
+            dict(enumerate(env_fns)),
+            self.autoreset_mode,
+            on_error,
+            step_timeout=step_timeout,
+            build_timeout=placement_timeout,
+        )
         self._set_groups([group])
         self.actors = group.hosts
 
@@ -291,7 +419,7 @@ def ray_env_factory(
         **kwargs: Constructor kwargs (over the spec's defaults).
     """
     from gem_core.plugins import get_registry
-    from gem_core.vector.make import build_env
+    from gem_core.vector.building import build_env
 
     spec, _ = get_registry().resolve(env_id)
     build = functools.partial(build_env, spec, kwargs, tuple(wrappers))

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import signal
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
 
 from gem_core.core import AsyncEnv, Env, to_sync
-from gem_core.vector.base import LocalGroup, Pending, VectorEnv
+from gem_core.errors import EnvStepTimeout
+from gem_core.vector.base import LocalGroup, Pending, VectorEnv, check_timeout
 from gem_core.vector.member import AutoresetMode, Member, OnError, Outcome, Request
 
 __all__ = ["InlineGroup", "SyncVectorEnv", "close_all"]
@@ -23,22 +28,84 @@ def close_all(envs: Sequence[Env]) -> list[BaseException]:
 
 
 class InlineGroup(LocalGroup[Member]):
-    """Members served one after another in the calling thread."""
+    """Members served one after another in the calling thread.
+
+    With a ``timeout``, each member's request runs under a ``SIGALRM`` timer: an env still
+    running Python code when it rings gets :class:`~gem_core.errors.EnvStepTimeout` raised
+    inside it (``on_error`` applies; the env object is kept and reset). Only in the main
+    thread, on Unix; elsewhere the timeout is not enforced. A call blocked in C code that
+    does not return to Python is interrupted only when it does.
+    """
 
     kind = "inline"
 
+    def __init__(self, members: Sequence[Member], timeout: float | None = None) -> None:
+        super().__init__(members)
+        self.timeout = timeout
+
     def start(self, indices: list[int], requests: Sequence[Request]) -> Pending:
         members = self.members
+        if self.timeout is not None:
+            outcomes = self._timed([(members[i].handle, members[i], r) for i, r in zip(indices, requests, strict=True)])
+            return lambda: outcomes
         outcomes = [members[i].handle(r) for i, r in zip(indices, requests, strict=True)]
         return lambda: outcomes
 
     def start_steps(self, indices: list[int], actions: Sequence[str]) -> Pending:
         members = self.members
-        outcomes: list[Outcome] = [members[i].step(a) for i, a in zip(indices, actions, strict=True)]
-        return lambda: outcomes
+        if self.timeout is not None:
+            outcomes = self._timed([(members[i].step, members[i], a) for i, a in zip(indices, actions, strict=True)])
+            return lambda: outcomes
+        stepped: list[Outcome] = [members[i].step(a) for i, a in zip(indices, actions, strict=True)]
+        return lambda: stepped
+
+    def _timed(self, calls: list[tuple[Callable[[Any], Outcome], Member, Any]]) -> list[Outcome]:
+        assert self.timeout is not None
+        outcomes: list[Outcome] = []
+        with alarm(self.timeout) as arm:
+            for call, member, arg in calls:
+                try:
+                    with arm(member):
+                        outcomes.append(call(arg))
+                except EnvStepTimeout as exc:  # rang between the env's calls, outside the member's guard
+                    outcomes.append(member.failure(exc, ""))
+        return outcomes
 
     def close(self) -> list[BaseException]:
         return close_all([m.env for m in self.members.values()])
+
+
+@contextmanager
+def alarm(seconds: float) -> Iterator[Callable[[Member], Any]]:
+    """A ``SIGALRM`` deadline per member call, as in ``with arm(member): member.step(action)``.
+
+    A no-op off the main thread or without ``signal.setitimer``.
+    """
+    usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    current: list[Member] = []
+
+    def ring(signum: int, frame: Any) -> None:
+        raise current[-1].timeout_error(seconds, " (interrupted by SIGALRM)")
+
+    @contextmanager
+    def arm(member: Member) -> Iterator[None]:
+        if not usable:
+            yield
+            return
+        current[:] = [member]
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+
+    previous = signal.signal(signal.SIGALRM, ring) if usable else None
+    try:
+        yield arm
+    finally:
+        if usable:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
 
 
 class SyncVectorEnv(VectorEnv):
@@ -52,6 +119,8 @@ class SyncVectorEnv(VectorEnv):
         env_fns: One callable per sub-env, each returning an ``Env`` or ``AsyncEnv``.
         autoreset_mode: ``"next_step"`` (default), ``"same_step"`` or ``"disabled"``.
         on_error: ``"raise"`` (default) or ``"reset"``.
+        step_timeout: Seconds one env's request may take (``None``: no limit); enforced with
+            ``SIGALRM`` in the main thread only, see :class:`InlineGroup`.
     """
 
     def __init__(
@@ -60,8 +129,10 @@ class SyncVectorEnv(VectorEnv):
         *,
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         on_error: OnError = "raise",
+        step_timeout: float | None = None,
     ) -> None:
         super().__init__(len(env_fns), autoreset_mode, on_error)
+        check_timeout("step_timeout", step_timeout)
         members: list[Member] = []
         try:
             for i, fn in enumerate(env_fns):
@@ -69,7 +140,7 @@ class SyncVectorEnv(VectorEnv):
         except BaseException:
             close_all([m.env for m in members])
             raise
-        self._set_groups([InlineGroup(members)])
+        self._set_groups([InlineGroup(members, step_timeout)])
 
     @property
     def envs(self) -> list[Env]:

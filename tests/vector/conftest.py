@@ -16,12 +16,14 @@ if _HERE not in sys.path:
 
 @pytest.fixture(scope="session")
 def ray_instance() -> Iterator[Any]:
-    """A local Ray instance for the whole session (starting one takes seconds)."""
+    """A local Ray instance for the whole session, started as a user would: Ray's defaults (the machine's CPUs).
+
+    Only the test modules' path (for the actors) and no dashboard or log forwarding are added.
+    """
     ray = pytest.importorskip("ray")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     path = os.pathsep.join([_HERE, *sys.path])
     ray.init(
-        num_cpus=8,  # logical CPUs: room for every test's actors, whatever the machine
         include_dashboard=False,
         log_to_driver=False,
         runtime_env={"env_vars": {"PYTHONPATH": path, "RAY_USAGE_STATS_ENABLED": "0"}},

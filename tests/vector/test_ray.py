@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 from gem_vector_testenvs import actor_is_dead
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gem_core.errors import ConfigError, EnvWorkerCrashed
 from gem_core.runner import EpisodeRunner
-
-pytestmark = pytest.mark.usefixtures("ray_instance")
 
 
 async def guess_by_turn(messages: list[dict[str, Any]]) -> str:
@@ -38,6 +38,7 @@ def play(env: Any, n: int) -> list[tuple[Any, ...]]:
     return asyncio.run(main())
 
 
+@pytest.mark.usefixtures("ray_instance")
 def test_runner_on_ray_plays_the_same_episodes_as_locally() -> None:
     from gem_core.vector.ray import ray_env_factory
 
@@ -67,6 +68,7 @@ def test_ray_env_recovers_from_a_dead_actor(ray_instance: Any) -> None:
     asyncio.run(main())
 
 
+@pytest.mark.usefixtures("ray_instance")
 def test_ray_env_build_error_surfaces_as_itself() -> None:
     from gem_vector_testenvs import make_broken_env
 
@@ -95,3 +97,58 @@ def test_missing_ray_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(ConfigError, match=re.escape("pip install 'gem-core[ray]'")):
         ray_backend.RayVectorEnv([lambda: None])  # type: ignore[list-item, return-value]
+
+
+# ---------------------------------------------------------------------- placement on the cluster at hand
+
+
+def test_make_vec_fits_the_cpus_ray_started_with(ray_instance: Any) -> None:
+    # each env's spec asks for 1 CPU (the default); Ray started by default has this machine's CPUs
+    from gem_vector_testenvs import build
+
+    from gem_core.registry import EnvSpec, Registry
+    from gem_core.vector import make_vec
+
+    registry = Registry()
+    registry.add(EnvSpec(id="test:Count-v0", entry_point="gem_vector_testenvs:CountEnv", kwargs={"episode_length": 2}))
+    cpus = ray_instance.cluster_resources()["CPU"]
+    with make_vec("test:Count-v0", 4, backend="ray", registry=registry) as vec:
+        assert 1 <= len(vec.actors) <= max(1, cpus)  # type: ignore[attr-defined]
+        assert sorted(i for h in vec.actors for i in h.indices) == [0, 1, 2, 3]  # type: ignore[attr-defined]
+        obs, _ = vec.reset(seed=1)
+        with build("sync", n=4, episode_length=2) as ref:
+            assert ref.reset(seed=1)[0] == obs
+            assert ref.step(["a"] * 4)[0] == vec.step(["a"] * 4)[0]
+
+
+def test_placement_that_cannot_happen_names_the_resources(ray_instance: Any) -> None:
+    from gem_vector_testenvs import make_count_env
+
+    from gem_core.errors import PlacementError
+    from gem_core.vector.ray import RayVectorEnv
+
+    free_before = ray_instance.available_resources().get("CPU", 0)
+    with pytest.raises(PlacementError, match=r"needs 2 actors of 64 CPUs, 128 CPUs in all; the cluster has \d+ CPUs"):
+        RayVectorEnv([make_count_env] * 2, num_cpus=64, envs_per_actor=1, placement_timeout=2)
+    # the actors that waited were killed: their (never granted) CPUs are not held
+    assert ray_instance.available_resources().get("CPU", 0) >= free_before - 1e-9
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    cpus=st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0, 2.0]), min_size=1, max_size=20),
+    free=st.floats(0, 16),
+    per_actor=st.one_of(st.none(), st.integers(1, 5)),
+)
+def test_pack_envs_places_every_env_once_within_the_free_cpus(
+    cpus: list[float], free: float, per_actor: int | None
+) -> None:
+    from gem_core.vector.ray import pack_envs
+
+    parts = pack_envs(cpus, free, per_actor)
+    assert sorted(i for p in parts for i in p) == list(range(len(cpus)))
+    assert max(len(p) for p in parts) - min(len(p) for p in parts) <= 1
+    if per_actor is not None:
+        assert len(parts) == -(-len(cpus) // per_actor)
+    elif max(cpus) > 0:  # as many actors as fit (at least one, to wait for)
+        assert len(parts) == max(1, min(len(cpus), int(free / max(cpus) + 1e-9)))

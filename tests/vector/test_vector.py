@@ -5,7 +5,6 @@ import functools
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable, Iterator
 from multiprocessing import resource_tracker
 from pathlib import Path
@@ -14,14 +13,21 @@ from typing import Any
 import numpy as np
 import pytest
 from gem_vector_testenvs import (
+    KINDS,
+    LOCAL_KINDS,
+    REMOTE_KINDS,
     CountEnv,
     actor_is_dead,
-    make_async_count_env,
+    alive_pid,
+    build,
     make_broken_env,
     make_close_failing_env,
     make_count_env,
     make_exiting_env,
+    wait_until,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gem_core.errors import ConfigError, EnvWorkerCrashed, ResetNeeded, VectorEnvError
 from gem_core.registry import EnvSpec, Registry
@@ -35,32 +41,6 @@ from gem_core.vector import (
     episode_seed,
     make_vec,
 )
-
-LOCAL_KINDS = ["sync", "async-thread", "async-inline", "async-native"]
-REMOTE_KINDS = ["async-process", "process", "ray"]  # envs in other processes: they can crash alone
-KINDS = LOCAL_KINDS + REMOTE_KINDS
-
-
-def build(
-    kind: str, n: int = 3, episode_length: int = 3, factory: Callable[..., Any] = make_count_env, **vec_kwargs: Any
-) -> VectorEnv:
-    """One vector env of ``n`` CountEnvs, run the way ``kind`` says (``n // 2`` worker processes or actors)."""
-    fn = functools.partial(factory, episode_length) if factory is make_count_env else factory
-    if kind == "sync":
-        return SyncVectorEnv([fn] * n, **vec_kwargs)
-    if kind == "async-native":
-        return AsyncVectorEnv([functools.partial(make_async_count_env, episode_length)] * n, **vec_kwargs)
-    if kind == "async-process":
-        return AsyncVectorEnv([ProcessEnv(fn)] * n, max_processes=max(1, n // 2), **vec_kwargs)
-    if kind == "process":
-        return ProcessVectorEnv([fn] * n, max_processes=max(1, n // 2), **vec_kwargs)
-    if kind == "ray":
-        from gem_core.vector.ray import RayVectorEnv
-
-        # the layout of the process kinds: every actor start costs seconds
-        return RayVectorEnv([fn] * n, num_cpus=0.5, envs_per_actor=-(-n // max(1, n // 2)), **vec_kwargs)
-    sync_envs = "inline" if kind == "async-inline" else "thread"
-    return AsyncVectorEnv([fn] * n, sync_envs=sync_envs, **vec_kwargs)
 
 
 @pytest.fixture(params=KINDS, ids=KINDS)
@@ -282,23 +262,6 @@ def child_pids() -> set[int]:
     return pids
 
 
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
-
-
 pytestmark_linux = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 
 
@@ -339,10 +302,10 @@ def test_close_kills_processes_started_by_worker_envs() -> None:
     vec = AsyncVectorEnv(fns, max_processes=2)
     _, infos = vec.reset(seed=0)
     grandchildren = [info["child_pid"] for info in infos]
-    assert all(alive(pid) for pid in grandchildren)
+    assert all(alive_pid(pid) for pid in grandchildren)
     workers = [w.process.pid for w in vec.workers]
     vec.close()
-    assert wait_until(lambda: not any(alive(p) for p in grandchildren + workers)), "leaked processes"
+    assert wait_until(lambda: not any(alive_pid(p) for p in grandchildren + workers)), "leaked processes"
 
 
 # ---------------------------------------------------------------------- crashes of workers and actors
@@ -363,8 +326,7 @@ def test_env_that_kills_its_worker_takes_only_its_host(remote_kind: str) -> None
             vec.step(["a", "exit", "a", "a"])
         assert sorted(caught.value.failures) == lost
         assert all(isinstance(e, EnvWorkerCrashed) for e in caught.value.failures.values())
-        running = "while env 1 was running" if remote_kind != "ray" else f"while serving envs {lost}"
-        assert running in str(caught.value.failures[1])  # an actor cannot say which of its envs killed it
+        assert "while env 1 was running" in str(caught.value.failures[1])  # named, also for an actor of 2 envs
         obs = caught.value.results[0]  # type: ignore[index]
         for i in set(range(4)) - set(lost):
             assert obs[i].endswith("t 2 a")  # the other hosts' envs carried on
@@ -514,8 +476,9 @@ def test_make_vec_ray_reserves_cpus_from_the_spec(registry: Registry) -> None:
         ["test:Count-v0-heavy", "test:Count-v0"], 4, backend="ray", registry=registry, envs_per_actor=2
     ) as vec:
         assert isinstance(vec, RayVectorEnv)
-        assert [(h.indices, h.num_cpus) for h in vec.actors] == [([0, 1], 1.25), ([2, 3], 1.25)]
-    with make_vec("test:Count-v0", 2, backend="ray", registry=registry, num_cpus=0.5) as vec:
+        # an actor serves its envs one at a time: it reserves the most one of them needs
+        assert [(h.indices, h.num_cpus) for h in vec.actors] == [([0, 1], 1.0), ([2, 3], 1.0)]
+    with make_vec("test:Count-v0", 2, backend="ray", registry=registry, num_cpus=0.5, envs_per_actor=1) as vec:
         assert [h.num_cpus for h in vec.actors] == [0.5, 0.5]  # type: ignore[attr-defined]
 
 
@@ -564,3 +527,70 @@ def test_make_vec_rejects_bad_arguments(registry: Registry) -> None:
         make_vec("test:Count-v0", 1, processes=True, registry=registry)
     with pytest.raises(ConfigError, match="pass backend= alone"):
         make_vec("test:Count-v0", 1, backend="sync", vectorization="sync", registry=registry)
+
+
+# ---------------------------------------------------------------------- the result contract
+
+_scalars = st.one_of(st.none(), st.integers(), st.floats(allow_nan=False), st.text(max_size=5), st.booleans())
+
+
+@st.composite
+def bad_step_results(draw: st.DrawFn) -> Any:
+    """Anything but a valid ``(str, number, bool, bool, dict)``: other types, other arities, one wrong field."""
+    good: list[Any] = ["obs", 1.0, False, False, {}]
+    kind = draw(st.sampled_from(["scalar", "arity", "field"]))
+    if kind == "scalar":
+        return draw(st.one_of(_scalars, st.lists(_scalars, max_size=5), st.dictionaries(st.text(max_size=3), _scalars)))
+    if kind == "arity":
+        n = draw(st.integers(0, 8).filter(lambda k: k != 5))
+        return tuple(draw(st.lists(_scalars, min_size=n, max_size=n)))
+    field = draw(st.integers(0, 4))
+    wrong = {0: st.one_of(st.none(), st.integers()), 1: st.one_of(st.none(), st.text(max_size=3), st.booleans())}
+    good[field] = draw(wrong.get(field, st.one_of(st.none(), st.integers(2, 5), st.text(max_size=3))))
+    if field == 4:
+        good[4] = draw(st.one_of(st.none(), st.lists(_scalars, max_size=2), st.integers()))
+    return tuple(good)
+
+
+def examples_for(kind: str) -> int:
+    return 12 if kind in LOCAL_KINDS else 3  # worker round trips cost more
+
+
+@pytest.mark.parametrize("on_error", ["raise", "reset"])
+def test_a_bad_result_is_a_typed_failure_of_that_env_only(kind: str, on_error: str) -> None:
+    from gem_core.errors import EnvResultError
+
+    with build(kind, n=3, episode_length=4, on_error=on_error) as vec:
+
+        @settings(max_examples=examples_for(kind), deadline=None, derandomize=True)
+        @given(bad=bad_step_results(), culprit=st.integers(0, 2), seed=st.integers(0, 2**32))
+        def check(bad: Any, culprit: int, seed: int) -> None:
+            vec.reset(seed=seed)
+            actions = ["a"] * 3
+            actions[culprit] = f"return:{bad!r}"
+            if on_error == "raise":
+                with pytest.raises(VectorEnvError) as caught:
+                    vec.step(actions)
+                assert list(caught.value.failures) == [culprit]
+                error = caught.value.failures[culprit]
+                results = caught.value.results
+            else:
+                results = vec.step(actions)
+                error = None
+            obs, rewards, term, trunc, infos = results  # type: ignore[misc]
+            for i in range(3):
+                if i != culprit:  # the others were stepped, and their results delivered
+                    assert obs[i].endswith("t 1 a") and rewards[i] == 1.0 and "env_error" not in infos[i]
+            report = infos[culprit]["env_error"]
+            assert report["type"] == "EnvResultError" and report["phase"] == "step"
+            assert report["seed"] == episode_seed(seed, culprit, 0)
+            assert f"env {culprit} (" in report["message"] and f"seed {report['seed']}" in report["message"]
+            if on_error == "raise":
+                assert isinstance(error, EnvResultError)
+                assert vec.needs_reset == [i == culprit for i in range(3)]
+            else:  # recovered: a new episode with the env's next seed
+                assert obs[culprit].startswith("start ") and trunc[culprit] and not term[culprit]
+                assert infos[culprit]["seed"] == episode_seed(seed, culprit, 1)
+                assert not any(vec.needs_reset)
+
+        check()
