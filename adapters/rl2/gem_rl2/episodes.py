@@ -78,7 +78,6 @@ _FINISHED_KEPT = 4096
 log = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True)
 class Settings:
     """What the env module needs from RL2's config; ``gem-rl2-train`` writes it to :data:`SETTINGS_ENV`.
