@@ -33,11 +33,34 @@ from gem_core.rl.returns import check_gamma
 from gem_rl2.advantages import ESTIMATOR, compute_advantages_with_rebn
 from gem_rl2.episodes import SETTINGS_ENV, Settings
 
-__all__ = ["ENV_PATH", "install_rebn", "main", "prepare"]
+__all__ = ["ENV_PATH", "install_rebn", "install_step_guards", "main", "prepare"]
 
 #: The env module's file, for ``rollout.env_path``.
 ENV_PATH = str(Path(__file__).with_name("env.py"))
 _ESTIMATORS = ("gae", "reinforce", ESTIMATOR)
+
+
+def install_step_guards(actor_module: Any) -> None:
+    """Make RL2's actor update (``RL2.workers.actor``) never divide its loss by a zero count; idempotent.
+
+    An update whose episodes all ended by an env error has no action token left (gem zeroes
+    their masks): RL2's ``count_total`` gives 0 actions and ``aggregate_values`` divides the
+    (zero) loss sum by it, 0/0: NaN gradients, NaN weights. A zero count becomes 1 (its
+    numerator is 0: an empty update).
+    """
+    original = actor_module.count_total
+    if getattr(original, "gem_guard", False):
+        return
+
+    def count_total(minibatches: Any, key: Any, device_mesh: Any) -> Any:
+        total = original(minibatches, key, device_mesh)
+        if isinstance(total, tuple):
+            return tuple(value or 1 for value in total)
+        return total or 1
+
+    count_total.gem_guard = True  # type: ignore[attr-defined]
+    count_total.__wrapped__ = original  # type: ignore[attr-defined]
+    actor_module.count_total = count_total
 
 
 def install_rebn(ppo: Any) -> None:
@@ -151,8 +174,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Parse RL2's Hydra overrides (``sys.argv`` by default), prepare, and run RL2's PPO ``main``."""
     import hydra
     import RL2.trainer.ppo as ppo
+    import RL2.workers.actor as actor_module
 
     install_rebn(ppo)
+    install_step_guards(actor_module)
     config_dir = str(Path(ppo.__file__).with_name("config"))
 
     @hydra.main(config_path=config_dir, config_name="ppo", version_base=None)
