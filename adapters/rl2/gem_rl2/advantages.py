@@ -20,9 +20,8 @@ module can only hand it a reward. An episode an env error ended
 :data:`~gem_rl2.env_errors.ENV_ERROR_REWARD` (NaN). Before any estimator runs, gem's
 ``compute_advantages`` finds such episodes, sets their ``action_mask`` (the actor's
 loss mask) and rewards to 0, so their tokens weigh nothing in the loss and are in no
-statistic of ``rebn`` (RL2's own estimators see a reward of 0 in their baselines). Their
-sequences still count in RL2's ``avg_level=sequence`` divisor (``eos_mask`` also gives
-RL2 the sequence lengths, so it stays); it counts them as ``gem/env_errors`` (logged to wandb
+statistic of ``rebn`` (RL2's own estimators see a reward of 0 in their baselines;
+``eos_mask``, which gives RL2 the sequence lengths, stays); it counts them as ``gem/env_errors`` (logged to wandb
 when a run is active) and logs one warning per batch naming them.
 """
 

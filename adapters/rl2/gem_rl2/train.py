@@ -126,6 +126,11 @@ def prepare(config: Any, overrides: Sequence[str] = ()) -> Settings:
             "actor.max_length_per_device is not set: RL2's actor packs each update's sequences into minibatches "
             "of at most that many tokens; set it to at least the longest episode (prompt, every turn, every reply)"
         )
+    if config.actor.avg_level != "token":
+        raise ConfigError(
+            f"actor.avg_level={config.actor.avg_level}: RL2 0.0.2's actor update fails with it (it averages its "
+            "boolean clip flags per sequence, a TypeError in torch.finfo); use actor.avg_level=token"
+        )
     if float(config.actor.kl.coef) > 0 and config.actor.kl.type not in ("reward", "loss"):
         raise ConfigError(
             f"actor.kl.coef={config.actor.kl.coef} with actor.kl.type={config.actor.kl.type}: RL2 then logs the KL "

@@ -19,8 +19,11 @@ from typing import Any
 import pytest
 import torch
 from gem_rl2.train import install_step_guards
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from rl2_harness import rl2_config, run_rollout
 from standins import StandInSGLang
+from test_advantages import batch_st, rl2_batch
 
 import gem_core
 from gem_core.conformance import CASES, scripted_generation
@@ -152,3 +155,39 @@ def test_a_step_whose_episodes_all_failed_trains_nothing_and_stays_finite(
     install_step_guards(actor.module)  # what gem-rl2-train installs
     actor.update(td, 1)
     assert torch.equal(weights(actor.model), before)  # an empty update, not NaN
+
+
+@pytest.mark.slow
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batch=batch_st, updates=st.sampled_from([1, 2]), max_length=st.sampled_from([40, 4096]))
+def test_any_batch_split_trains_each_action_token_once(
+    actor: Any, batch: list, updates: int, max_length: int, monkeypatch
+) -> None:
+    """Whatever RL2's packing does (several updates per rollout, several minibatches), each token is in one loss."""
+    tensor_dict = rl2_batch(batch)[0]
+    vocab = actor.model.config.vocab_size
+    tensor_dict["states"] %= vocab
+    tensor_dict["actions"] %= vocab
+    tensor_dict["advantages"] = (
+        torch.arange(1, tensor_dict["action_mask"].numel() + 1, dtype=torch.float32).view(
+            tensor_dict["action_mask"].shape
+        )
+        * tensor_dict["action_mask"]
+    )  # every token's advantage names it
+    if updates > len(tensor_dict["states"]):
+        updates = 1
+    actor.config.update_per_rollout, actor.config.max_length_per_device = updates, max_length
+    seen = recorded_losses(actor, monkeypatch)
+    want = sorted(tensor_dict["advantages"][tensor_dict["action_mask"].bool()].tolist())
+    actor.update(tensor_dict, 1)
+    got = sorted((-torch.cat([losses for losses, _ in seen])).tolist())
+    assert got == pytest.approx(want, rel=1e-6)
+
+
+def test_rl2s_sequence_average_cannot_update(actor: Any) -> None:
+    """Why the launcher refuses ``actor.avg_level=sequence``: RL2 0.0.2's update averages its bool clip flags."""
+    tensor_dict = rl2_batch([[[(2, 2, 1.0)]]])[0]
+    tensor_dict["advantages"] = tensor_dict["action_mask"].float()
+    actor.config.avg_level = "sequence"
+    with pytest.raises(TypeError, match="finfo"):
+        actor.update(tensor_dict, 1)
