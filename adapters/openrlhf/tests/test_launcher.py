@@ -72,7 +72,8 @@ def test_rebn_without_kl_is_fine() -> None:
 
 def test_prompt_rows_are_checked_before_ray(tmp_path) -> None:
     good = write_jsonl(make_rows("core:NumberGuess-v0", range(5)), tmp_path / "train.jsonl")
-    plan = prepare([*BASE, "--data.prompt_dataset", good, "--eval.dataset", good], environ={})
+    batches = ["--rollout.batch_size", "5", "--train.batch_size", "40"]
+    plan = prepare([*BASE, *batches, "--data.prompt_dataset", good, "--eval.dataset", good], environ={})
     assert plan.rows == 10
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"input": json.dumps({"gem": {"env_id": "core:NumberGues-v0", "seed": 1}})}) + "\n")
@@ -118,7 +119,7 @@ def test_the_documented_command_passes_openrlhfs_own_parser_and_checks(
     import ray
     from harness import AGENT_FUNC_PATH  # noqa: F401  # stand-in GPU modules, before OpenRLHF's CLI imports
 
-    train = write_jsonl(make_rows("core:NumberGuess-v0", range(4)), tmp_path / "train.jsonl")
+    train = write_jsonl(make_rows("core:NumberGuess-v0", range(64)), tmp_path / "train.jsonl")  # one step's prompts
     argv = documented_command()
     for flag in ("--data.prompt_dataset", "--eval.dataset"):
         argv[argv.index(flag) + 1] = train

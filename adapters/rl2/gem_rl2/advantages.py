@@ -17,12 +17,11 @@ advantages on rank 0 over the whole batch, so the statistics are global.
 **Env errors.** RL2's rollout loop trains on every token it generated, and the env
 module can only hand it a reward. An episode an env error ended
 (``on_env_error="end"``) therefore ends with the reward
-:data:`~gem_rl2.episodes.ENV_ERROR_REWARD` (NaN). Before any estimator runs, gem's
+:data:`~gem_rl2.env_errors.ENV_ERROR_REWARD` (NaN). Before any estimator runs, gem's
 ``compute_advantages`` finds such episodes, sets their ``action_mask`` (the actor's
 loss mask) and rewards to 0, so their tokens weigh nothing in the loss and are in no
-statistic of ``rebn`` (RL2's own estimators see a reward of 0 in their baselines). Their
-sequences still count in RL2's ``avg_level=sequence`` divisor (``eos_mask`` also gives
-RL2 the sequence lengths, so it stays); it counts them as ``gem/env_errors`` (logged to wandb
+statistic of ``rebn`` (RL2's own estimators see a reward of 0 in their baselines;
+``eos_mask``, which gives RL2 the sequence lengths, stays); it counts them as ``gem/env_errors`` (logged to wandb
 when a run is active) and logs one warning per batch naming them.
 """
 
@@ -38,13 +37,13 @@ import numpy as np
 from gem_core.episode import env_error_report
 from gem_core.errors import RLInputError
 from gem_core.rl.advantages import rebn_advantages
+from gem_rl2.env_errors import drain, mark_installed
 
 __all__ = [
     "ENV_ERRORS_METRIC",
     "ESTIMATOR",
     "compute_advantages_with_rebn",
     "drop_failed_episodes",
-    "installed",
     "rebn_rl2",
     "turn_runs",
 ]
@@ -53,13 +52,6 @@ __all__ = [
 ENV_ERRORS_METRIC = "gem/env_errors"
 
 _logger = logging.getLogger(__name__)
-_INSTALLED = False
-
-
-def installed() -> bool:
-    """Whether this process's RL2 trainer calls gem's ``compute_advantages`` (which drops failed episodes)."""
-    return _INSTALLED
-
 
 #: The ``adv.estimator`` value this module handles.
 ESTIMATOR = "rebn"
@@ -82,7 +74,7 @@ def _bounds(cu_seqs: Any, sequences: int) -> list[int]:
 def drop_failed_episodes(tensor_dict: dict[str, Any], cu_seqs: Any) -> list[int]:
     """Take the episodes an env error ended out of training, in place; return their indices.
 
-    An episode is failed when a reward of it is NaN (:data:`~gem_rl2.episodes.ENV_ERROR_REWARD`).
+    An episode is failed when a reward of it is NaN (:data:`~gem_rl2.env_errors.ENV_ERROR_REWARD`).
     Its sequences get ``action_mask`` and ``rewards`` 0 (RL2's actor multiplies log-probs and
     entropy by ``action_mask``, and advantages are 0 off it).
 
@@ -146,8 +138,7 @@ def compute_advantages_with_rebn(original: Callable[..., Any]) -> Callable[..., 
         tensor_dict["advantages"] = rebn_rl2(tensor_dict, cu_seqs, float(config.gamma), skip=set(failed))
         return None
 
-    global _INSTALLED
-    _INSTALLED = True
+    mark_installed()
     compute_advantages.__wrapped__ = original  # type: ignore[attr-defined]
     compute_advantages.handles_rebn = True  # type: ignore[attr-defined]
     compute_advantages.last_metrics = {}  # type: ignore[attr-defined]
@@ -156,10 +147,8 @@ def compute_advantages_with_rebn(original: Callable[..., Any]) -> Callable[..., 
 
 def _report_env_errors(count: int, total: int, step: int, holder: Any) -> None:
     """``gem/env_errors`` of this batch (kept on ``holder.last_metrics``, and to wandb in a run) and its warning."""
-    from gem_rl2.episodes import drain_env_errors
-
     holder.last_metrics = {ENV_ERRORS_METRIC: float(count)}
-    report = env_error_report(drain_env_errors(), total=total)
+    report = env_error_report(drain(), total=total)
     if count and report is not None:
         _logger.warning("gem_rl2: %s", report)
     import wandb

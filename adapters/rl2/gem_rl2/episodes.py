@@ -55,6 +55,8 @@ from gem_core.episode import (
 )
 from gem_core.errors import ConfigError, TrajectoryError
 from gem_core.rl.types import Episode
+from gem_rl2.env_errors import ENV_ERROR_REWARD, error_reward, record
+from gem_rl2.env_errors import drain as drain_env_errors
 
 __all__ = [
     "ENV_ERROR_REWARD",
@@ -74,17 +76,6 @@ SETTINGS_ENV = "GEM_RL2_SETTINGS"
 _FINISHED_KEPT = 4096
 
 log = logging.getLogger(__name__)
-
-#: The reward of the last step of an episode an env error ended (``on_env_error="end"``). RL2's
-#: rollout loop trains on every generated token and carries nothing but the reward from the env
-#: to the trainer, so the reward marks the episode: gem's ``compute_advantages`` (installed by
-#: ``gem-rl2-train``, see :mod:`gem_rl2.advantages`) finds it there, zeroes the episode's action
-#: mask and rewards and leaves it out of every estimator's statistics. Without that patch the
-#: reward is 0.0 instead (the episode then trains with reward 0).
-ENV_ERROR_REWARD = float("nan")
-
-# Episodes an env error ended since the last drain_env_errors(): named in the batch's one warning.
-_ENV_ERRORS: list[Episode] = []
 
 
 @dataclass(frozen=True)
@@ -294,7 +285,7 @@ class RL2Episodes:
             episode_id = session.episode_id
             await self._finish(episode_id)
             if failed_by_env(self.finished[episode_id]):
-                return _response(state_text + action_text, _error_reward(), True, extra_info, score=0.0)
+                return _response(state_text + action_text, error_reward(), True, extra_info, score=0.0)
             return _response(
                 state_text + action_text, session.turns[-1].reward if session.turns else 0.0, True, extra_info
             )
@@ -324,8 +315,7 @@ class RL2Episodes:
         live = self._live.pop(episode_id)
         episode = self.finished[episode_id] = live.session.episode()
         if failed_by_env(episode):
-            _ENV_ERRORS.append(episode)
-            del _ENV_ERRORS[:-_FINISHED_KEPT]
+            record(episode)
         while len(self.finished) > _FINISHED_KEPT:
             self.finished.popitem(last=False)
         try:
@@ -344,19 +334,6 @@ def _response(
     # RL2 sums `score` per episode for its logs; the per-turn reward is the natural score.
     score = reward if score is None else score
     return {"next_state": next_state, "reward": reward, "score": score, "done": done, "extra_info": dict(extra_info)}
-
-
-def _error_reward() -> float:
-    from gem_rl2.advantages import installed
-
-    return ENV_ERROR_REWARD if installed() else 0.0
-
-
-def drain_env_errors() -> list[Episode]:
-    """The episodes env errors ended since the last call (for the batch's warning), oldest first."""
-    drained = list(_ENV_ERRORS)
-    _ENV_ERRORS.clear()
-    return drained
 
 
 def _stop_texts(tokenizer: Any, renderer: ChatRenderer, extra: Sequence[str]) -> list[str]:

@@ -63,19 +63,19 @@ def run_rollout(
     tokenizer.save_pretrained(tok_dir)
     data = tmp_path / "train.parquet"
     write_parquet(make_rows(env_id, seeds, env_kwargs=env_kwargs, wrappers=list(wrappers)), str(data))
-    config = rl2_config(
-        [
-            f"train_data.path={data}",
-            f"train_data.prompts_per_rollout={len(seeds) * (1 if isinstance(env_id, str) else len(env_id))}",
-            f"train_data.responses_per_prompt={responses_per_prompt}",
-            f"actor.model_name={tok_dir}",
-            f"rollout.max_turns={max_turns}",
-            f"rollout.train_sampling_params.max_new_tokens={'null' if max_new_tokens is None else max_new_tokens}",
-            "adv.estimator=rebn",
-            *extra_overrides,
-        ]
-    )
-    settings = prepare(config)  # the launcher's own step: env_path, skip_special_tokens, settings
+    overrides = [
+        f"train_data.path={data}",
+        f"train_data.prompts_per_rollout={len(seeds) * (1 if isinstance(env_id, str) else len(env_id))}",
+        f"train_data.responses_per_prompt={responses_per_prompt}",
+        f"actor.model_name={tok_dir}",
+        f"rollout.max_turns={max_turns}",
+        f"rollout.train_sampling_params.max_new_tokens={'null' if max_new_tokens is None else max_new_tokens}",
+        "adv.estimator=rebn",
+        "actor.max_length_per_device=8192",
+        *extra_overrides,
+    ]
+    config = rl2_config(overrides)
+    settings = prepare(config, overrides)  # the launcher's own step: env_path, skip_special_tokens, settings
     OmegaConf.resolve(config)  # RL2's Trainer.__init__ does this first
     os.environ[SETTINGS_ENV] = settings.to_json()
 

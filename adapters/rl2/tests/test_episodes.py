@@ -197,9 +197,9 @@ def flaky(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Flaky]]:
 def test_env_calls_run_off_the_event_loop_and_a_failing_env_ends_only_its_episode(
     tokenizer: Any, flaky: list[Flaky], patched: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gem_rl2 import advantages
+    from gem_rl2 import env_errors
 
-    monkeypatch.setattr(advantages, "_INSTALLED", patched)  # what gem-rl2-train's patch would have set
+    monkeypatch.setattr(env_errors, "_installed", patched)  # what gem-rl2-train's patch would have set
     episodes = table(tokenizer)
     loop_thread: list[int] = []
 

@@ -14,13 +14,19 @@ from rl2_harness import rl2_config
 
 from gem_core.errors import ConfigError, RLInputError
 
-BASE = ["actor.model_name=/models/tiny", "rollout.max_turns=6", "adv.estimator=rebn", "adv.gamma=0.9"]
+BASE = [
+    "actor.model_name=/models/tiny",
+    "actor.max_length_per_device=4096",
+    "rollout.max_turns=6",
+    "adv.estimator=rebn",
+    "adv.gamma=0.9",
+]
 
 
 def test_prepare_completes_rl2s_config_for_gem() -> None:
     config = rl2_config(BASE)
     assert config.rollout.env_path is None
-    settings = train.prepare(config)
+    settings = train.prepare(config, BASE)
     assert settings == Settings(tokenizer="/models/tiny", max_turns=6, on_cut="invalid")
     assert config.rollout.env_path == train.ENV_PATH
     assert Path(train.ENV_PATH).is_file()
@@ -30,10 +36,14 @@ def test_prepare_completes_rl2s_config_for_gem() -> None:
 
 
 def test_prepare_keeps_a_given_env_path_and_reads_gem_options() -> None:
-    config = rl2_config(
-        [*BASE, "rollout.env_path=/my/env.py", "+gem.on_cut=pass", "+gem.chat_template_kwargs={enable_thinking:false}"]
-    )
-    settings = train.prepare(config)
+    overrides = [
+        *BASE,
+        "rollout.env_path=/my/env.py",
+        "+gem.on_cut=pass",
+        "+gem.chat_template_kwargs={enable_thinking:false}",
+    ]
+    config = rl2_config(overrides)
+    settings = train.prepare(config, overrides)
     assert (settings.on_cut, dict(settings.chat_template_kwargs)) == ("pass", {"enable_thinking": False})
     assert Settings.from_json(settings.to_json()) == settings
     assert config.rollout.env_path == "/my/env.py"
@@ -54,7 +64,7 @@ def test_prepare_keeps_a_given_env_path_and_reads_gem_options() -> None:
 )
 def test_prepare_names_bad_settings(override: str, error: type[Exception], match: str) -> None:
     with pytest.raises(error, match=match):
-        train.prepare(rl2_config([*BASE, override]))
+        train.prepare(rl2_config([*BASE, override]), [*BASE, override])
 
 
 def test_the_cli_runs_rl2s_main_with_the_prepared_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
