@@ -44,7 +44,7 @@ from gem_core.errors import (
     PluginWarning,
     RegistrationError,
 )
-from gem_core.seeds import parse_kwargs
+from gem_core.cli_values import parse_kwargs
 
 if TYPE_CHECKING:
     from gem_core.plugins import Discovery

@@ -48,7 +48,7 @@ from gem_core.episode import (
 from gem_core.errors import ConfigError, GenerateContractError
 from gem_core.registry import WrapperRef
 from gem_core.rl.types import Episode, Turn
-from gem_core.seeding import episode_seed
+from gem_core.seed_streams import episode_seed
 
 __all__ = ["BatchPolicy", "Episode", "EpisodeRunner", "MessagePolicy", "TokenPolicy", "Turn", "run_episodes"]
 

@@ -15,7 +15,7 @@ seeds replay the same episodes on every backend.
 
 from __future__ import annotations
 
-from gem_core.seeding import episode_seed, episode_seeds
+from gem_core.seed_streams import episode_seed, episode_seeds
 from gem_core.vector.async_vector import AsyncVectorEnv
 from gem_core.vector.base import AutoresetMode, VectorEnv, VectorResetReturn, VectorStepReturn
 from gem_core.vector.make import BACKENDS, build_env, make_vec

@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from gem_core.errors import ConfigError, ResetNeeded, VectorEnvError
-from gem_core.seeding import episode_seed, episode_seeds, fresh_root_seed
+from gem_core.seed_streams import episode_seed, episode_seeds, fresh_root_seed
 from gem_core.vector.member import AsyncMember, AutoresetMode, Failure, Member, OnError, Outcome, Request, Reset, Step
 
 __all__ = [
@@ -34,7 +34,7 @@ __all__ = [
     "VectorResetReturn",
     "VectorStepReturn",
     "check_timeout",
-    "episode_seed",  # re-exported: it moved to gem_core.seeding
+    "episode_seed",  # re-exported: it moved to gem_core.seed_streams
     "episode_seeds",
 ]
 
@@ -104,7 +104,7 @@ class VectorEnv:
             ``info["env_error"]`` (index, type, message, traceback). A failed ``reset`` always raises.
 
     Seeding: ``reset(seed=s)`` makes ``s`` the run's root seed; env ``i``'s ``k``-th episode
-    (explicit reset or autoreset) gets :func:`~gem_core.seeding.episode_seed` ``(s, i, k)``.
+    (explicit reset or autoreset) gets :func:`~gem_core.seed_streams.episode_seed` ``(s, i, k)``.
     ``reset()`` without a seed before any seeded reset draws a root from OS entropy and
     keeps it in :attr:`root_seed`, so any run can be replayed.
 

@@ -33,7 +33,7 @@ from typing import Any, NamedTuple, Union
 
 from gem_core.core import AsyncEnv, Env, to_sync
 from gem_core.errors import ConfigError, EnvStepTimeout, EnvWorkerCrashed
-from gem_core.seeding import episode_seed
+from gem_core.seed_streams import episode_seed
 from gem_core.vector.base import Group, Pending
 from gem_core.vector.member import (
     AutoresetMode,

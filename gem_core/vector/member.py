@@ -23,7 +23,7 @@ import numpy as np
 
 from gem_core.core import AsyncEnv, Env
 from gem_core.errors import ConfigError, EnvResultError, EnvStepTimeout
-from gem_core.seeding import SeedStream, episode_seed
+from gem_core.seed_streams import SeedStream, episode_seed
 
 __all__ = [
     "AsyncMember",

@@ -87,7 +87,7 @@ def resolve_env(env_id: str, env_kwargs: str | None) -> dict[str, Any]:
     Raises:
         ConfigError: ``env_kwargs`` is not a JSON object.
     """
-    from gem_core.seeds import parse_json_object
+    from gem_core.cli_values import parse_json_object
 
     if env_kwargs is None:
         return dict(DEFAULT_ENV_KWARGS) if env_id == DEFAULT_ENV else {}

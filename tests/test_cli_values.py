@@ -1,4 +1,4 @@
-"""gem_core.seeds.parse_seeds: every list of seeds and ranges round-trips; every bad part is named."""
+"""gem_core.cli_values.parse_seeds: every list of seeds and ranges round-trips; every bad part is named."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gem_core.errors import ConfigError
-from gem_core.seeds import parse_seeds
+from gem_core.cli_values import parse_seeds
 
 part = st.one_of(
     st.integers(0, 10_000).map(lambda n: (str(n), [n])),

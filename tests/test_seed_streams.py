@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gem_core.seeding import SEED_BLOCK, SeedStream, episode_seed, episode_seeds, fresh_root_seed
+from gem_core.seed_streams import SEED_BLOCK, SeedStream, episode_seed, episode_seeds, fresh_root_seed
 
 
 def test_episode_seed_matches_seed_sequence_spawning() -> None:
