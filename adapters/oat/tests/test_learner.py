@@ -202,6 +202,38 @@ def test_oats_learning_step_runs_on_odd_one_and_zero_transitions(
     assert len(learner.pi_buffer) == 0 and learner.round_transitions == []
 
 
+def test_oats_default_num_samples_fails_an_odd_round_after_the_gradient_step(
+    model_dir: str, gloo_group: None, cpu_for_cuda: None, make_trainer: Any
+) -> None:
+    """Why ``--num_samples`` is 1 here: oat's default 2 reshapes the round's rewards into pairs."""
+    learner = make_trainer(model_dir, rollout_batch_size=16)
+    learner.args.num_samples = 2  # oat's default, set after the checks that refuse it
+    learner.process_feedback_data(episodes_of([[0.0, 0.5, 1.0]]))
+    with pytest.raises(RuntimeError, match="shape"):
+        learner.learn(1)
+    assert learner.model.model.optimizer_steps == 3  # the weights had already moved
+
+
+def test_a_rank_with_fewer_transitions_is_padded_with_zero_weight(
+    model_dir: str, gloo_group: None, cpu_for_cuda: None, make_trainer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another rank brought 3 transitions, this one none: 3 micro-steps here too, and no weight moves."""
+    import torch
+    from gem_oat import learner as learner_module
+
+    monkeypatch.setattr(learner_module, "_max_over_ranks", lambda n: max(n, 3))
+    learner = make_trainer(model_dir, rollout_batch_size=16, beta=0.0)
+    recorder = Recorder(learner)
+    before = [p.detach().clone() for p in learner.model.model.module.parameters()]
+    learner.process_feedback_data([])
+    info = learner.learn(1)
+    assert info["train/gem_transitions"] == 0.0 and info["train/gem_padding_transitions"] == 3.0
+    assert recorder.batches[0]["loss_masks"] == [False, False, False]
+    assert learner.model.model.micro_steps == 3
+    after = list(learner.model.model.module.parameters())
+    assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+
+
 # A collect step: 0 to 3 episodes of 1 to 3 turns.
 STEP = st.lists(st.lists(st.sampled_from([0.0, 1.0, -0.5]), min_size=1, max_size=3), max_size=3)
 
