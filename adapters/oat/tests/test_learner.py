@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -322,3 +323,36 @@ def test_padding_transitions_carry_no_weight(tokenizer: Any, make_learner: Any) 
     learner.tokenizer = tokenizer
     pads = learner._padding(3)
     assert len(pads) == 3 and all(not p.loss_mask and p.info["advantages"] == 0.0 for p in pads)
+
+
+# Per split: each rank's episodes (per-turn rewards); a rank may have none.
+RANK_SPLITS = [
+    [[], [[0.0, 1.0], [0.5]]],
+    [[[1.0]], [[0.0, 0.0, 1.0]]],
+    [[[0.2, 0.2], [1.0]], []],
+    [[], []],
+    [[[0.5]], [[0.5], [0.5]]],
+]
+
+
+def test_rank_splits_rebn_over_both_ranks_and_padding_to_the_larger(tmp_path: Path) -> None:
+    """Two learner ranks (gloo, two processes): ReBN is over the union of the ranks' rounds, padding to the max."""
+    import json
+    import subprocess
+    import sys
+
+    worker = Path(__file__).with_name("two_ranks.py")
+    store = tmp_path / "store"
+    outs = [tmp_path / f"rank{r}.json" for r in (0, 1)]
+    procs = [
+        subprocess.Popen([sys.executable, str(worker), str(r), str(store), json.dumps(RANK_SPLITS), str(outs[r])])
+        for r in (0, 1)
+    ]
+    assert [p.wait(timeout=300) for p in procs] == [0, 0]
+    ranks = [json.loads(o.read_text()) for o in outs]
+    for k, split in enumerate(RANK_SPLITS):
+        returns = [[float(g) for ep in split[r] for g in discounted_returns(ep, 0.9)] for r in (0, 1)]
+        want = rebn(np.array(returns[0] + returns[1])) if returns[0] + returns[1] else np.zeros(0)
+        got = ranks[0][k]["advantages"] + ranks[1][k]["advantages"]
+        assert got == pytest.approx(list(want), abs=1e-12), split
+        assert ranks[0][k]["most"] == ranks[1][k]["most"] == max(len(returns[0]), len(returns[1]))
