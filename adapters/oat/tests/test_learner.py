@@ -166,8 +166,7 @@ class Recorder:
     def __init__(self, learner: Any) -> None:
         self.buffers: list[list[Transition]] = []
         self.batches: list[dict[str, Any]] = []
-        build = type(learner).__dict__.get("dataset_builder") or learner.__dict__["dataset_builder"]
-        self.build = build
+        build = self.build = learner.dataset_builder
 
         def dataset_builder(buffer: Any, tokenizer: Any, strategy: Any) -> Any:
             self.buffers.append(list(buffer))
@@ -292,8 +291,8 @@ def test_each_round_trains_on_exactly_its_transitions_each_once(
     round_of = {id(t): i // 2 for i, data in enumerate(steps) for ep in data for t in ep}
     for k, buffer in enumerate(recorder.buffers):
         assert {round_of[id(t)] for t in buffer} == {nonempty[k]}
-    del learner.dataset_builder, learner.learning_step  # the trainer is reused: back to oat's own
-    learner.dataset_builder = recorder.build
+    learner.dataset_builder = recorder.build  # the trainer is reused: back to oat's own
+    del learner.learning_step
 
 
 def _per_round(recorder: Recorder, rounds: list[Any]) -> list[list[Transition]]:
