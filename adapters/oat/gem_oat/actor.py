@@ -56,7 +56,27 @@ class GemOatActor(PPOMultiTurnActor):
         if self.tokenizer.eos_token_id is not None:
             self._stop_ids.add(int(self.tokenizer.eos_token_id))
 
-    # ------------------------------------------------------------------ oat's hook
+    # ------------------------------------------------------------------ oat's hooks
+
+    def step(self, prompts: Any = None, formatted_prompts: Any = None, references: Any = None) -> Any:
+        """Oat's ``PPOMultiTurnActor.step`` (ignores oat's prompt batch), also for a step that keeps no episode.
+
+        oat's own averages the episodes' lengths and returns with ``np.mean`` (NaN and a
+        warning for none); here the three episode metrics are left out then. Every
+        transition's ``info`` gets the step's metrics (oat's collector averages them), and
+        the episodes go to the learner through oat's plasma client.
+        """
+        del prompts, formatted_prompts, references
+        episodes, info = self.collect_experience()
+        if episodes:
+            info["actor/mean_episode_len"] = float(np.mean([len(ep) for ep in episodes]))
+            info["actor/mean_episode_return"] = float(np.mean([sum(t.rewards for t in ep) for ep in episodes]))
+            # oat's measure: a final reward of exactly 1 is a success.
+            info["actor/mean_episode_success"] = float(np.mean([ep[-1].rewards == 1 for ep in episodes]))
+        for episode in episodes:
+            for transition in episode:
+                transition.info.update(info)
+        return self.ipc_client.serialize_ipc(episodes)
 
     def collect_experience(self) -> tuple[list[list[Transition]], dict[str, Any]]:
         """Play ``episodes_per_step`` episodes; return them (one list of transitions each) and metrics.

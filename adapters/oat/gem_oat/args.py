@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,7 +13,16 @@ import gem_core
 from gem_core.episode import EpisodeLimits
 from gem_core.errors import ConfigError, EnvNotFound
 
-__all__ = ["GemOatArgs", "check_args", "episode_limits", "parse_env_kwargs", "parse_env_wrappers"]
+__all__ = [
+    "GemOatArgs",
+    "check_args",
+    "check_round_options",
+    "episode_limits",
+    "learner_ranks",
+    "parse_env_kwargs",
+    "parse_env_wrappers",
+    "round_capacity",
+]
 
 #: Seeds of actor ``k`` start at ``env_seed + k * SEED_STRIDE``, so actors never replay each other's episodes.
 SEED_STRIDE = 1_000_003
@@ -20,7 +30,22 @@ SEED_STRIDE = 1_000_003
 
 @dataclass
 class GemOatArgs(PPOArgs):
-    """oat's PPO flags plus what the gem actor needs (``--env_ids`` etc.)."""
+    """oat's PPO flags plus what the gem actor needs (``--env_ids`` etc.).
+
+    Three of oat's defaults are changed so that each learning round trains on exactly the
+    transitions collected since the previous one (see :func:`check_round_options`).
+    """
+
+    # oat groups num_samples consecutive transitions in learning_step's metrics (a view that
+    # fails on any other count); a multi-turn transition has no group: one sample per prompt.
+    num_samples: int = field(default=1, metadata={"help": "Must be 1 with gem's multi-turn learner."})
+    # 0: as many as one learning round can bring (rollout_batch_size / learner ranks).
+    pi_buffer_maxlen_per_device: int = field(
+        default=0, metadata={"help": "0 (default): what one learning round brings; else at least that."}
+    )
+    buffer_clear_every: float = field(
+        default=1, metadata={"help": "Must be 1: every round trains on its own transitions only."}
+    )
 
     env_ids: list[str] = field(
         default_factory=lambda: ["core:NumberGuess-v0"],
@@ -96,12 +121,67 @@ def episode_limits(args: GemOatArgs) -> EpisodeLimits:
     )
 
 
+def learner_ranks(args: Any) -> int:
+    """How many learner processes oat's ``get_program`` starts (its GPU split, mirrored; at least 1)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    devices = len(visible.split(",")) if visible else args.gpus
+    per_group = devices if args.collocate else devices - args.gpus // 2
+    return max(per_group, 1) * args.num_groups
+
+
+def round_capacity(args: Any, world_size: int) -> int:
+    """Transitions one learning round can bring to one learner rank.
+
+    oat learns every ``update_interval = rollout_batch_size // (world_size *
+    rollout_batch_size_per_device)`` collect steps, and each collect step keeps at most
+    ``rollout_batch_size_per_device`` transitions per rank.
+
+    Raises:
+        ConfigError: ``rollout_batch_size`` is not a multiple of ``world_size * rollout_batch_size_per_device``.
+    """
+    per_step = args.rollout_batch_size_per_device
+    if per_step < 1 or args.rollout_batch_size < world_size * per_step:
+        raise ConfigError(
+            f"--rollout_batch_size ({args.rollout_batch_size}) must be at least learner ranks ({world_size}) x "
+            f"--rollout_batch_size_per_device ({per_step}) and the latter >= 1"
+        )
+    if args.rollout_batch_size % (world_size * per_step):
+        raise ConfigError(
+            f"--rollout_batch_size ({args.rollout_batch_size}) must be a multiple of learner ranks ({world_size}) x "
+            f"--rollout_batch_size_per_device ({per_step}); oat's learner asserts it after loading the model"
+        )
+    return args.rollout_batch_size // (world_size * per_step) * per_step
+
+
+def check_round_options(args: Any, world_size: int) -> None:
+    """``--pi_buffer_maxlen_per_device`` against what one learning round brings: set (from 0) or refused.
+
+    oat 0.2.4 trains on its whole ``pi_buffer``, a ``deque(maxlen=pi_buffer_maxlen_per_device)``
+    (oat's default 16): a round bringing more than that would train on its last 16
+    transitions only. At 0 (the default here) it is set to the round's capacity.
+
+    Raises:
+        ConfigError: Naming the option and the value to use.
+    """
+    capacity = round_capacity(args, world_size)
+    if args.pi_buffer_maxlen_per_device == 0:
+        args.pi_buffer_maxlen_per_device = capacity
+    elif args.pi_buffer_maxlen_per_device < capacity:
+        raise ConfigError(
+            f"--pi_buffer_maxlen_per_device {args.pi_buffer_maxlen_per_device} keeps fewer transitions than one "
+            f"learning round brings ({capacity} = --rollout_batch_size / learner ranks); the oldest would be dropped "
+            f"unseen. Leave it at 0 (the default here: {capacity}) or use >= {capacity}"
+        )
+
+
 def check_args(args: GemOatArgs) -> GemOatArgs:
     """Gem's checks on top of oat's ``default_args_validation``; raise :class:`ConfigError` naming the flag.
 
     ``whiten_adv`` must stay off: the learner writes ReBN advantages itself (see
     :mod:`gem_oat.rebn` for why oat's float32 whitening is not used). ``critic_type``
-    must not be ``ppo``: ReBN is critic-free.
+    must not be ``ppo``: ReBN is critic-free. ``num_samples`` and ``buffer_clear_every``
+    must be 1 and ``asynchronous`` off (see the table in docs/oat.md); the buffer's
+    length is checked against the learner ranks by :func:`check_round_options`.
     """
     if args.whiten_adv:
         raise ConfigError(
@@ -133,4 +213,24 @@ def check_args(args: GemOatArgs) -> GemOatArgs:
     parse_env_kwargs(args.env_kwargs)
     parse_env_wrappers(args.env_wrappers)
     episode_limits(args)
+    if args.num_samples != 1:
+        raise ConfigError(
+            f"--num_samples {args.num_samples}: oat's learning_step groups that many transitions per prompt, which "
+            "multi-turn transitions do not have (an odd count crashes after the gradient step); use --num_samples 1"
+        )
+    if args.buffer_clear_every != 1:
+        raise ConfigError(
+            f"--buffer_clear_every {args.buffer_clear_every}: gem's learner trains each round on exactly that round's "
+            "transitions (ReBN is over them); older transitions would be trained again with stale advantages. "
+            "Use --buffer_clear_every 1 (the default here)"
+        )
+    if args.asynchronous:
+        raise ConfigError(
+            "--asynchronous: oat's multi-turn learner replaces the asynchronous collector with a synchronous one; "
+            "drop --asynchronous"
+        )
+    if args.pi_buffer_maxlen_per_device < 0:
+        raise ConfigError(
+            f"--pi_buffer_maxlen_per_device must be >= 0 (0: automatic), got {args.pi_buffer_maxlen_per_device}"
+        )
     return args

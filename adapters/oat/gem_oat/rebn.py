@@ -22,7 +22,29 @@ import numpy as np
 from gem_core.rl.advantages import rebn
 from gem_core.rl.returns import FloatArray, batch_returns
 
-__all__ = ["episode_rebn"]
+__all__ = ["episode_rebn", "episode_returns", "rebn_over_ranks"]
+
+
+def episode_returns(rewards: Sequence[Sequence[float]], gamma: float) -> list[FloatArray]:
+    """Per episode, the per-turn returns ``G_t = r_t + gamma * G_{t+1}`` in float64 (no episodes: ``[]``)."""
+    return batch_returns([np.asarray(r, dtype=np.float64) for r in rewards], gamma)
+
+
+def rebn_over_ranks(returns: Sequence[float], *, distributed: bool = False, device: Any = None) -> FloatArray:
+    """ReBN of ``returns`` (one per transition), with statistics over every rank's transitions when ``distributed``.
+
+    Every rank must call it (the all-reduce is collective), also a rank with no transitions:
+    it then contributes nothing to the statistics and gets an empty array back.
+    """
+    flat = np.asarray(returns, dtype=np.float64).reshape(-1)
+    if not distributed:
+        return np.asarray(rebn(flat), dtype=np.float64)
+    import torch
+
+    from gem_core.rl.torch_utils import rebn_tensor
+
+    tensor = torch.as_tensor(flat, dtype=torch.float64, device=device)
+    return np.asarray(rebn_tensor(tensor, distributed=True).cpu().numpy(), dtype=np.float64)
 
 
 def episode_rebn(
@@ -31,7 +53,7 @@ def episode_rebn(
     """Per-turn returns ``G_t = r_t + gamma * G_{t+1}`` and their ReBN over every turn of the batch.
 
     Args:
-        rewards: Per episode, the reward of each turn.
+        rewards: Per episode, the reward of each turn (may be empty: a rank that kept no episode).
         gamma: Per-turn discount.
         distributed: Normalise with statistics over every rank of the initialised
             ``torch.distributed`` group (each rank passes its own episodes).
@@ -40,17 +62,11 @@ def episode_rebn(
     Returns:
         ``(returns, advantages)``: one float64 array per episode, one value per turn.
     """
-    returns = batch_returns([np.asarray(r, dtype=np.float64) for r in rewards], gamma)
-    lengths = [len(r) for r in returns]
+    returns = episode_returns(rewards, gamma)
     flat = np.concatenate(returns) if returns else np.zeros(0)
-    if distributed:
-        import torch
-
-        from gem_core.rl.torch_utils import rebn_tensor
-
-        tensor = torch.as_tensor(flat, dtype=torch.float64, device=device)
-        normalized = rebn_tensor(tensor, distributed=True).cpu().numpy()
-    else:
-        normalized = rebn(flat)
-    splits = np.cumsum(lengths)[:-1]
-    return returns, [np.asarray(a, dtype=np.float64) for a in np.split(normalized, splits)]
+    normalized = rebn_over_ranks(flat, distributed=distributed, device=device)
+    advantages, start = [], 0
+    for episode in returns:
+        advantages.append(normalized[start : start + len(episode)])
+        start += len(episode)
+    return returns, advantages

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from gem_oat.args import GemOatArgs, check_args
+from gem_oat.args import GemOatArgs, check_args, check_round_options, learner_ranks
 
 __all__ = ["build_args", "main"]
 
@@ -21,7 +21,8 @@ def build_args(argv: Sequence[str] | None = None) -> GemOatArgs:
     """Parse and validate the command line as the launcher does (no GPU needed).
 
     Raises:
-        ConfigError: A gem flag is wrong (``--whiten_adv``, an unknown env id, ...).
+        ConfigError: A flag is wrong (``--whiten_adv``, ``--num_samples 2``, an unknown env id, ...);
+            the message names it and the fix. ``--pi_buffer_maxlen_per_device 0`` is set here.
     """
     import tyro
     from oat.args import default_args_validation
@@ -32,7 +33,9 @@ def build_args(argv: Sequence[str] | None = None) -> GemOatArgs:
     args.oracle = ""
     args.prompt_data = ""
     args = default_args_validation(args)
-    return check_args(args)
+    check_args(args)
+    check_round_options(args, learner_ranks(args))
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 STANDINS = Path(__file__).parent / "standins"
 # The stand-in vLLM is the tests' model (a registered policy), so it is used even where vLLM is installed.
@@ -127,21 +128,148 @@ def _make_actor(
 
 
 def _make_learner(**overrides: Any) -> Any:
-    """A ``GemOatLearner`` with the attributes ``process_feedback_data`` reads.
+    """A ``GemOatLearner`` with the attributes ``process_feedback_data`` and ``prepare_round`` read.
 
-    oat's ``LearnerBase.__init__`` starts DeepSpeed, loads the policy on a GPU and joins
-    the launchpad program; the feedback step itself only needs the args, the (absent)
-    critic and the buffers, so the object is built without that start-up.
+    oat's ``LearnerBase.__init__`` / ``_init`` start DeepSpeed, load the policy on a GPU and
+    join the launchpad program; the buffers are built here as oat's ``_init`` builds them
+    (``deque(maxlen=args.pi_buffer_maxlen_per_device)``, checked by ``test_learner.py``) from
+    the args as ``GemOatLearner._init`` prepares them.
     """
+    from collections import deque
+
+    from gem_oat.args import check_round_options
     from gem_oat.learner import GemOatLearner
 
     learner = GemOatLearner.__new__(GemOatLearner)
-    learner.args = _make_args(**overrides)
+    learner.args = GemOatLearner.resolve_args(_make_args(**overrides))
+    check_round_options(learner.args, 1)  # one learner rank, as GemOatLearner._init checks after oat's
     learner.critic = None
-    learner.pi_buffer = []
-    learner.all_buffer = []
+    learner.pi_buffer = deque(maxlen=learner.args.pi_buffer_maxlen_per_device)
+    learner.all_buffer = deque(maxlen=int(1e9))
     learner.query_step = 0
     return learner
+
+
+def tiny_policy_dir(tokenizer: Any, path: Path) -> str:
+    """A one-layer Llama with the tokenizer's vocabulary, saved where oat's ``LLM`` can load it."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    LlamaForCausalLM(config).save_pretrained(str(path))
+    tokenizer.save_pretrained(str(path))
+    return str(path)
+
+
+class CpuEngine(torch.nn.Module):
+    """What oat's learner uses of a DeepSpeed engine (ZeRO 0, one rank), on the CPU.
+
+    ``DeepspeedStrategy.backward`` / ``optimizer_step`` / ``get_gradient_norm`` call
+    ``engine.backward(loss)``, ``engine.step()`` and read ``engine.module``. DeepSpeed 0.16.8
+    does run on a CPU, but its CPU accelerator JIT-compiles a C++ communication op first
+    (219 s on this 2-core machine), too slow for CI; so this stands in for the engine:
+    the loss is divided by the accumulation steps and the optimizer steps at each boundary,
+    as DeepSpeed does.
+    """
+
+    def __init__(self, module: Any, optimizer: Any, accumulation_steps: int) -> None:
+        super().__init__()
+        self.module = module
+        self.optimizer, self.accumulation_steps = optimizer, accumulation_steps
+        self.micro_steps = 0
+        self.optimizer_steps = 0
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.module(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:  # the model's own attributes (``model``, ``lm_head``), as DeepSpeed's
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(super().__getattr__("module"), name)
+
+    def backward(self, loss: Any) -> None:
+        (loss / self.accumulation_steps).backward()
+
+    def step(self) -> None:
+        self.micro_steps += 1
+        if self.micro_steps % self.accumulation_steps == 0:
+            self.optimizer.step()
+            self.optimizer.zero_grad()
+            self.optimizer_steps += 1
+
+
+def _make_trainer(model_dir: str, **overrides: Any) -> Any:
+    """A learner that runs oat's own ``learn`` / ``learning_step`` on the CPU.
+
+    What oat's ``LearnerBase._init`` / ``PPOLearner._init`` build, on a tiny policy: oat's
+    ``LLM`` wrapper (float32: the CPU lacks bf16 kernels for some ops), oat's
+    ``DeepspeedStrategy`` around a :class:`CpuEngine`, oat's ``MultiTurnTransitionDataset``
+    and drgrpo's loss aggregation. ``train_batch_size`` defaults to 1 here (an optimizer
+    step per transition). Needs the ``gloo_group`` and ``cpu_for_cuda`` fixtures.
+    """
+    import functools
+
+    import torch
+    from oat.algorithms.ppo_multiturn import MultiTurnTransitionDataset
+    from oat.model import LLM
+    from oat.utils.deepspeed import DeepspeedStrategy
+    from oat.utils.ops import masked_sum
+    from transformers import AutoTokenizer
+
+    learner = _make_learner(**{"train_batch_size": 1, **overrides})
+    args = learner.args
+    strategy = DeepspeedStrategy(train_batch_size=args.train_batch_size, bf16=False, args=args)
+    strategy.world_size = 1
+    strategy.grad_acc_step = args.train_batch_size
+    policy = LLM(model_dir, bf16=False)
+    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=1e-3, weight_decay=args.l2)  # oat's l2: 0
+    policy.model = CpuEngine(policy.model, optimizer, strategy.grad_acc_step)
+    learner.model, learner.optimizer, learner.scheduler, learner.strategy = policy, optimizer, None, strategy
+    learner.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    learner.ref_model = LLM(model_dir, bf16=False) if args.beta > 0 else None  # the KL term's reference
+    learner.dataset_builder = MultiTurnTransitionDataset
+    learner.masked_aggregator = functools.partial(masked_sum, constant_normalizer=args.generate_max_length)
+    learner.global_step = 0
+    learner.policy_sgd_step = 0
+    learner.gradient_update_st = 0.0  # oat's run() sets it before its loop
+    learner.update_interval = args.rollout_batch_size // args.rollout_batch_size_per_device
+    return learner
+
+
+@pytest.fixture(scope="session")
+def policy_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A tiny Llama policy and the chatml test tokenizer, in one folder oat's ``LLM`` loads."""
+    from gem_core.testing_tokenizers import build_chat_tokenizer
+
+    return tiny_policy_dir(build_chat_tokenizer("chatml"), tmp_path_factory.mktemp("policy"))
+
+
+@pytest.fixture
+def cpu_for_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Oat's ``learn``/``learning_step`` put tensors on ``torch.cuda.current_device()``: the CPU here."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: "cpu")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+
+
+@pytest.fixture(scope="session")
+def make_trainer() -> Callable[..., Any]:
+    """``make_trainer(model_dir, **GemOatArgs overrides)`` -> a learner that trains on the CPU."""
+    return _make_trainer
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +183,7 @@ def test_a_step_with_failing_envs_ships_only_the_others(
 
     learner = make_learner(gamma=0.9)
     learner.process_feedback_data(episodes)
+    learner.prepare_round()
     want = rebn_advantages([np.array([t.rewards for t in ep]) for ep in episodes], 0.9)
     got = [[t.info["advantages"] for t in ep] for ep in episodes]
     for g, w in zip(got, want, strict=True):
@@ -198,3 +200,44 @@ def test_on_env_error_raise_fails_the_step(
     )
     with pytest.raises(TimeoutError, match="injected failure in reset"):
         actor.collect_experience()
+
+
+@pytest.mark.parametrize("survivors", [0, 1, 3], ids=["no-episode", "one-episode", "three-episodes"])
+def test_a_step_with_zero_one_or_odd_episodes_reaches_the_learner(
+    survivors: int,
+    tmp_path: Path,
+    tokenizer: Any,
+    plasma_server: Any,
+    gloo_group: None,
+    make_actor: Any,
+    make_learner: Any,
+    faulty_ids: list[str],
+) -> None:
+    """Every env but ``survivors`` fails in reset: oat's step, plasma, gem's collector, the learner's round."""
+    import torch.distributed as dist
+    from gem_oat.learner import GemOatFeedbackCollector
+    from oat.algorithms.ppo_multiturn import MultiTurnFeedbackCollector
+    from oat.utils.ipc import PlasmaShmClient
+
+    env_ids = [ENV_ID] * survivors + [faulty_ids[0]] * (4 - survivors)
+    actor = make_actor(
+        tmp_path, tokenizer, guesser(tokenizer), plasma_server, env_ids=env_ids, episodes_per_step=4, max_turns=1
+    )
+    collector = GemOatFeedbackCollector(actor.args, [actor], PlasmaShmClient(plasma_server))
+    episodes, metrics = collector.collect_feedback([""], [""], [""], dist.group.WORLD)
+    assert len(episodes) == survivors and metrics["actor/num_transitions"] == survivors
+    if survivors:
+        assert metrics["actor/mean_episode_len"] == 1.0 and metrics["actor/gem_env_errors"] == 4 - survivors
+    else:  # oat's own collector averages the transitions' info (NaN means, then a crash with none)
+        oats = MultiTurnFeedbackCollector(actor.args, [actor], PlasmaShmClient(plasma_server))
+        with warnings.catch_warnings(), pytest.raises((TypeError, ValueError)):
+            warnings.simplefilter("ignore", RuntimeWarning)
+            oats.get_metrics(0.0, [])
+    learner = make_learner(gamma=0.9)
+    learner.process_feedback_data(episodes)
+    batch = learner.prepare_round()
+    assert batch == [t for ep in episodes for t in ep]
+    from gem_core.rl.advantages import rebn
+
+    want = rebn([t.info["returns"] for t in batch])
+    assert [t.info["advantages"] for t in batch] == pytest.approx(list(want), abs=1e-12)

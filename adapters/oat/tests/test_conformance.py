@@ -1,7 +1,7 @@
 """The conformance suite through oat: actor, learner, then Transitions -> ConformanceRecords.
 
 collect_experience runs with the stand-in vLLM answering the suite's policy, then
-GemOatLearner.process_feedback_data writes the advantages.
+GemOatLearner.process_feedback_data and prepare_round write the returns and advantages.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ def oat_settings(case: ConformanceCase) -> dict[str, Any]:
         "env_kwargs": _json_arg(dict(case.env_kwargs)),
         "env_wrappers": _json_arg([list(w) if isinstance(w, tuple) else w for w in case.wrappers]),
         "gamma": case.gamma,
-        "rollout_batch_size_per_device": 1024,
+        "rollout_batch_size_per_device": 1024,  # no subsampling
+        "rollout_batch_size": 1024,
     }
 
 
@@ -52,6 +53,7 @@ def test_conformance(case: ConformanceCase, tmp_path: Path, make_actor: Any, mak
     episodes, _ = actor.collect_experience()
     learner = make_learner(**settings)
     learner.process_feedback_data(episodes)
+    learner.prepare_round()  # the round is this one collect step: ReBN over its transitions
 
     records = []
     for seed, transitions in zip(case.seeds, episodes, strict=True):
