@@ -17,7 +17,6 @@ from gem_core.rl.types import Episode, Turn
 __all__ = ["episode_from_transitions", "generation_from_vllm", "session_transitions"]
 
 # vLLM's finish reasons mapped onto the engine's: anything else (a stop string, EOS, a stop token) is "stop".
-_FINISH = {"length": "length", "abort": "abort"}
 
 
 def generation_from_vllm(output: Any, stop_ids: Collection[int] = ()) -> Generation:
@@ -47,7 +46,9 @@ def generation_from_vllm(output: Any, stop_ids: Collection[int] = ()) -> Generat
                 f"vLLM request {output.request_id}: logprobs do not cover the sampled tokens ({exc}); "
                 "sample with SamplingParams(logprobs=1)"
             ) from None
-    finish = _FINISH.get(str(completion.finish_reason), "stop")
+    # vLLM's own reason goes through: the engine's generate contract takes "stop", "length",
+    # "abort" and "repetition" (a cut) and refuses "error" or anything else, naming the episode.
+    finish = str(completion.finish_reason)
     if finish == "length" and ids and ids[-1] in stop_ids:
         finish = "stop"
     return Generation(

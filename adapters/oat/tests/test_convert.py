@@ -28,8 +28,10 @@ def output(ids: list[int], finish: str, logprobs: Any = "per-token") -> RequestO
         ([5, 6, 7], "length", "length"),
         ([5, 6, EOS], "length", "stop"),  # the stop token was the last allowed token (vLLM V1)
         ([5], "abort", "abort"),
+        ([5, 6], "error", "error"),  # passed on for the engine's contract to refuse, never read as "stop"
+        ([5, 6], "repetition", "repetition"),
     ],
-    ids=["stop", "cut", "stop-token-at-the-cap", "abort"],
+    ids=["stop", "cut", "stop-token-at-the-cap", "abort", "error", "repetition"],
 )
 def test_finish_reason_and_logprobs_of_the_sampled_tokens(ids: list[int], finish: str, expected: str) -> None:
     generation = generation_from_vllm(output(ids, finish), stop_ids={EOS})
