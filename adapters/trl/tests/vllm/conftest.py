@@ -20,6 +20,9 @@ GAME = "game:GuessTheNumber-v0-easy"
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# TRL sets RANK/WORLD_SIZE for vLLM's external launcher; accelerate then treats later trainers of the process as a
+# distributed CPU run and warns when it has to pick the thread count itself.
+os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 
 # Imported once here with their import-time warnings silenced (the tests run with warnings as errors): vLLM's

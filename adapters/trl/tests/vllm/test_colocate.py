@@ -227,3 +227,33 @@ def test_trained_weights_reach_the_engine_once_per_step(trained: RecordingTraine
     loader = trained.vllm_generation.llm.loader
     names = [n for n, _ in trained.model.named_parameters()]
     assert loader.syncs == 3 and loader.pushes == 3 * len(names)
+
+
+def test_one_episode_per_optimizer_step(vllm_model_dir: Path, tmp_path: Path) -> None:
+    """TRL's arithmetic allows one episode per step when a generation batch (2 episodes, one group) spans two steps."""
+    trainer = build(
+        vllm_model_dir, tmp_path, per_device_train_batch_size=1, num_generations=2, steps_per_generation=2, max_steps=4
+    )
+    trainer.train()
+    assert trainer.state.global_step == 4
+    assert len(trainer.records) == 2  # one rollout of 2 episodes per 2 optimizer steps
+    check_batches(trainer, 2)
+    losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    assert len(losses) == 4 and all(math.isfinite(x) for x in losses)
+
+
+def test_sleep_mode_wakes_syncs_and_sleeps_once_per_rollout(vllm_model_dir: Path, tmp_path: Path) -> None:
+    """TRL's sleep-mode code path on the real engine: per step one weight push, one wake, one sleep, any turns."""
+    trainer = build(vllm_model_dir, tmp_path, max_steps=2)
+    engine = trainer.vllm_generation
+    engine.enable_sleep_mode, engine._llm_weights_sleeping = True, True  # as TRL leaves it after LLM(...).sleep(2)
+    loader = engine.llm.loader
+    syncs_before = loader.syncs
+    trainer.train()
+    turns = [max(x["num_turns"] for x in inputs) for inputs, _ in trainer.records]
+    assert max(turns) > 1  # several generate calls per rollout
+    calls = engine.llm.calls
+    assert calls.count("generate") == sum(turns)
+    assert calls.count("wake_up(kv_cache)") == calls.count("sleep(2)") == 2
+    assert loader.syncs - syncs_before == 2  # one push of every weight per step, not per turn
+    assert engine.enable_sleep_mode and engine._llm_weights_sleeping
