@@ -52,6 +52,7 @@ GRPO_TRAINER_ATTRIBUTES: tuple[str, ...] = (
     "model_wrapped",
     "accelerator",
     "mask_truncated_completions",
+    "_dist",
     "_metrics",
     "_logs",
 )
@@ -59,7 +60,7 @@ GRPO_TRAINER_ATTRIBUTES: tuple[str, ...] = (
 #: Attributes that TRL 1.16 sets only in one generation mode, keyed by ``use_vllm``: ``model.generate``'s
 #: sampling settings without vLLM (read by :func:`~gem_trl.rollout.hf_generate`), the engine with it.
 GRPO_TRAINER_MODE_ATTRIBUTES: dict[bool, tuple[str, ...]] = {
-    False: ("generation_config", "generation_kwargs", "_dist"),
+    False: ("generation_config", "generation_kwargs"),
     True: ("vllm_generation", "_last_loaded_step"),
 }
 
