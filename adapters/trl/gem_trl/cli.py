@@ -17,7 +17,9 @@ environment variables work as they do there; command-line flags override the fil
 
 The model is loaded by ``GRPOTrainer`` from ``model_name_or_path`` (a local directory or,
 online, a hub id) with ``ModelConfig``'s settings, as ``trl grpo`` does; after training
-the model is saved to ``output_dir``.
+the model is saved to ``output_dir``, pushed to the Hub when ``push_to_hub`` is set, and
+``trainer.end()`` finishes the trackers. With ``eval_strategy`` other than ``"no"`` an eval
+dataset of ``eval_seeds`` start states per env id (after the training seeds) is built.
 """
 
 from __future__ import annotations
@@ -44,6 +46,14 @@ class GemEnvArguments:
     )
     seeds: int = field(default=1024, metadata={"help": "Reset seeds (start states) per env id."})
     start_seed: int = field(default=0, metadata={"help": "First reset seed."})
+    eval_seeds: int = field(
+        default=16,
+        metadata={"help": "Reset seeds per env id of the eval dataset (built when eval_strategy is not 'no')."},
+    )
+    eval_start_seed: int | None = field(
+        default=None,
+        metadata={"help": "First reset seed of the eval dataset; default: just after the training seeds."},
+    )
     wrappers: list[str] = field(
         default_factory=list, metadata={"help": "Registered wrapper names added to every env, in order."}
     )
@@ -126,6 +136,26 @@ def _reward_funcs(names: Sequence[str] | None) -> list[Any] | None:
     return funcs
 
 
+def _eval_dataset(env_args: Any, training_args: Any) -> Any:
+    """The eval episodes when ``eval_strategy`` asks for evaluation: ``eval_seeds`` start states per env id.
+
+    They start after the training seeds unless ``eval_start_seed`` says otherwise, so evaluation
+    plays start states the policy did not train on. ``None`` when ``eval_strategy`` is ``"no"``.
+    """
+    from gem_trl.rollout import make_prompt_dataset
+
+    strategy = str(getattr(training_args.eval_strategy, "value", training_args.eval_strategy))
+    if strategy == "no":
+        return None
+    if env_args.eval_seeds < 1:
+        raise ConfigError(
+            f"eval_strategy={strategy!r} needs eval episodes: set eval_seeds >= 1 "
+            "(start states per env id) or eval_strategy: 'no'"
+        )
+    start = env_args.start_seed + env_args.seeds if env_args.eval_start_seed is None else env_args.eval_start_seed
+    return make_prompt_dataset(env_args.env_ids, env_args.eval_seeds, start_seed=start)
+
+
 def build_trainer(env_args: Any, script_args: Any, training_args: Any, model_args: Any) -> Any:
     """The :class:`~gem_trl.trainer.GemGRPOTrainer` for parsed arguments (the model loaded as ``trl grpo`` does)."""
     from trl import get_peft_config, get_quantization_config
@@ -151,6 +181,7 @@ def build_trainer(env_args: Any, script_args: Any, training_args: Any, model_arg
         model=model_args.model_name_or_path,
         args=training_args,
         train_dataset=dataset,
+        eval_dataset=_eval_dataset(env_args, training_args),
         reward_funcs=_reward_funcs(script_args.reward_funcs),
         wrappers=wrappers,
         system_prompt=env_args.system_prompt,
@@ -170,6 +201,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     trainer.save_model(args.output_dir)
     trainer.accelerator.print(f"gem-trl: {trainer.state.global_step} steps; model saved to {args.output_dir}")
+    if args.push_to_hub:
+        trainer.push_to_hub()
+        trainer.accelerator.print(f"gem-trl: model pushed to the Hub as {trainer.hub_model_id}")
+    trainer.end()  # finishes the trackers (report_to) and destroys the process group, as `trl grpo` does
 
 
 if __name__ == "__main__":

@@ -20,7 +20,10 @@ from gem_core.errors import ConfigError
 __all__ = [
     "GRPO_TRAINER_ATTRIBUTES",
     "GRPO_TRAINER_METHODS",
+    "GRPO_TRAINER_MODE_ATTRIBUTES",
     "TRL_VERSION_CHECKED",
+    "VLLM_COLOCATE_ATTRIBUTES",
+    "VLLM_GENERATION_ATTRIBUTES",
     "VLLM_GENERATION_METHODS",
     "TrlApiError",
     "check_trl_api",
@@ -39,26 +42,38 @@ GRPO_TRAINER_METHODS: dict[str, tuple[str, ...]] = {
     "_generate": ("self", "prompts"),
 }
 
-#: Attributes of a built ``GRPOTrainer`` that gem-trl reads (``vllm_generation`` only with ``use_vllm=True``).
+#: Attributes of every built ``GRPOTrainer`` that gem-trl reads.
 GRPO_TRAINER_ATTRIBUTES: tuple[str, ...] = (
     "processing_class",
     "chat_template_kwargs",
     "max_completion_length",
     "use_vllm",
     "eos_token_ids",
-    "generation_config",
-    "generation_kwargs",
     "model_wrapped",
     "accelerator",
     "mask_truncated_completions",
+    "_dist",
     "_metrics",
     "_logs",
 )
 
+#: Attributes that TRL 1.16 sets only in one generation mode, keyed by ``use_vllm``: ``model.generate``'s
+#: sampling settings without vLLM (read by :func:`~gem_trl.rollout.hf_generate`), the engine with it.
+GRPO_TRAINER_MODE_ATTRIBUTES: dict[bool, tuple[str, ...]] = {
+    False: ("generation_config", "generation_kwargs"),
+    True: ("vllm_generation", "_last_loaded_step"),
+}
+
+#: Attributes of a built ``VLLMGeneration`` that gem-trl reads or sets; the last three only in colocate mode
+#: (the rollout keeps a sleeping engine awake for a whole rollout, see :func:`~gem_trl.rollout.vllm_awake`).
+VLLM_GENERATION_ATTRIBUTES: tuple[str, ...] = ("mode", "tensor_parallel_size", "max_completion_length")
+VLLM_COLOCATE_ATTRIBUTES: tuple[str, ...] = ("llm", "enable_sleep_mode", "_llm_weights_sleeping")
+
 #: ``trl.generation.vllm_generation.VLLMGeneration`` (``trainer.vllm_generation``): methods and parameters.
 VLLM_GENERATION_METHODS: dict[str, tuple[str, ...]] = {
-    "__init__": ("max_completion_length", "mode", "tensor_parallel_size"),
+    "__init__": ("max_completion_length", "mode", "tensor_parallel_size", "enable_sleep_mode"),
     "generate": ("self", "prompts", "images", "num_generations"),
+    "sync_weights": ("self",),
 }
 
 #: ``trl.models.utils.unwrap_model_for_generation``: parameters passed by the ``model.generate`` backend.
@@ -80,11 +95,32 @@ def _missing_parameters(function: Any, wanted: tuple[str, ...]) -> list[str]:
     return [name for name in wanted if name not in parameters]
 
 
+def _missing_trainer_attributes(trainer: Any) -> list[str]:
+    """What a built trainer lacks of the attributes gem-trl reads in the trainer's own generation mode."""
+    use_vllm = bool(getattr(trainer, "use_vllm", False))
+    mode = "use_vllm=True" if use_vllm else "use_vllm=False"
+    missing = [name for name in GRPO_TRAINER_ATTRIBUTES if not hasattr(trainer, name)]
+    problems = [f"a built GRPOTrainer has no attribute {name!r}" for name in missing]
+    problems += [
+        f"a GRPOTrainer built with {mode} has no attribute {name!r}"
+        for name in GRPO_TRAINER_MODE_ATTRIBUTES[use_vllm]
+        if not hasattr(trainer, name)
+    ]
+    engine = getattr(trainer, "vllm_generation", None) if use_vllm else None
+    if engine is not None:
+        wanted = VLLM_GENERATION_ATTRIBUTES
+        if getattr(engine, "mode", None) == "colocate":
+            wanted += VLLM_COLOCATE_ATTRIBUTES
+        problems += [f"trainer.vllm_generation has no attribute {n!r}" for n in wanted if not hasattr(engine, n)]
+    return problems
+
+
 def check_trl_api(trainer: Any = None) -> None:
     """Check the installed TRL against :data:`GRPO_TRAINER_METHODS` and friends.
 
     Args:
-        trainer: A built ``GRPOTrainer``: also check :data:`GRPO_TRAINER_ATTRIBUTES` on it.
+        trainer: A built ``GRPOTrainer``: also check :data:`GRPO_TRAINER_ATTRIBUTES` on it, those of
+            :data:`GRPO_TRAINER_MODE_ATTRIBUTES` for its ``use_vllm`` and, with vLLM, its engine's.
 
     Raises:
         TrlApiError: Naming every method, parameter or attribute that is missing, the
@@ -118,9 +154,7 @@ def check_trl_api(trainer: Any = None) -> None:
             elif missing := _missing_parameters(method, parameters):
                 problems.append(f"VLLMGeneration.{name} lost parameters {missing}")
     if trainer is not None:
-        for name in GRPO_TRAINER_ATTRIBUTES:
-            if not hasattr(trainer, name):
-                problems.append(f"a built GRPOTrainer has no attribute {name!r}")
+        problems += _missing_trainer_attributes(trainer)
         logs = getattr(trainer, "_logs", None)
         if isinstance(logs, dict) and "advantages" not in logs:
             problems.append("GRPOTrainer._logs has no 'advantages' entry")

@@ -23,7 +23,8 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +61,7 @@ __all__ = [
     "make_prompt_dataset",
     "parse_episode_key",
     "trainer_tokenizer",
+    "vllm_awake",
     "vllm_generate",
 ]
 
@@ -303,9 +305,12 @@ class GemRollout:
         """Play one episode per prompt with ``trainer``'s model; TRL's ``rollout_func`` signature."""
         if self.engine is None:
             self.setup(trainer)
-        generate = vllm_generate(trainer) if trainer.use_vllm else hf_generate(trainer)
-        sync = _turn_sync(trainer) if trainer.use_vllm else None
-        sessions = self.play([parse_episode_key(p) for p in prompts], generate, batch_size_across_ranks=sync)
+        keys = [parse_episode_key(p) for p in prompts]
+        if trainer.use_vllm:
+            with vllm_awake(trainer):  # a sleeping colocated engine wakes once per rollout, not per turn
+                sessions = self.play(keys, vllm_generate(trainer), batch_size_across_ranks=_turn_sync(trainer))
+        else:
+            sessions = self.play(keys, hf_generate(trainer), batch_size_across_ranks=_turn_sync(trainer))
         started = time.perf_counter()
         out = self.to_trl(sessions)
         self.last_timings.adapter += time.perf_counter() - started
@@ -554,6 +559,7 @@ def hf_generate(trainer: Any) -> BatchGenerate:
                 gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
             ) as model,
             torch.no_grad(),
+            trainer._dist.summon_full_params(trainer.model_wrapped, recurse=False),  # FSDP: whole weights, as TRL
         ):
             sequences = model.generate(
                 input_ids=input_ids.to(device),
@@ -602,18 +608,54 @@ def vllm_generate(trainer: Any) -> BatchGenerate:
     return generate
 
 
+@contextmanager
+def vllm_awake(trainer: Any) -> Iterator[None]:
+    """Keep a colocated vLLM engine with ``vllm_enable_sleep_mode`` awake for a whole multi-turn rollout.
+
+    TRL's ``VLLMGeneration.generate`` is built for one call per step: it wakes the engine,
+    re-pushes every weight if they slept (``sleep(level=2)`` drops them) and sends it back
+    to sleep. A multi-turn rollout calls it once per turn, so each turn would cost a full
+    weight sync, and under ZeRO-3 or FSDP every sync gathers each parameter collectively:
+    ranks whose episodes end after different numbers of turns would make different numbers
+    of gathers and hang. Here the weights are pushed (if asleep) and the KV cache woken once,
+    before the first turn, by every rank alike; the turns run with the engine's sleep switched
+    off; and after the last turn the engine sleeps as TRL leaves it. Without sleep mode, or
+    in server mode, it does nothing.
+    """
+    engine = trainer.vllm_generation
+    if engine.mode != "colocate" or not engine.enable_sleep_mode:
+        yield
+        return
+    if engine._llm_weights_sleeping:
+        engine.sync_weights()  # wakes the weights and loads the trainer's; collective under ZeRO-3/FSDP
+    engine.llm.wake_up(tags=["kv_cache"])
+    engine.enable_sleep_mode = False  # generate() then neither syncs nor sleeps between turns
+    try:
+        yield
+    finally:
+        engine.enable_sleep_mode = True
+        engine.llm.sleep(level=2)
+        engine._llm_weights_sleeping = True
+
+
 def _turn_sync(trainer: Any) -> Callable[[int], int] | None:
-    """Per-turn batch size agreement for vLLM modes whose ``generate`` is collective, else ``None``.
+    """Per-turn batch size agreement for generate calls that are collective, else ``None``.
 
     TRL's server mode gathers every rank's prompts and hands back equal slices, and colocated
     vLLM with tensor parallelism does the same within its group; both need equal prompt
-    counts on every rank, every turn.
+    counts on every rank, every turn. ``model.generate`` under DeepSpeed ZeRO-3 or FSDP gathers
+    the sharded weights in every call: ranks must make the same number of calls, so a rank
+    whose episodes ended keeps generating a filler until every rank is done.
     """
     accelerator = trainer.accelerator
     if accelerator.num_processes == 1:
         return None
-    engine = trainer.vllm_generation
-    if engine.mode != "server" and engine.tensor_parallel_size == 1:
+    if trainer.use_vllm:
+        engine = trainer.vllm_generation
+        collective = engine.mode == "server" or engine.tensor_parallel_size > 1
+    else:
+        collective = _sharded_weights(trainer)
+    if not collective:
         return None
     import torch
 
@@ -621,3 +663,10 @@ def _turn_sync(trainer: Any) -> Callable[[int], int] | None:
         return int(accelerator.gather(torch.tensor([local], device=accelerator.device)).max().item())
 
     return most_on_any_rank
+
+
+def _sharded_weights(trainer: Any) -> bool:
+    """Whether the trainer's weights are sharded across ranks (ZeRO-3 or FSDP), so each generate gathers them."""
+    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+    zero3 = plugin is not None and getattr(plugin, "zero_stage", 0) == 3
+    return zero3 or bool(getattr(trainer, "is_fsdp_enabled", False))

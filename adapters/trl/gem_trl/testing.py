@@ -6,17 +6,30 @@
   with ``generation_config.pad_token_id``).
 * :class:`ScriptedVLLMGeneration`: TRL's ``VLLMGeneration`` (vLLM needs a GPU), same
   ``generate`` signature and return tuple, same ``max_completion_length`` attribute.
+* :func:`sleeping_colocate_engine`: TRL's real ``VLLMGeneration`` in colocate mode with
+  sleep mode on, its ``vllm.LLM`` replaced by a :class:`RecordingLLM` and its distributed
+  backend by a :class:`CountingBackend`, so TRL's own sleep, wake and weight-push code runs
+  and is counted (``vllm.SamplingParams`` must be importable from TRL's module, or patched).
 
 Used by the adapter's conformance tests; needs torch and transformers (the ``test`` extra of gem-core).
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any
 
 from gem_core.conformance import ConformanceCase, scripted_generation
 
-__all__ = ["ScriptedVLLMGeneration", "scripted_model_generate"]
+__all__ = [
+    "CountingBackend",
+    "RecordingLLM",
+    "ScriptedVLLMGeneration",
+    "scripted_model_generate",
+    "sleeping_colocate_engine",
+    "trainer_on",
+]
 
 
 def scripted_model_generate(case: ConformanceCase, tokenizer: Any) -> Any:
@@ -52,6 +65,7 @@ class ScriptedVLLMGeneration:
         self.max_completion_length = 16
         self.mode = "colocate"
         self.tensor_parallel_size = 1  # TRL's default; the rollout reads it to decide on per-turn syncing
+        self.enable_sleep_mode = False  # TRL's default; the rollout keeps a sleeping engine awake per rollout
         self.syncs = 0
 
     def sync_weights(self) -> None:
@@ -64,3 +78,90 @@ class ScriptedVLLMGeneration:
         logprobs = [[[lp] for lp in g.logprobs or []] for g in gens]
         logprob_token_ids = [[[t] for t in ids] for ids in completion_ids]
         return [list(p) for p in prompts], completion_ids, logprobs, logprob_token_ids
+
+
+class RecordingLLM:
+    """The ``vllm.LLM`` calls TRL's colocate code makes, recorded; each reply is a guess and the stop token."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.answer = [*tokenizer.encode("50", add_special_tokens=False), tokenizer.eos_token_id]
+        self.calls: list[str] = []
+        self.loaded: list[str] = []
+        model = SimpleNamespace(load_weights=lambda weights: self.loaded.extend(name for name, _ in weights))
+        runner = SimpleNamespace(model_runner=SimpleNamespace(model=model))
+        self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(driver_worker=runner))
+
+    def sleep(self, level: int) -> None:
+        self.calls.append(f"sleep({level})")
+
+    def wake_up(self, tags: list[str]) -> None:
+        self.calls.append(f"wake_up({','.join(tags)})")
+
+    def reset_prefix_cache(self) -> None:
+        self.calls.append("reset_prefix_cache")
+
+    def generate(self, prompts: list[dict[str, Any]], sampling_params: Any, use_tqdm: bool) -> list[Any]:
+        self.calls.append("generate")
+        ids = self.answer[: sampling_params.max_tokens]
+        logprobs = [{t: SimpleNamespace(logprob=-0.5, rank=1)} for t in ids]
+        return [
+            SimpleNamespace(
+                prompt_token_ids=p["prompt_token_ids"], outputs=[SimpleNamespace(token_ids=ids, logprobs=logprobs)]
+            )
+            for p in prompts
+        ]
+
+
+class CountingBackend:
+    """TRL's ``DistributedBackend`` surface for a single process, counting the (collective under ZeRO-3) gathers."""
+
+    def __init__(self) -> None:
+        self.gathers = 0
+        self.is_fsdp = False
+
+    @contextmanager
+    def gather_params(self, params: list[Any]) -> Any:
+        self.gathers += 1
+        yield
+
+
+def sleeping_colocate_engine(tokenizer: Any) -> Any:
+    """TRL's VLLMGeneration as its __init__ leaves it in colocate mode with sleep mode: weights asleep."""
+    import torch
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    engine = object.__new__(VLLMGeneration)
+    engine.__dict__.update(
+        model=torch.nn.Linear(2, 2),
+        accelerator=SimpleNamespace(num_processes=1, is_main_process=True, process_index=0),
+        _dist=CountingBackend(),
+        processing_class=tokenizer,
+        mode="colocate",
+        structured_outputs_regex=None,
+        tensor_parallel_size=1,
+        enable_sleep_mode=True,
+        repetition_penalty=1.0,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        min_p=0.0,
+        max_completion_length=256,
+        logprobs=0,
+        generation_kwargs={},
+        llm=RecordingLLM(tokenizer),
+        _llm_weights_sleeping=True,
+    )
+    return engine
+
+
+def trainer_on(engine: Any, tokenizer: Any, max_completion_length: int = 256) -> Any:
+    """What :class:`~gem_trl.rollout.GemRollout` reads of a single-process trainer generating with ``engine``."""
+    return SimpleNamespace(
+        processing_class=tokenizer,
+        chat_template_kwargs={},
+        max_completion_length=max_completion_length,
+        use_vllm=True,
+        vllm_generation=engine,
+        eos_token_ids=[tokenizer.eos_token_id],
+        accelerator=SimpleNamespace(num_processes=1),
+    )

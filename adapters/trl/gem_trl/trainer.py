@@ -73,11 +73,20 @@ class GemGRPOConfig(GRPOConfig):
     rebn_eps: float = field(default=1e-9, metadata={"help": "Added to the std in ReBN."})
 
     def __post_init__(self) -> None:
-        super().__post_init__()
         if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:
             raise ConfigError(
                 f"advantage_estimator must be one of {ADVANTAGE_ESTIMATORS}, got {self.advantage_estimator!r}"
             )
+        if self.num_generations is not None and self.num_generations < 2:
+            raise ConfigError(
+                f"num_generations={self.num_generations}: TRL's GRPOTrainer needs at least 2 episodes per start "
+                "state (it groups them for its reward statistics). For one episode per optimizer step set "
+                "per_device_train_batch_size=1 and steps_per_generation=num_generations (ReBN still normalises over "
+                "the whole generation batch)"
+            )
+        if self.advantage_estimator == "rebn":
+            _refuse_sequence_level_options(self)
+        super().__post_init__()
         try:
             self.gamma = check_gamma(self.gamma)
         except ValueError as exc:
@@ -90,6 +99,28 @@ class GemGRPOConfig(GRPOConfig):
             raise ConfigError(f"on_cut must be 'invalid', 'pass' or 'truncate', got {self.on_cut!r}")
         if self.on_env_error not in ("end", "raise"):
             raise ConfigError(f"on_env_error must be 'end' or 'raise', got {self.on_env_error!r}")
+
+
+def _refuse_sequence_level_options(config: GRPOConfig) -> None:
+    """Refuse the TRL options that read one advantage per sequence, which ReBN's per-turn advantages are not.
+
+    Both compare the sign of the advantage with a statistic of the whole completion; with
+    a ``(batch, tokens)`` advantage TRL broadcasts the one over the other without an error,
+    and a multi-turn episode would be weighted or dropped on the strength of its other turns.
+    """
+    fix = "or set advantage_estimator='grpo' (one advantage per episode, which they are built for)"
+    if config.loss_type == "vespo":
+        raise ConfigError(
+            "loss_type='vespo' weights each completion by a sequence-level importance ratio chosen by the sign of "
+            "its one advantage; with advantage_estimator='rebn' every turn has its own advantage. Use another "
+            f"loss_type (dapo, dr_grpo, grpo, bnpo, cispo, sapo, luspo) {fix}"
+        )
+    if config.off_policy_mask_threshold is not None:
+        raise ConfigError(
+            f"off_policy_mask_threshold={config.off_policy_mask_threshold} drops a whole completion by the sign of "
+            "its one advantage and its mean KL; with advantage_estimator='rebn' every turn has its own advantage. "
+            f"Remove off_policy_mask_threshold {fix}"
+        )
 
 
 class GemGRPOTrainer(GRPOTrainer):

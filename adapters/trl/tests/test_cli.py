@@ -138,6 +138,11 @@ def _run_config(tmp_path: Path, model_dir: Path) -> str:
             "max_turns": 2,
             "max_turn_tokens": 6,
             "gamma": 0.9,
+            # evaluation on start states after the training seeds, once, at the last step
+            "eval_strategy": "steps",
+            "eval_steps": 2,
+            "eval_seeds": 2,
+            "per_device_eval_batch_size": 4,
         },
     )
 
@@ -159,6 +164,8 @@ def test_command_trains_and_saves(tmp_path: Path, tiny_model_dir: Path, launcher
     assert "gem-trl: 2 steps; model saved to" in output
     losses = [float(x) for x in re.findall(r"'loss': '?(-?[\d.e+-]+)", output)]
     assert len(losses) == 2, output[-3000:]
+    eval_losses = re.findall(r"'eval_loss': '?(-?[\d.e+-]+)", output)
+    assert len(eval_losses) == 1, output[-3000:]
     assert (tmp_path / "out" / "config.json").exists()
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from gem_trl import GemGRPOConfig, GemGRPOTrainer, build_tiny_model, build_tiny_tokenizer, make_prompt_dataset
-from gem_trl.contract import TRL_VERSION_CHECKED, TrlApiError, check_trl_api
+from gem_trl.contract import GRPO_TRAINER_MODE_ATTRIBUTES, TRL_VERSION_CHECKED, TrlApiError, check_trl_api
 from trl import GRPOTrainer
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -101,3 +101,13 @@ def test_vllm_engine_reads_its_token_limit_at_call_time() -> None:
         "VLLMGeneration.generate no longer reads self.max_completion_length per call; the per-turn limit breaks"
     )
     assert "return prompt_ids, completion_ids, logprobs, logprob_token_ids" in source
+
+
+def test_mode_attributes_are_set_in_their_own_branch_of_grpo_trainer_init() -> None:
+    """TRL sets model.generate's settings only without vLLM and the engine only with it: each mode asks its own."""
+    source = _source(GRPOTrainer.__init__)
+    branches = source.split("        if self.use_vllm:\n", 1)[1].split("self._dist = DistributedBackend", 1)[0]
+    with_vllm, without_vllm = branches.split("\n        else:\n", 1)
+    for use_vllm, branch, other in ((True, with_vllm, without_vllm), (False, without_vllm, with_vllm)):
+        for name in GRPO_TRAINER_MODE_ATTRIBUTES[use_vllm]:
+            assert f"self.{name} = " in branch and f"self.{name} = " not in other, (name, use_vllm)

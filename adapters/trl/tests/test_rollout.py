@@ -226,6 +226,9 @@ class FakeVLLMEngine:
         self.tokenizer = tokenizer
         self.text = text
         self.max_completion_length = 4096
+        self.mode = "colocate"  # the attributes of TRL's engine the rollout reads (gem_trl.contract)
+        self.tensor_parallel_size = 1
+        self.enable_sleep_mode = False
         self.seen_limits: list[int] = []
 
     def generate(self, prompts: list[list[int]], images: Any, num_generations: int) -> tuple[Any, ...]:

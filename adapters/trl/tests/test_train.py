@@ -278,3 +278,24 @@ def test_on_env_error_raise_stops_the_step(tmp_path: Any, faulty_env_ids: list[s
     )
     with pytest.raises(TimeoutError, match="injected failure in step 2"):
         trainer.train()
+
+
+def test_steps_where_no_episode_reaches_the_loss_train_on_nothing(tmp_path: Any, faulty_env_ids: list[str]) -> None:
+    """Zero episodes in the loss (every env failed in reset): the steps run, the loss is 0 and no weight moves."""
+    tokenizer = build_chat_tokenizer("chatml_drop_think")
+    trainer = RecordingTrainer(
+        model=build_tiny_model(tokenizer, seed=0),
+        args=_config(tmp_path, max_steps=2, per_device_train_batch_size=3, num_generations=3),
+        train_dataset=make_prompt_dataset(faulty_env_ids[0], 4),
+        processing_class=tokenizer,
+    )
+    trainer.records = []
+    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+    trainer.train()
+    assert trainer.state.global_step == 2 and len(trainer.records) == 2
+    for inputs, out in trainer.records:
+        assert all(x["env_error"] is not None for x in inputs)
+        assert not (out["completion_mask"] * out["tool_mask"]).any() and not out["advantages"].any()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert losses == [0.0, 0.0]
+    assert all(torch.equal(p.detach(), before[name]) for name, p in trainer.model.named_parameters())
