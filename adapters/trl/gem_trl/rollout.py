@@ -598,7 +598,8 @@ def vllm_generate(trainer: Any) -> BatchGenerate:
         out = []
         for i, (ids, request) in enumerate(zip(completion_ids, requests, strict=True)):
             own = request.max_tokens or limit
-            # vLLM's logprob is None where it is NaN; TRL maps that back to NaN, and so does this.
+            # vLLM's logprob is None where it is NaN; TRL maps that back to NaN, and so does this: the
+            # engine's generate contract then refuses the turn by name instead of feeding NaN to the loss.
             lps = (
                 None if logprobs is None else [float("nan") if top[0] is None else float(top[0]) for top in logprobs[i]]
             )
