@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
+from gem_core.cli_values import parse_kwargs
 from gem_core.errors import (
     ConfigError,
     DuplicateIdError,
@@ -44,7 +45,6 @@ from gem_core.errors import (
     PluginWarning,
     RegistrationError,
 )
-from gem_core.cli_values import parse_kwargs
 
 if TYPE_CHECKING:
     from gem_core.plugins import Discovery

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gem_core.errors import ConfigError
 from gem_core.cli_values import parse_seeds
+from gem_core.errors import ConfigError
 
 part = st.one_of(
     st.integers(0, 10_000).map(lambda n: (str(n), [n])),

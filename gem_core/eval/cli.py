@@ -11,8 +11,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from gem_core.errors import ConfigError, EnvCheckError, GemCoreError
 from gem_core.cli_values import parse_kwargs
+from gem_core.errors import ConfigError, EnvCheckError, GemCoreError
 
 __all__ = ["cmd_eval", "cmd_view", "eval_arguments", "view_arguments"]
 

@@ -22,8 +22,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import gem_core
-from gem_core.errors import ConfigError
 from gem_core.cli_values import parse_json_object, parse_seeds
+from gem_core.errors import ConfigError
 
 __all__ = ["EpisodeRequest", "check_rows", "main", "make_rows", "write_jsonl"]
 

@@ -20,8 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import gem_core
-from gem_core.errors import ConfigError
 from gem_core.cli_values import parse_json_object, parse_seeds
+from gem_core.errors import ConfigError
 from gem_verl.plugin import AGENT_NAME  # the plugin module imports no verl
 
 __all__ = ["main", "make_rows", "parse_seeds", "write_parquet"]
