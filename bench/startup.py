@@ -47,7 +47,9 @@ def main() -> None:
     else:
         print("(gem-llm not installed: no GEM column; `pip install gem-llm` to compare)\n")
 
-    count = subprocess.run([py, "-c", "import gem_core; print(len(gem_core.list_envs()))"], capture_output=True, text=True)
+    count = subprocess.run(
+        [py, "-c", "import gem_core; print(len(gem_core.list_envs()))"], capture_output=True, text=True
+    )
     print(f"registered env ids: {count.stdout.strip()}; runs per case: {args.runs}\n")
     print(f"{'case':<26}{'median ms':>10}{'min ms':>9}{'max ms':>9}{'net of python':>15}{'target':>9}")
     baseline = None
