@@ -102,7 +102,7 @@ class GemGRPOConfig(GRPOConfig):
 
 
 def _refuse_sequence_level_options(config: GRPOConfig) -> None:
-    """Refuse the TRL options that read one advantage per sequence, which ReBN's per-turn advantages are not.
+    """Refuse the TRL options that read one advantage per sequence, or shape advantages ReBN computes itself.
 
     Both compare the sign of the advantage with a statistic of the whole completion; with
     a ``(batch, tokens)`` advantage TRL broadcasts the one over the other without an error,
@@ -114,6 +114,12 @@ def _refuse_sequence_level_options(config: GRPOConfig) -> None:
             "loss_type='vespo' weights each completion by a sequence-level importance ratio chosen by the sign of "
             "its one advantage; with advantage_estimator='rebn' every turn has its own advantage. Use another "
             f"loss_type (dapo, dr_grpo, grpo, bnpo, cispo, sapo, luspo) {fix}"
+        )
+    if config.scale_rewards not in ("group", True):
+        raise ConfigError(
+            f"scale_rewards={config.scale_rewards!r} has no effect with advantage_estimator='rebn': ReBN computes "
+            "the advantages itself, normalising each turn's return over the whole batch. Remove scale_rewards "
+            f"{fix}"
         )
     if config.off_policy_mask_threshold is not None:
         raise ConfigError(

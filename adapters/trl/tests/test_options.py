@@ -154,6 +154,19 @@ def check_off_policy_mask_threshold(tmp_path: Path) -> None:
     assert parse(tmp_path, off_policy_mask_threshold=0.5, advantage_estimator="grpo")[2].off_policy_mask_threshold
 
 
+def check_scale_rewards(tmp_path: Path) -> None:
+    for value in ("none", "batch", False):
+        with pytest.raises(ConfigError, match=rf"scale_rewards={value!r} has no effect with .*'rebn'"):
+            parse(tmp_path, scale_rewards=value)
+    assert parse(tmp_path, scale_rewards="group")[2].scale_rewards == "group"  # TRL's default: nothing to refuse
+    assert parse(tmp_path, scale_rewards="none", advantage_estimator="grpo")[2].scale_rewards == "none"
+
+
+def check_importance_sampling_level(tmp_path: Path) -> None:
+    assert parse(tmp_path)[2].importance_sampling_level == "token"
+    assert parse(tmp_path, importance_sampling_level="sequence")[2].importance_sampling_level == "sequence"
+
+
 def check_num_generations(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"num_generations=1: .* per_device_train_batch_size=1 and steps_per_gen"):
         parse(tmp_path, num_generations=1, per_device_train_batch_size=1)
@@ -183,6 +196,8 @@ CHECKS: dict[str, Callable[..., None]] = {
     "report_to": check_report_to,
     "loss_type": check_loss_type,
     "off_policy_mask_threshold": check_off_policy_mask_threshold,
+    "scale_rewards": check_scale_rewards,
+    "importance_sampling_level": check_importance_sampling_level,
     "num_generations": check_num_generations,
     "dataset_name": check_dataset_name,
     "reward_model_name_or_path": check_reward_model_name_or_path,
