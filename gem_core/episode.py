@@ -173,7 +173,7 @@ def _finish_problem(reason: str) -> str:
     """What is wrong with a finish reason the engine does not take (for a :class:`GenerateContractError`)."""
     if reason == "error":
         return (
-            "finish_reason is 'error': the inference engine failed this request (see its log), so there is no "
+            "finish_reason 'error': the inference engine failed this request (see its log), so there is no "
             "reply to score; retry the request or raise instead of returning it"
         )
     return (
