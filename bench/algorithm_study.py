@@ -23,7 +23,8 @@ The games and their reward shapes (features chosen so a table can learn each in 
 * ``hangman``: Hangman, 3 letters, 18 turns, dense per-turn rewards (every revealed letter pays).
   One state; action: one of the 26 letters not guessed yet (the policy learns which letters pay).
 * ``2048``: Game2048 to 64 in 50 turns, dense per-turn rewards (log progress of the largest tile),
-  long horizon. State: the cell of the largest tile; action: one of 4 directions.
+  long horizon. State: the cell of the largest tile; action: one of the directions that move a tile
+  (computed with the game's own ``slide``).
 
     python bench/algorithm_study.py                      # 4 games x 7 methods x 4 seeds
     python bench/algorithm_study.py --games guess --methods rebn grpo --seeds 1 --iterations 3 --no-plot
@@ -45,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from gem_games.game_2048 import slide
 
 from gem_core.rl.advantages import (
     dr_grpo_advantages,
@@ -106,11 +108,21 @@ def unguessed_letters(observation: str) -> np.ndarray:
     return np.array([letter not in guessed for letter in LETTERS])
 
 
+def board(observation: str) -> list[list[int]]:
+    """The last 4x4 2048 board in the text, 0 for an empty cell."""
+    return [[int(c) if c.strip().isdigit() else 0 for c in row.split("|")] for row in _ROW.findall(observation)[-4:]]
+
+
 def largest_tile_cell(observation: str) -> Hashable:
-    """Index (row * 4 + col) of the largest tile on the last 4x4 board in the text."""
-    rows = _ROW.findall(observation)[-4:]
-    cells = [int(c) if c.strip().isdigit() else 0 for row in rows for c in row.split("|")]
-    return int(np.argmax(cells))
+    """Index (row * 4 + col) of the largest tile on the board."""
+    return int(np.argmax(board(observation)))
+
+
+def sliding_directions(observation: str) -> np.ndarray:
+    """Mask of the directions that change the board (a slide that changes nothing only wastes a turn)."""
+    grid = board(observation)
+    legal = np.array([slide(grid, direction)[0] != grid for direction in DIRECTIONS])
+    return legal if legal.any() else np.ones(len(DIRECTIONS), dtype=bool)
 
 
 GAMES = {
@@ -154,6 +166,7 @@ GAMES = {
         largest_tile_cell,
         lambda a, _: DIRECTIONS[a],
         0.5,
+        sliding_directions,
     ),
 }
 
@@ -448,8 +461,12 @@ def _plot(results: dict[str, dict[str, dict[str, Any]]], path: Path, batch: int)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 3.6), squeeze=False)
-    for axis, (name, by_method) in zip(axes[0], results.items(), strict=True):
+    columns = min(2, len(results))
+    rows = math.ceil(len(results) / columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(5.2 * columns, 3.4 * rows), squeeze=False)
+    for axis in axes.flat[len(results) :]:
+        axis.set_visible(False)
+    for axis, (name, by_method) in zip(axes.flat, results.items(), strict=False):
         for method, row in by_method.items():
             success = np.array(row["curves"]["success"])
             episodes = np.arange(1, success.shape[1] + 1) * batch
@@ -457,10 +474,10 @@ def _plot(results: dict[str, dict[str, dict[str, Any]]], path: Path, batch: int)
             axis.plot(episodes, success.mean(axis=0), style, label=method, linewidth=2 if method == "rebn" else 1.2)
         axis.set_title(f"{name} ({GAMES[name].shape})", fontsize=9)
         axis.set_xlabel("episodes")
+        axis.set_ylabel("success rate (mean over seeds)", fontsize=8)
         axis.set_ylim(-0.02, 1.02)
         axis.grid(alpha=0.3)
-    axes[0][0].set_ylabel("success rate (mean over seeds)")
-    axes[0][-1].legend(fontsize=8)
+    axes.flat[0].legend(fontsize=7, ncol=2)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)

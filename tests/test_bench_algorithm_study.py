@@ -64,6 +64,23 @@ def test_largest_tile_cell_is_the_boards(study: ModuleType) -> None:
     assert study.largest_tile_cell(observation) == int(np.argmax(np.array(grid).ravel()))
 
 
+@pytest.mark.parametrize("seed", range(4), ids=lambda s: f"seed{s}")
+def test_sliding_directions_are_the_moves_the_game_accepts(study: ModuleType, seed: int) -> None:
+    env = gem_core.make("game:Game2048-v0-easy")
+    observation, _ = env.reset(seed=seed)
+    for _ in range(8):  # a few positions into the game, where some slides change nothing
+        mask = study.sliding_directions(observation)
+        for index, direction in enumerate(study.DIRECTIONS):
+            probe = gem_core.make("game:Game2048-v0-easy")
+            probe.reset(seed=seed)
+            probe.unwrapped.board.grid = [row[:] for row in env.unwrapped.board.grid]
+            *_, info = probe.step(f"\\boxed{{{direction}}}")
+            assert mask[index] == (not info["invalid_move"]), (direction, observation)
+        observation, _, terminated, truncated, _ = env.step(f"\\boxed{{{study.DIRECTIONS[int(np.argmax(mask))]}}}")
+        if terminated or truncated:
+            break
+
+
 @pytest.mark.parametrize("name", ["guess", "hanoi", "hangman", "2048"])
 def test_policy_moves_are_well_formed(study: ModuleType, name: str) -> None:
     """The tabular policy's answers parse in the real game: no format errors over a few turns."""
