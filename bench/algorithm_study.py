@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import math
 import os
@@ -410,7 +411,9 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
     parser.add_argument("--gamma", type=float, default=1.0)
     parser.add_argument("--gae-lambda", type=float, default=0.95, help="PPO's GAE lambda")
     parser.add_argument("--out", default="runs/algorithm_study", help="table, JSON and plot go here")
-    parser.add_argument("--no-plot", action="store_true", help="skip the learning-curve PNG")
+    parser.add_argument(
+        "--no-plot", action="store_true", help="skip the learning-curve PNG (skipped anyway without matplotlib)"
+    )
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -449,7 +452,11 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
     meta = {"args": vars(args), "seconds": elapsed, "seconds_per_game": timings, "load_average": os.getloadavg()}
     (out / "algorithm_study.json").write_text(json.dumps({**meta, "results": results}, indent=2))
     written = [str(out / "algorithm_study.md"), ".json"]
-    if not args.no_plot:
+    if args.no_plot:
+        pass
+    elif importlib.util.find_spec("matplotlib") is None:
+        print("matplotlib is not installed: no learning-curve plot (pip install matplotlib)")
+    else:
         written.append(str(_plot(results, out / "algorithm_study.png", args.batch)))
     print(f"wrote {', '.join(written)} ({elapsed:.1f}s, load average {os.getloadavg()[0]:.2f})")
     return results
