@@ -4,9 +4,10 @@
 tokenizer is trained in code on the game's own text and the model is a small Qwen2 with
 random weights. A short supervised warm-up on **random legal moves** (never the
 expert's) teaches it the answer format, so it starts at chance; then ``GemGRPOTrainer``
-trains it with per-turn ReBN advantages, one progress line per step. At the end it writes
-``metrics.jsonl`` (one record per step), ``metrics.png`` (reward, success and turns per
-step) and prints the first fifth of the steps against the last fifth.
+trains it with per-turn ReBN advantages (``--estimator grpo``: TRL's own GRPO advantages),
+one progress line per step. At the end it writes ``metrics.jsonl`` (one record per step),
+``metrics.png`` (reward, success and turns per step) and prints the first fifth of the steps
+against the last fifth.
 
 The default game is the Tower of Hanoi with two disks in five turns (random legal moves
 solve it about 3% of the time; three moves do it): the policy has to find the solution by
@@ -17,6 +18,7 @@ reading the hints takes longer than the demo's budget).
     python -m gem_trl.demo --seed 1
     python -m gem_trl.demo --steps 40 --output-dir runs/demo
     python -m gem_trl.demo --env game:GuessTheNumber-v0-easy --steps 200
+    python -m gem_trl.demo --estimator grpo             # the same run with TRL's GRPO advantages
 """
 
 from __future__ import annotations
@@ -32,11 +34,23 @@ from typing import Any
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is "experimental" in TRL 1.16
 
-__all__ = ["DEFAULT_ENV", "DEFAULT_ENV_KWARGS", "fifths", "main", "plot_metrics", "read_metrics", "resolve_env"]
+__all__ = [
+    "DEFAULT_ENV",
+    "DEFAULT_ENV_KWARGS",
+    "ESTIMATORS",
+    "fifths",
+    "main",
+    "plot_metrics",
+    "read_metrics",
+    "resolve_env",
+]
 
 #: The demo's game, and its settings (used when ``--env`` is left at its default).
 DEFAULT_ENV = "game:TowerofHanoi-v0-easy"
 DEFAULT_ENV_KWARGS: dict[str, Any] = {"num_disks": 2, "max_turns": 5}
+
+#: ``--estimator`` choices: what ``GemGRPOConfig.advantage_estimator`` accepts (not imported: keeps ``--help`` light).
+ESTIMATORS = ("rebn", "grpo")
 
 #: The per-step numbers the demo records, under TRL's log names.
 LOGGED = {"reward": "reward", "success": "gem/success", "turns": "gem/num_turns", "loss": "loss"}
@@ -57,6 +71,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=64, help="RL optimizer steps")
     parser.add_argument("--batch", type=int, default=32, help="episodes per step")
     parser.add_argument("--generations", type=int, default=8, help="episodes per start state (TRL's num_generations)")
+    parser.add_argument(
+        "--estimator",
+        default="rebn",
+        choices=ESTIMATORS,
+        help="rebn: per-turn ReBN advantages; grpo: TRL's own group advantages (one per episode)",
+    )
     parser.add_argument("--gamma", type=float, default=0.9, help="per-turn discount of the ReBN returns")
     parser.add_argument("--lr", type=float, default=1e-3, help="RL learning rate")
     parser.add_argument("--loss-type", default="dapo", help="TRL's loss_type (dapo: mean over generated tokens)")
@@ -190,7 +210,10 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, float]]:
     from gem_trl.tiny import warm_up
 
     settings = f" {json.dumps(env_kwargs)}" if env_kwargs else ""
-    print(f"seed {args.seed}; env {args.env}{settings}; {args.steps} steps of {args.batch} episodes", flush=True)
+    print(
+        f"seed {args.seed}; env {args.env}{settings}; {args.steps} steps of {args.batch} episodes; {args.estimator}",
+        flush=True,
+    )
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
@@ -228,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, float]]:
     dataset = make_prompt_dataset(args.env, seeds=rows, start_seed=1_000_000 * (args.seed + 1))
     config = GemGRPOConfig(
         output_dir=str(output_dir / "trainer"),
-        advantage_estimator="rebn",
+        advantage_estimator=args.estimator,
         gamma=args.gamma,
         max_turns=max_turns,
         max_turn_tokens=args.turn_tokens,

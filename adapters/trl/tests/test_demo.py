@@ -6,7 +6,18 @@ import json
 from pathlib import Path
 
 import pytest
-from gem_trl.demo import DEFAULT_ENV, DEFAULT_ENV_KWARGS, fifths, main, plot_metrics, read_metrics, resolve_env
+from gem_trl.demo import (
+    DEFAULT_ENV,
+    DEFAULT_ENV_KWARGS,
+    ESTIMATORS,
+    fifths,
+    main,
+    parse_args,
+    plot_metrics,
+    read_metrics,
+    resolve_env,
+)
+from gem_trl.trainer import ADVANTAGE_ESTIMATORS
 
 from gem_core.errors import ConfigError
 
@@ -68,3 +79,15 @@ def test_env_kwargs_default_only_for_the_default_game(
 def test_env_kwargs_must_be_a_json_object(given: str) -> None:
     with pytest.raises(ConfigError, match="--env-kwargs"):
         resolve_env(DEFAULT_ENV, given)
+
+
+def test_estimator_choices_are_the_trainers() -> None:
+    assert ESTIMATORS == ADVANTAGE_ESTIMATORS
+    assert parse_args([]).estimator == "rebn"
+    assert parse_args(["--estimator", "grpo"]).estimator == "grpo"
+
+
+def test_unknown_estimator_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--estimator", "ppo"])
+    assert "invalid choice: 'ppo'" in capsys.readouterr().err
