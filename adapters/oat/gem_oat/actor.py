@@ -27,9 +27,11 @@ from gem_core.episode import (
     EpisodeSession,
     Generation,
     TurnRequest,
+    describe_request,
     env_error_report,
     failed_by_env,
 )
+from gem_core.errors import TrajectoryError
 from gem_oat.args import SEED_STRIDE, GemOatArgs, check_args, episode_limits, parse_env_kwargs, parse_env_wrappers
 from gem_oat.convert import generation_from_vllm, session_transitions
 
@@ -127,7 +129,14 @@ class GemOatActor(PPOMultiTurnActor):
                 p.max_tokens = request.max_tokens
             params.append(p)
         outputs = self.generate([list(r.prompt_ids or []) for r in requests], params)
-        return [generation_from_vllm(o, self._stop_ids) for o in outputs]
+        generations = []
+        # not strict: too few outputs are the generate contract's error, naming the whole batch
+        for request, output in zip(requests, outputs, strict=False):
+            try:
+                generations.append(generation_from_vllm(output, self._stop_ids))
+            except TrajectoryError as exc:  # name the episode in the message: Python 3.10 has no exception notes
+                raise TrajectoryError(f"episode {describe_request(request)}: {exc}") from None
+        return generations
 
     @staticmethod
     def _metrics(sessions: Sequence[EpisodeSession], seconds: float, dropped: int) -> dict[str, Any]:

@@ -5,6 +5,7 @@ Only ``oat.types`` is imported (torch, no GPU), so these run wherever oat's pack
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -36,19 +37,22 @@ def generation_from_vllm(output: Any, stop_ids: Collection[int] = ()) -> Generat
     if not output.outputs:
         raise TrajectoryError(f"vLLM request {output.request_id} returned no completion")
     completion = output.outputs[0]
-    ids = [int(t) for t in completion.token_ids]
+    # vLLM's reason goes through: the engine's generate contract takes "stop", "length",
+    # "abort" and "repetition" (a cut) and refuses "error", None or anything else, naming the episode.
+    finish: Any = None if completion.finish_reason is None else str(completion.finish_reason)
+    try:
+        ids = [operator.index(t) for t in completion.token_ids]
+    except TypeError:  # not a sequence of ints: the contract refuses it (int() would truncate a float id)
+        return Generation(token_ids=completion.token_ids, finish_reason=finish)
     logprobs = None
     if completion.logprobs is not None:
         try:
-            logprobs = [float(step[token].logprob) for step, token in zip(completion.logprobs, ids, strict=True)]
-        except (KeyError, ValueError) as exc:
+            logprobs = [step[token].logprob for step, token in zip(completion.logprobs, ids, strict=True)]
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             raise TrajectoryError(
-                f"vLLM request {output.request_id}: logprobs do not cover the sampled tokens ({exc}); "
-                "sample with SamplingParams(logprobs=1)"
+                f"vLLM request {output.request_id}: logprobs do not cover the sampled tokens "
+                f"({type(exc).__name__}: {exc}); sample with SamplingParams(logprobs=1)"
             ) from None
-    # vLLM's own reason goes through: the engine's generate contract takes "stop", "length",
-    # "abort" and "repetition" (a cut) and refuses "error" or anything else, naming the episode.
-    finish = str(completion.finish_reason)
     if finish == "length" and ids and ids[-1] in stop_ids:
         finish = "stop"
     return Generation(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import operator
 import os
 from collections.abc import Mapping
 from copy import deepcopy
@@ -174,19 +175,34 @@ def generation_from_request_output(output: Any) -> Generation:
 
     Reads ``outputs[0].token_ids``, ``.finish_reason`` and, when sampling asked for
     them, ``.logprobs`` (one ``{token_id: Logprob}`` per generated token; the sampled
-    token's ``.logprob`` is kept).
+    token's ``.logprob`` is kept). Ids, log-probs and the finish reason go on as vLLM
+    sent them: the engine's generate contract refuses wrong types, ids outside the
+    vocabulary, non-finite log-probs and a reason other than ``"stop"``, ``"length"``,
+    ``"abort"`` or ``"repetition"`` (``None``, an unfinished request, included), naming
+    the episode.
+
+    Raises:
+        TrajectoryError: No completion, or logprobs that do not cover the sampled tokens.
     """
-    completion = output.outputs[0]
-    token_ids = [int(t) for t in completion.token_ids]
+    outputs = getattr(output, "outputs", None)
+    if not outputs:
+        raise TrajectoryError(f"vLLM request {getattr(output, 'request_id', None)!r} returned no completion")
+    completion = outputs[0]
+    token_ids: Any = completion.token_ids
+    try:
+        token_ids = [operator.index(t) for t in token_ids]
+    except TypeError:  # not a sequence of ints: the contract refuses it, the logprobs cannot be looked up
+        return Generation(token_ids=token_ids, finish_reason=completion.finish_reason)
     logprobs = None
     if completion.logprobs is not None:
-        logprobs = [float(entry[token].logprob) for entry, token in zip(completion.logprobs, token_ids, strict=True)]
-    return Generation(
-        token_ids=token_ids,
-        logprobs=logprobs,
-        finish_reason=completion.finish_reason or "stop",
-        text=None,
-    )
+        try:
+            logprobs = [entry[token].logprob for entry, token in zip(completion.logprobs, token_ids, strict=True)]
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise TrajectoryError(
+                f"vLLM request {getattr(output, 'request_id', None)!r}: logprobs do not cover the sampled tokens "
+                f"({type(exc).__name__}: {exc}); sample with SamplingParams(logprobs=1)"
+            ) from None
+    return Generation(token_ids=token_ids, logprobs=logprobs, finish_reason=completion.finish_reason, text=None)
 
 
 class GemAgentExecutor(AgentExecutorBase):

@@ -259,6 +259,8 @@ class RL2Episodes:
         Raises:
             TrajectoryError: ``extra_info`` names no live episode (``reset`` was not called
                 through this module, or the episode already ended).
+            GenerateContractError: The server's ``text`` is not a ``str``; the episode is ended
+                and its env closed.
         """
         episode_id = extra_info.get(EPISODE_KEY)
         live = self._live.get(episode_id) if isinstance(episode_id, str) else None
@@ -268,6 +270,12 @@ class RL2Episodes:
                 "env module (rows without a 'prompt' column), and a finished episode takes no more steps"
             )
         session = live.session
+        if not isinstance(action_text, str) and not session.done:  # the server's "text" is not a str
+            try:
+                session.request()
+                session.check(Generation(text=action_text))  # raises the contract's typed error
+            finally:  # the episode cannot go on (and has no record): close its env, keep nothing of it live
+                await self._close(self._live.pop(session.episode_id))
         reply, stop = self._split_stop(action_text)
         action = None
         if not session.done:  # done already: reset failed
@@ -318,10 +326,14 @@ class RL2Episodes:
             record(episode)
         while len(self.finished) > _FINISHED_KEPT:
             self.finished.popitem(last=False)
+        await self._close(live)
+
+    @staticmethod
+    async def _close(live: _Live) -> None:
         try:
             await live.env.close()
         except Exception as exc:  # a failing close must not lose the finished episode
-            log.warning("closing the env of %s failed: %s: %s", episode_id, type(exc).__name__, exc)
+            log.warning("closing the env of %s failed: %s: %s", live.session.episode_id, type(exc).__name__, exc)
 
 
 def _make_env(row: Row) -> Any:

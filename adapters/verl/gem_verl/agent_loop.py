@@ -156,21 +156,28 @@ class GemAgentLoopOutput(AgentLoopOutput):
         return output
 
 
-def finish_reason(stop_reason: str | None, token_ids: list[int], max_tokens: int | None, stop_ids: set[int]) -> str:
+def finish_reason(stop_reason: Any, token_ids: Any, max_tokens: int | None, stop_ids: set[int]) -> Any:
     """The engine's ``finish_reason`` for a verl ``TokenOutput``.
 
     verl's servers disagree: vLLM reports ``"completed"`` for both a stop and a cut at
     ``max_tokens`` (``"aborted"`` when aborted), SGLang passes its own ``"stop"`` /
     ``"length"`` / ``"abort"``, the fully-async client says ``"length"``. So a reply is
     cut when the server says so, or when it used all of ``max_tokens`` without ending
-    in a stop token.
+    in a stop token. Any other reason (``"error"``, a reason no server documents, a
+    non-``str``) is passed on as it is, for the engine's generate contract to refuse
+    naming the episode: read as a stop, a failed request would be scored as a reply.
     """
+    if stop_reason is not None and not isinstance(stop_reason, str):
+        return stop_reason
     reason = (stop_reason or "").lower()
     if reason in ("aborted", "abort"):
         return "abort"
-    if reason == "length":
-        return "length"
-    if max_tokens is not None and len(token_ids) >= max_tokens and (not token_ids or token_ids[-1] not in stop_ids):
+    if reason in ("length", "repetition"):
+        return reason
+    if reason not in ("", "completed", "stop"):
+        return stop_reason
+    cut_at_cap = isinstance(token_ids, list) and max_tokens is not None and len(token_ids) >= max_tokens
+    if cut_at_cap and (not token_ids or token_ids[-1] not in stop_ids):
         return "length"
     return "stop"
 
@@ -342,11 +349,17 @@ class GemEnvAgentLoop(AgentLoopBase):
             request_id, prompt_ids=list(turn.prompt_ids or []), sampling_params=params
         )
         seen.append(output)
-        ids = [int(t) for t in output.token_ids]
+        # ids and log_probs as the server sent them: the engine's generate contract checks them (types,
+        # vocabulary, finite logprobs) and names the episode, where int()/float() here would raise raw
+        # TypeErrors or silently truncate a float id.
+        ids: Any = output.token_ids
+        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids) if isinstance(ids, list | tuple) else ids
         stop_ids = self._stop_ids | {int(t) for t in (params.get("stop_token_ids") or [])}
+        log_probs: Any = output.log_probs
+        empty = log_probs is None or (isinstance(log_probs, list | tuple) and not log_probs)
         return Generation(
             token_ids=ids,
-            logprobs=None if not output.log_probs else [float(x) for x in output.log_probs],
+            logprobs=None if empty else log_probs,
             finish_reason=finish_reason(output.stop_reason, ids, turn.max_tokens, stop_ids),
             extra=dict(output.extra_fields or {}),
         )
