@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import gem_core
+from gem.envs._gem_era import DATASET_KEYS, translate_dataset_kwargs
 from gem.vector.async_vector_env import AsyncVectorEnv
 from gem.vector.sync_vector_env import SyncVectorEnv
 from gem_core.errors import DuplicateIdError, InvalidIdError
@@ -45,6 +46,9 @@ def native_id(env_id: str) -> str:
 def register(id: str, entry_point: str | Callable[..., Any], **kwargs: Any) -> None:  # noqa: A002 - GEM's name
     """Register ``id`` with constructor ``kwargs``, as GEM does.
 
+    GEM's dataset-env arguments (``dataset_name``, ``question_key``...) are translated to gem's
+    here, with a DeprecationWarning.
+
     GEM has no namespace owners, so this adds to any namespace (gem_core's ``override``),
     but a taken id still raises, as in GEM.
 
@@ -55,6 +59,8 @@ def register(id: str, entry_point: str | Callable[..., Any], **kwargs: Any) -> N
     registry = gem_core.get_registry()
     if target in registry.envs or target in registry.aliases:
         raise GemIdError(f"Environment {id} already registered (by {registry.spec(target).owner}).")
+    if DATASET_KEYS & kwargs.keys():  # GEM's dataset-env arguments: gem-core checks options before the constructor
+        kwargs = translate_dataset_kwargs(id, kwargs)
     registry.register(target, entry_point, kwargs=kwargs, override=True)
 
 
@@ -91,7 +97,10 @@ def make(env_id: str, **kwargs: Any) -> Any:
     with a ``DeprecationWarning`` naming the replacement.
     """
     target = native_id(env_id)
-    kwargs = _drop_gem_era_kwargs(gem_core.get_registry().spec(target), kwargs)
+    spec = gem_core.get_registry().spec(target)
+    kwargs = _drop_gem_era_kwargs(spec, kwargs)
+    if "path" in getattr(getattr(spec.load(), "config_model", None), "model_fields", {}):  # a dataset env
+        kwargs = translate_dataset_kwargs(env_id, kwargs)
     env = gem_core.make(target, **kwargs)
     spec = env.spec
     env.env_id = env_id  # type: ignore[union-attr]
