@@ -60,6 +60,7 @@ def test_registered_math_env_with_gem_column_names(tmp_path: Path) -> None:
         register("mathx:Local-v0", "gem.envs.math_env:MathEnv", dataset_name=path, question_key="q", answer_key="a")
     assert "question_key= is now question_column=" in str(record[1].message)
     env = gem.make("mathx:Local-v0")
+    assert isinstance(env, MathEnv)
     obs, _ = env.reset()
     assert "6 * 7" in obs
     assert env.step("so \\boxed{42}")[1] == 1
@@ -127,3 +128,12 @@ def test_translation_leaves_no_gem_argument_and_keeps_every_value(
     if "extract_boxed" in chosen:
         assert out["answer_format"] == ("boxed" if value else "answer_tag")
     assert {k: out[k] for k in other} == other
+
+
+def test_envs_built_by_gem_core_are_instances_of_gem_paths(tmp_path: Path) -> None:
+    from gem_math.env import MathEnv as NativeMathEnv
+
+    native = NativeMathEnv(path=_jsonl(tmp_path, [{"problem": "1+1?", "answer": "2"}]))
+    assert isinstance(native, MathEnv)
+    assert issubclass(NativeMathEnv, MathEnv)
+    assert not isinstance(native, CodeEnv)

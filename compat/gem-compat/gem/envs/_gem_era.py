@@ -84,4 +84,16 @@ def gem_era_class(native: type[Any], gem_path: str) -> type[Any]:
     def __init__(self: Any, **kwargs: Any) -> None:
         native.__init__(self, **translate_dataset_kwargs(gem_path, kwargs))
 
-    return type(native.__name__, (native,), {"__init__": __init__, "__doc__": native.__doc__, "__module__": gem_path})
+    class _SameClass(type(native)):  # type: ignore[misc]
+        """Envs built by ``gem.make`` are gem's own class: ``isinstance`` answers for it, as before."""
+
+        # By the MRO, not isinstance/issubclass: an ABC base would ask its subclasses (this one) again.
+        def __instancecheck__(cls, obj: Any) -> bool:
+            return cls in type(obj).__mro__ or native in type(obj).__mro__
+
+        def __subclasscheck__(cls, sub: type) -> bool:
+            mro = getattr(sub, "__mro__", ())
+            return cls in mro or native in mro
+
+    namespace = {"__init__": __init__, "__doc__": native.__doc__, "__module__": gem_path}
+    return _SameClass(native.__name__, (native,), namespace)
