@@ -16,6 +16,7 @@ Used by the adapter's conformance tests; needs torch and transformers (the ``tes
 
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
@@ -28,6 +29,7 @@ __all__ = [
     "ScriptedVLLMGeneration",
     "scripted_model_generate",
     "sleeping_colocate_engine",
+    "trainer_config",
     "trainer_on",
 ]
 
@@ -165,3 +167,35 @@ def trainer_on(engine: Any, tokenizer: Any, max_completion_length: int = 256) ->
         eos_token_ids=[tokenizer.eos_token_id],
         accelerator=SimpleNamespace(num_processes=1),
     )
+
+
+def trainer_config(tmp_path: str | os.PathLike[str], mode: str, **overrides: Any) -> Any:
+    """A ``GemGRPOConfig`` for a few CPU steps on the real engine in ``mode`` ("colocate" or "server").
+
+    vLLM's structured outputs keep the random model's replies well-formed guesses, so episodes run
+    several turns with rewards that differ (a format error would end each after one turn).
+    """
+    from gem_trl.trainer import GemGRPOConfig
+
+    settings: dict[str, Any] = {
+        "output_dir": str(tmp_path),
+        "use_cpu": True,
+        "bf16": False,
+        "report_to": "none",
+        "save_strategy": "no",
+        "logging_steps": 1,
+        "disable_tqdm": True,
+        "per_device_train_batch_size": 3,
+        "num_generations": 3,
+        "learning_rate": 5e-3,
+        "max_completion_length": 96,
+        "max_turn_tokens": 10,
+        "max_turns": 3,
+        "vllm_structured_outputs_regex": r"\\boxed\{[1-9][0-9]?\}",
+        "gamma": 0.9,
+        "seed": 0,
+        "use_vllm": True,
+        "vllm_mode": mode,
+    }
+    settings.update(overrides)
+    return GemGRPOConfig(**settings)

@@ -29,6 +29,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed: these tests run in to
 
 import torch
 from gem_trl import GemGRPOConfig, GemGRPOTrainer, make_prompt_dataset
+from gem_trl.testing import trainer_config
 from trl.generation import vllm_generation
 
 from gem_core.rl.advantages import rebn
@@ -126,32 +127,12 @@ def _eager_engine() -> Any:
 
 def config(tmp_path: Path, **overrides: Any) -> GemGRPOConfig:
     settings: dict[str, Any] = {
-        "output_dir": str(tmp_path),
-        "use_cpu": True,
-        "bf16": False,
-        "report_to": "none",
-        "save_strategy": "no",
-        "logging_steps": 1,
-        "disable_tqdm": True,
         "max_steps": 3,
-        "per_device_train_batch_size": 3,
-        "num_generations": 3,
-        "learning_rate": 5e-3,
-        "max_completion_length": 96,
-        "max_turn_tokens": 10,
-        "max_turns": 3,
-        # vLLM's structured outputs keep the random model's replies well-formed guesses, so episodes run
-        # several turns with rewards that differ (a format error would end each after one turn).
-        "vllm_structured_outputs_regex": r"\\boxed\{[1-9][0-9]?\}",
-        "gamma": 0.9,
-        "seed": 0,
-        "use_vllm": True,
-        "vllm_mode": "colocate",
         "vllm_max_model_length": 512,
         "vllm_gpu_memory_utilization": 0.15,
+        **overrides,
     }
-    settings.update(overrides)
-    return GemGRPOConfig(**settings)
+    return trainer_config(tmp_path, "colocate", **settings)
 
 
 def build(model_dir: Path, tmp_path: Path, **overrides: Any) -> RecordingTrainer:

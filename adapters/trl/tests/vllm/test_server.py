@@ -32,6 +32,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed: these tests run in to
 
 import torch
 from gem_trl import GemGRPOConfig, GemGRPOTrainer, make_prompt_dataset
+from gem_trl.testing import trainer_config
 from trl.generation import vllm_client, vllm_generation
 
 from gem_core.rl.advantages import rebn
@@ -87,30 +88,7 @@ def server(vllm_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
 
 
 def config(tmp_path: Path, url: str, **overrides: Any) -> GemGRPOConfig:
-    settings: dict[str, Any] = {
-        "output_dir": str(tmp_path),
-        "use_cpu": True,
-        "bf16": False,
-        "report_to": "none",
-        "save_strategy": "no",
-        "logging_steps": 1,
-        "disable_tqdm": True,
-        "max_steps": 2,
-        "per_device_train_batch_size": 3,
-        "num_generations": 3,
-        "learning_rate": 5e-3,
-        "max_completion_length": 96,
-        "max_turn_tokens": 10,
-        "max_turns": 3,
-        "gamma": 0.9,
-        "seed": 0,
-        "use_vllm": True,
-        "vllm_mode": "server",
-        "vllm_server_base_url": url,
-        "vllm_structured_outputs_regex": r"\\boxed\{[1-9][0-9]?\}",  # well-formed guesses: multi-turn episodes
-    }
-    settings.update(overrides)
-    return GemGRPOConfig(**settings)
+    return trainer_config(tmp_path, "server", **{"max_steps": 2, "vllm_server_base_url": url, **overrides})
 
 
 def test_server_mode_needs_cuda_for_weight_sync(vllm_model_dir: Path, server: str, tmp_path: Path) -> None:
