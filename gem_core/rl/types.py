@@ -182,6 +182,11 @@ class Turn:
         stop_reason: Why generation stopped: ``"stop"`` (the model ended its turn) or
             ``"length"`` (cut at the token limit: the episode engine then sends
             :data:`~gem_core.episode.INVALID_ACTION` by default); ``None`` if unknown.
+        policy_versions: The version of the policy that sampled each of ``action_token_ids``
+            (one per token), if the rollout records versions. A turn whose generation was
+            paused for a weight update and resumed holds more than one version; off-policy
+            corrections and staleness bounds read it. ``action_logprobs`` are then the
+            behaviour logprobs: each under the version that sampled its token.
     """
 
     observation: str
@@ -196,6 +201,7 @@ class Turn:
     action_token_ids: list[int] | None = None
     action_logprobs: list[float] | None = None
     stop_reason: str | None = None
+    policy_versions: list[int] | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -212,6 +218,14 @@ class Turn:
                     f"Turn has {len(self.action_logprobs)} action_logprobs for {len(self.action_token_ids)} "
                     "action_token_ids; they must have one logprob per generated token"
                 )
+        if self.policy_versions is not None:
+            if self.action_token_ids is None:
+                raise TrajectoryError("Turn.policy_versions is set but action_token_ids is None; record both")
+            if len(self.policy_versions) != len(self.action_token_ids):
+                raise TrajectoryError(
+                    f"Turn has {len(self.policy_versions)} policy_versions for {len(self.action_token_ids)} "
+                    "action_token_ids; they must have one version per generated token"
+                )
         if self.prompt_messages is not None:
             for i, message in enumerate(self.prompt_messages):
                 if not isinstance(message, Mapping) or "role" not in message:
@@ -224,6 +238,11 @@ class Turn:
         """Whether the episode ended at this turn (terminated or truncated)."""
         return self.terminated or self.truncated
 
+    @property
+    def policy_version(self) -> int | None:
+        """The oldest policy version that sampled a token of this action (``None`` if unrecorded or empty)."""
+        return min(self.policy_versions) if self.policy_versions else None
+
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-ready dict (optional fields that are ``None`` are left out; views become lists)."""
         out: dict[str, Any] = {
@@ -235,7 +254,14 @@ class Turn:
             "next_observation": self.next_observation,
             "info": self.info,
         }
-        for name in ("prompt_messages", "prompt_token_ids", "action_token_ids", "action_logprobs", "stop_reason"):
+        for name in (
+            "prompt_messages",
+            "prompt_token_ids",
+            "action_token_ids",
+            "action_logprobs",
+            "stop_reason",
+            "policy_versions",
+        ):
             value = getattr(self, name)
             if value is not None:
                 out[name] = _plain_list(value)

@@ -38,6 +38,9 @@ def turns(draw: st.DrawFn) -> Turn:
         prompt_token_ids=draw(st.none() | st.lists(st.integers(0, 50_000), max_size=8)),
         action_token_ids=ids if with_ids else None,
         action_logprobs=draw(st.lists(st.floats(-50, 0), min_size=n_ids, max_size=n_ids)) if with_ids else None,
+        policy_versions=(
+            draw(st.none() | st.lists(st.integers(0, 1000), min_size=n_ids, max_size=n_ids)) if with_ids else None
+        ),
     )
 
 
@@ -103,8 +106,19 @@ def test_bad_line_in_a_file_names_file_and_line(tmp_path: Path) -> None:
         ({"action_logprobs": [-1.0]}, "action_token_ids is None"),
         ({"action_token_ids": [1, 2], "action_logprobs": [-1.0]}, "one logprob per generated token"),
         ({"prompt_messages": [{"content": "no role"}]}, "role"),
+        ({"policy_versions": [0]}, "action_token_ids is None"),
+        ({"action_token_ids": [1, 2], "policy_versions": [0]}, "one version per generated token"),
     ],
-    ids=["nan-reward", "inf-reward", "text-reward", "logprobs-without-ids", "logprob-count", "message-without-role"],
+    ids=[
+        "nan-reward",
+        "inf-reward",
+        "text-reward",
+        "logprobs-without-ids",
+        "logprob-count",
+        "message-without-role",
+        "versions-without-ids",
+        "version-count",
+    ],
 )
 def test_malformed_turns_are_rejected(kwargs: dict[str, object], message: str) -> None:
     fields: dict[str, object] = {"observation": "o", "action": "a", "reward": 0.0, **kwargs}
@@ -208,3 +222,13 @@ def test_a_turn_with_views_writes_plain_lists() -> None:
     episode = Episode([turn], "env/seed=0")
     assert json.loads(episode.to_json())["turns"][0]["prompt_token_ids"] == [5, 6, 7]
     assert Episode.from_json(episode.to_json()) == episode
+
+
+@pytest.mark.parametrize(
+    ("versions", "expected"),
+    [(None, None), ([], None), ([3, 3], 3), ([2, 2, 5], 2)],
+    ids=["unrecorded", "empty-action", "one-version", "resumed-under-new-weights"],
+)
+def test_a_turns_policy_version_is_the_oldest_that_sampled_it(versions: list[int] | None, expected: int | None) -> None:
+    ids = None if versions is None else list(range(len(versions)))
+    assert Turn("o", "a", 0.0, action_token_ids=ids, policy_versions=versions).policy_version == expected
