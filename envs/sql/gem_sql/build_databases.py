@@ -60,11 +60,20 @@ def shop(rng: random.Random) -> list[Table]:
             price = products[product - 1][3]
             items_rows.append((order_id, product, rng.randrange(1, 6), price))
     return [
-        ("customers", "id INTEGER PRIMARY KEY, name TEXT NOT NULL, city TEXT NOT NULL, email TEXT, joined TEXT", customers),
-        ("products", "id INTEGER PRIMARY KEY, name TEXT NOT NULL, category TEXT NOT NULL, price REAL NOT NULL", products),
+        (
+            "customers",
+            "id INTEGER PRIMARY KEY, name TEXT NOT NULL, city TEXT NOT NULL, email TEXT, joined TEXT",
+            customers,
+        ),
+        (
+            "products",
+            "id INTEGER PRIMARY KEY, name TEXT NOT NULL, category TEXT NOT NULL, price REAL NOT NULL",
+            products,
+        ),
         (
             "orders",
-            "id INTEGER PRIMARY KEY, customer_id INTEGER NOT NULL REFERENCES customers(id), order_date TEXT, status TEXT",
+            "id INTEGER PRIMARY KEY, customer_id INTEGER NOT NULL REFERENCES customers(id), "
+            "order_date TEXT, status TEXT",
             orders,
         ),
         (
@@ -214,8 +223,12 @@ def library(rng: random.Random) -> list[Table]:
     books = []
     for i in range(1, 41):
         title = f"{rng.choice(words)} {rng.choice(words)} {i}"
-        books.append((i, title, rng.randrange(1, 8), rng.choice(genres), rng.randrange(1970, 2024), rng.randrange(90, 700)))
-    members = [(i, name, _day(rng, date(2018, 1, 1), 1800), rng.choice(CITIES)) for i, name in enumerate(_names(rng, 30), 1)]
+        books.append(
+            (i, title, rng.randrange(1, 8), rng.choice(genres), rng.randrange(1970, 2024), rng.randrange(90, 700))
+        )
+    members = [
+        (i, name, _day(rng, date(2018, 1, 1), 1800), rng.choice(CITIES)) for i, name in enumerate(_names(rng, 30), 1)
+    ]
     loans = []
     for i in range(1, 151):
         start = date(2024, 1, 1) + timedelta(days=rng.randrange(300))
@@ -334,7 +347,8 @@ SPIDER_SAMPLE: dict[str, object] = {
             "CREATE TABLE singer (singer_id INTEGER PRIMARY KEY, name TEXT, country TEXT, age INTEGER);\n"
             "CREATE TABLE concert (concert_id INTEGER PRIMARY KEY, singer_id INTEGER REFERENCES singer(singer_id), "
             "year INTEGER, venue TEXT);\n"
-            "INSERT INTO singer VALUES (1, 'Joy', 'France', 31), (2, 'Rui', 'Portugal', 45), (3, 'Ida', 'France', 27);\n"
+            "INSERT INTO singer VALUES (1, 'Joy', 'France', 31), (2, 'Rui', 'Portugal', 45), "
+            "(3, 'Ida', 'France', 27);\n"
             "INSERT INTO concert VALUES (1, 1, 2014, 'Arena'), (2, 1, 2015, 'Hall'), (3, 2, 2015, 'Arena');\n"
         ),
     },
@@ -359,10 +373,20 @@ BIRD_SAMPLE: dict[str, object] = {
         ),
     },
     "questions": [
-        ("cards", "How many mythic cards are there?", "mythic refers to rarity = 'mythic'",
-         "SELECT COUNT(id) FROM cards WHERE rarity = 'mythic'", "simple"),
-        ("cards", "Which artists drew a card with unknown power?", "unknown power refers to power IS NULL or power = '*'",
-         "SELECT DISTINCT artist FROM cards WHERE power IS NULL OR power = '*'", "moderate"),
+        (
+            "cards",
+            "How many mythic cards are there?",
+            "mythic refers to rarity = 'mythic'",
+            "SELECT COUNT(id) FROM cards WHERE rarity = 'mythic'",
+            "simple",
+        ),
+        (
+            "cards",
+            "Which artists drew a card with unknown power?",
+            "unknown power refers to power IS NULL or power = '*'",
+            "SELECT DISTINCT artist FROM cards WHERE power IS NULL OR power = '*'",
+            "moderate",
+        ),
         ("cards", "Name the cards by Lee.", "", "SELECT name FROM cards WHERE artist = 'Lee'", "simple"),
     ],
 }

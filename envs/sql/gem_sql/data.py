@@ -224,8 +224,10 @@ def load_spider(
 def load_bird(
     root: str | Path, *, split: str = "dev.json", db_dir: str = "dev_databases", db_ids: Iterable[str] | None = None
 ) -> list[Question]:
-    """Questions in BIRD's layout: ``<split>`` (items with ``db_id``, ``question``, ``evidence``, ``SQL``,
-    ``difficulty``) and ``<db_dir>/<db_id>/<db_id>.sqlite`` (``dev_tables.json`` is read when present).
+    """Questions in BIRD's layout: ``<split>`` and ``<db_dir>/<db_id>/<db_id>.sqlite``.
+
+    The items of ``<split>`` hold ``db_id``, ``question``, ``evidence``, ``SQL`` and ``difficulty``;
+    ``dev_tables.json`` (``<split>`` with ``_tables``) is read when present.
 
     Raises:
         ConfigError: a file is missing or malformed; the message names it (and the item).

@@ -35,7 +35,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-__all__ = ["DENIED_FUNCTIONS", "MAX_PRINTF_WIDTH", "READ_PRAGMAS", "Database", "QueryLimits", "QueryResult", "format_result"]
+__all__ = [
+    "DENIED_FUNCTIONS",
+    "MAX_PRINTF_WIDTH",
+    "READ_PRAGMAS",
+    "Database",
+    "QueryLimits",
+    "QueryResult",
+    "format_result",
+]
 
 #: Pragmas that only read the schema; any other pragma is denied.
 READ_PRAGMAS = frozenset(
@@ -263,7 +271,9 @@ class Database:
                 columns = [str(d[0]) for d in cursor.description]
                 rows = cursor.fetchmany(limits.max_rows + 1)
                 truncated = len(rows) > limits.max_rows
-                return QueryResult(columns=columns, rows=[tuple(r) for r in rows[: limits.max_rows]], truncated=truncated)
+                return QueryResult(
+                    columns=columns, rows=[tuple(r) for r in rows[: limits.max_rows]], truncated=truncated
+                )
             except sqlite3.Warning as exc:  # "You can only execute one statement at a time."
                 return QueryResult(error=f"{exc} Send one statement per query, without a second ';'.")
             except sqlite3.Error as exc:
@@ -339,4 +349,3 @@ def format_result(result: QueryResult, *, max_cell_chars: int = 60, max_chars: i
     else:
         lines.append(f"({shown} row{'s' if shown != 1 else ''})")
     return "\n".join(lines)
-

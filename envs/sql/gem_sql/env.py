@@ -48,8 +48,10 @@ _FENCE_RE = re.compile(r"```[ \t]*(?:sql|sqlite)?[ \t]*\n?(.*?)```", re.DOTALL |
 
 
 def extract_answer(response: str) -> str | None:
-    """The final query of a response: the last ``<answer>`` (fences inside removed), else the last
-    ```` ```sql ```` block; ``None`` when there is neither or it is empty."""
+    """The final query of a response, or ``None`` when there is none (or it is empty).
+
+    The last ``<answer>`` (a fenced block inside it is unwrapped), else the last ```` ```sql ```` block.
+    """
     answers = _ANSWER_RE.findall(response)
     if answers:
         text = answers[-1]

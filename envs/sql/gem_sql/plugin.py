@@ -16,9 +16,7 @@ PER_DATABASE = (("Shop", "shop"), ("School", "school"), ("Flights", "flights"), 
 
 
 def _spec(env_id: str, kwargs: dict[str, object], description: str) -> EnvSpec:
-    return EnvSpec(
-        id=env_id, entry_point=_ENV, kwargs={**kwargs, "label": env_id}, description=description, tags=_TAGS
-    )
+    return EnvSpec(id=env_id, entry_point=_ENV, kwargs={**kwargs, "label": env_id}, description=description, tags=_TAGS)
 
 
 @hookimpl

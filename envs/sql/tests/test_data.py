@@ -1,0 +1,106 @@
+import json
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from gem_core.errors import ConfigError
+from gem_sql import data
+from gem_sql.data import BUNDLED_DATABASES, bundled_database, bundled_questions, load_bird, load_spider
+
+SAMPLES = Path(data.__file__).parent / "samples"
+
+
+def test_bundled_questions_cover_every_database() -> None:
+    questions = bundled_questions()
+    assert len(questions) >= 50
+    assert {q.db_id for q in questions} == set(BUNDLED_DATABASES)
+    assert len({q.id for q in questions}) == len(questions)
+    assert all(q.difficulty in {"easy", "medium", "hard"} for q in questions)
+    kinds = " ".join(q.query.upper() for q in questions)
+    for feature in ("JOIN", "GROUP BY", "HAVING", "ORDER BY", "IS NULL", "NOT IN (SELECT", "LEFT JOIN", "DISTINCT"):
+        assert feature in kinds, feature
+
+
+def test_only_some_databases() -> None:
+    assert {q.db_id for q in bundled_questions(["hr", "shop"])} == {"hr", "shop"}
+    with pytest.raises(ConfigError, match=r"no bundled database \['nope'\]"):
+        bundled_questions(["nope"])
+    with pytest.raises(ConfigError, match="no bundled database 'nope'"):
+        bundled_database("nope")
+
+
+def test_the_cache_file_is_read_only_and_named_by_content() -> None:
+    path = bundled_database("hr")
+    assert path.parent == data.cache_dir() and path.name.startswith("hr-") and path.suffix == ".sqlite"
+    assert path.stat().st_mode & 0o222 == 0
+    assert bundled_database("hr") == path
+
+
+def test_racing_first_uses_build_one_complete_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GEM_SQL_CACHE", str(tmp_path / "cache"))
+    paths: list[Path] = []
+    threads = [threading.Thread(target=lambda: paths.append(bundled_database("school"))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(paths)) == 1
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [paths[0].name]  # no temporary left
+
+
+def test_spider_sample_loads() -> None:
+    questions = load_spider(SAMPLES / "spider")
+    assert [q.id for q in questions] == [f"spider-dev-{i}" for i in range(5)]
+    assert {q.db_id for q in questions} == {"pets", "concerts"}
+    assert all(q.db_path.is_file() and q.evidence == "" for q in questions)
+    assert [q.db_id for q in load_spider(SAMPLES / "spider", db_ids=["concerts"])] == ["concerts"] * 2
+
+
+def test_bird_sample_loads_with_evidence() -> None:
+    questions = load_bird(SAMPLES / "bird")
+    assert len(questions) == 3 and questions[0].evidence == "mythic refers to rarity = 'mythic'"
+    assert [q.difficulty for q in questions] == ["simple", "moderate", "simple"]
+
+
+def copy_spider(tmp_path: Path) -> Path:
+    root = tmp_path / "spider"
+    shutil.copytree(SAMPLES / "spider", root)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda r: (r / "dev.json").unlink(), r"no file .*dev\.json"),
+        (lambda r: (r / "dev.json").write_text("{oops"), r"dev\.json: not JSON"),
+        (lambda r: (r / "dev.json").write_text('{"a": 1}'), "expected a JSON list of objects"),
+        (
+            lambda r: (r / "dev.json").write_text('[{"db_id": "pets", "question": "q"}]'),
+            r"item 0: no text field 'query'",
+        ),
+        (lambda r: shutil.rmtree(r / "database" / "pets"), r"item 0: no database file .*pets\.sqlite"),
+        (lambda r: (r / "tables.json").write_text('[{"db_id": "concerts"}]'), r"db_id 'pets' is not in .*tables\.json"),
+        (lambda r: (r / "dev.json").write_text("[]"), "no questions"),
+    ],
+    ids=["no-split", "bad-json", "not-a-list", "no-query", "no-database", "unknown-db", "empty"],
+)
+def test_a_broken_layout_names_the_file_and_item(tmp_path: Path, damage, message: str) -> None:
+    root = copy_spider(tmp_path)
+    damage(root)
+    with pytest.raises(ConfigError, match=message):
+        load_spider(root)
+
+
+def test_not_a_directory(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="is not a directory"):
+        load_bird(tmp_path / "missing")
+
+
+def test_other_split_and_db_dir(tmp_path: Path) -> None:
+    root = copy_spider(tmp_path)
+    (root / "database").rename(root / "dbs")
+    (root / "train_spider.json").write_text(json.dumps([{"db_id": "pets", "question": "q", "query": "SELECT 1"}]))
+    [question] = load_spider(root, split="train_spider.json", db_dir="dbs")
+    assert question.id == "spider-train_spider-0" and question.db_path == root / "dbs" / "pets" / "pets.sqlite"

@@ -1,0 +1,276 @@
+import asyncio
+import re
+import threading
+from typing import Any
+
+import pytest
+
+import gem_core
+from gem_core.episode import EpisodeLimits, Generation, TurnRequest
+from gem_core.errors import ConfigError, InvalidAction, ResetNeeded
+from gem_core.eval.backends import Backend, Sampling
+from gem_core.eval.run import EvalSettings, evaluate, summarize
+from gem_core.testing import check_env
+from gem_sql.data import bundled_questions
+from gem_sql.env import SqlEnv, extract_answer
+
+QUESTIONS = bundled_questions()
+SQL_IDS = gem_core.list_envs(namespace="sql")
+
+
+def test_every_id_is_listed() -> None:
+    names = ["Bundled", "Shop", "School", "Flights", "Library", "HR", "Spider", "BIRD"]
+    assert sorted(SQL_IDS) == sorted(f"sql:{n}-v0" for n in names)
+
+
+@pytest.mark.parametrize("env_id", SQL_IDS)
+def test_every_id_passes_check_env(env_id: str) -> None:
+    check_env(gem_core.make(env_id), env_factory=lambda: gem_core.make(env_id))
+
+
+def answer(env: SqlEnv, index: int, text: str) -> tuple[float, dict[str, Any]]:
+    env.reset(options={"index": index})
+    _, reward, terminated, truncated, info = env.step(text)
+    assert terminated and not truncated
+    return reward, info
+
+
+@pytest.fixture(scope="module")
+def bundled() -> Any:
+    env = SqlEnv()
+    yield env
+    env.close()
+
+
+@pytest.mark.parametrize("index", range(len(QUESTIONS)), ids=[q.id for q in QUESTIONS])
+def test_gold_scores_one_and_no_op_or_wrong_scores_zero(bundled: SqlEnv, index: int) -> None:
+    gold = QUESTIONS[index].query
+    reward, info = answer(bundled, index, f"The query:\n<answer>\n{gold};\n</answer>")
+    assert (reward, info["success"]) == (1.0, True), info
+    reward, info = answer(bundled, index, "I do not know.")
+    assert (reward, info["format_error"]) == (0.0, True)
+    for wrong in (
+        "",  # no answer at all
+        "<answer>SELECT NULL</answer>",
+        f"<answer>SELECT * FROM ({gold}) LIMIT 0</answer>",  # the right columns, no rows
+        f"<answer>SELECT * FROM ({gold}) UNION ALL SELECT * FROM ({gold})</answer>",  # every row twice
+        "<answer>DELETE FROM sqlite_master</answer>",
+    ):
+        reward, info = answer(bundled, index, wrong)
+        assert (reward, info["success"]) == (0.0, False), (wrong, info)
+
+
+@pytest.mark.parametrize("env_id", ["sql:Spider-v0", "sql:BIRD-v0"])
+def test_sample_golds_score_one(env_id: str) -> None:
+    env = gem_core.make(env_id)
+    inner = env.unwrapped
+    try:
+        for index, question in enumerate(inner.questions):
+            env.reset(options={"index": index})
+            _, reward, *_ = env.step(f"<answer>{question.query}</answer>")
+            assert reward == 1.0, question
+            env.reset(options={"index": index})
+            assert env.step("<answer>SELECT 1 WHERE 0</answer>")[1] == 0.0
+    finally:
+        env.close()
+
+
+def test_bird_evidence_is_in_the_prompt_and_sets_compare() -> None:
+    env = gem_core.make("sql:BIRD-v0")
+    try:
+        obs, _ = env.reset(options={"index": 0})
+        assert "Hint: mythic refers to rarity = 'mythic'" in obs
+        assert env.unwrapped.rule == "bird"
+        env.reset(options={"index": 2})  # set comparison: duplicates do not matter
+        assert env.step("<answer>SELECT name FROM cards WHERE artist = 'Lee' UNION ALL SELECT 'Elk'</answer>")[1] == 1
+    finally:
+        env.close()
+
+
+def test_explore_with_both_call_syntaxes_then_answer() -> None:
+    env = gem_core.make("sql:Shop-v0")
+    try:
+        obs, info = env.reset(options={"index": 0})
+        assert "CREATE TABLE customers" in obs and "<sql>" in obs and info["tools"][0]["function"]["name"] == "sql"
+        call = '<tool_call>{"name": "sql", "arguments": {"query": "SELECT count(*) FROM customers"}}</tool_call>'
+        obs, reward, terminated, _, info = env.step(f"<sql>PRAGMA table_info(customers)</sql>\n{call}")
+        assert not terminated and reward == 0.0 and info["tool_calls"] == 2
+        assert "email" in obs and "\n40\n" in obs and info["observation_role"] == "tool"
+        _, reward, terminated, _, info = env.step("<answer>SELECT count(*) FROM customers</answer>")
+        assert (reward, terminated, info["success"]) == (1.0, True, True)
+    finally:
+        env.close()
+
+
+def test_a_hostile_query_ends_only_its_call() -> None:
+    env = gem_core.make("sql:Shop-v0", timeout_s=0.2)
+    try:
+        env.reset(options={"index": 0})
+        hostile = [
+            "DROP TABLE customers",
+            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",
+            "ATTACH '/tmp/x.db' AS x",
+        ]
+        obs, _, terminated, _, info = env.step("".join(f"<sql>{q}</sql>" for q in hostile))
+        assert not terminated and [r["ok"] for r in info["tool_results"]] == [False, False, False]
+        assert obs.count("[error]") == 3 and "longer than 0.2 s" in obs
+        obs, *_ = env.step("<sql>SELECT count(*) FROM customers</sql>")
+        assert "\n40\n" in obs
+        assert env.step("<answer>SELECT count(*) FROM customers</answer>")[1] == 1.0
+    finally:
+        env.close()
+
+
+def test_after_the_tool_budget_the_response_goes_to_the_task() -> None:
+    env = gem_core.make("sql:Shop-v0", tool_wrapper={"max_tool_calls": 1})
+    try:
+        env.reset(options={"index": 0})
+        obs, *_ = env.step("<sql>SELECT 1</sql>")
+        assert "used all your tool calls" in obs
+        _, reward, terminated, _, info = env.step("<sql>SELECT count(*) FROM customers</sql>")
+        assert terminated and reward == 0.0 and info["format_error"]
+    finally:
+        env.close()
+
+
+def test_a_failing_answer_says_why(bundled: SqlEnv) -> None:
+    reward, info = answer(bundled, 0, "<answer>SELECT nope FROM customers</answer>")
+    assert reward == 0.0 and "no such column: nope" in info["answer_error"]
+    reward, info = answer(bundled, 0, "<answer>DROP TABLE customers</answer>")
+    assert reward == 0.0 and "read-only" in info["answer_error"]
+
+
+def test_answer_row_limit(bundled: SqlEnv) -> None:
+    env = SqlEnv(answer_max_rows=3, databases=("shop",))
+    try:
+        reward, info = answer(env, 0, "<answer>SELECT * FROM orders</answer>")
+        assert reward == 0.0 and info["answer_error"] == "more than 3 rows"
+    finally:
+        env.close()
+
+
+def test_format_error_and_episode_end() -> None:
+    env = SqlEnv(databases=("hr",), format_error_reward=-0.5)
+    try:
+        env.reset(options={"index": 0})
+        _, reward, terminated, _, info = env.step("no query here")
+        assert (reward, terminated, info["format_error"]) == (-0.5, True, True)
+        assert env.run_query("SELECT 1").error is not None  # the episode is over
+        with pytest.raises(ResetNeeded):
+            env.step("<answer>SELECT 1</answer>")
+        with pytest.raises(InvalidAction):
+            env.reset()
+            env.step(None)  # type: ignore[arg-type]
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("index", [-1, 12, True, "0"], ids=["negative", "past-end", "bool", "str"])
+def test_reset_index_is_checked(index: object) -> None:
+    env = SqlEnv(databases=("hr",))
+    try:
+        with pytest.raises(ValueError, match=r"options\['index'\] must be an int in \[0, 12\)"):
+            env.reset(options={"index": index})
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"timeout_s": 0}, "timeout_s"),
+        ({"source": "mysql"}, "source"),
+        ({"bogus": 1}, "bogus"),
+        ({"source": "spider"}, "needs path="),
+        ({"databases": ("nope",)}, "no bundled database"),
+    ],
+    ids=["timeout", "source", "unknown-option", "spider-without-path", "unknown-database"],
+)
+def test_bad_options_name_the_field(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        gem_core.make("sql:Bundled-v0", **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("text", "sql"),
+    [
+        ("<answer>SELECT 1</answer>", "SELECT 1"),
+        ("<answer>\n```sql\nSELECT 2;\n```\n</answer>", "SELECT 2"),
+        ("first <answer>SELECT 1</answer> then <answer>SELECT 3</answer>", "SELECT 3"),
+        ("```sql\nSELECT 4\n```", "SELECT 4"),
+        ("<ANSWER>SELECT 5", "SELECT 5"),
+        ("<answer> ; </answer>", None),
+        ("no query", None),
+    ],
+    ids=["tag", "fenced-in-tag", "last-tag", "fence", "unclosed-upper", "empty", "none"],
+)
+def test_extract_answer(text: str, sql: str | None) -> None:
+    assert extract_answer(text) == sql
+
+
+class GoldBackend(Backend):
+    """Message mode, no server: explores once with the sql tool, then answers with the gold query."""
+
+    def __init__(self) -> None:
+        super().__init__("gold", Sampling())
+        self.by_question = {q.question: q.query for q in QUESTIONS}
+
+    async def generate(self, request: TurnRequest, key: str) -> Generation:
+        if request.turn == 0:
+            return Generation(text="<sql>SELECT name FROM sqlite_master</sql>")
+        prompt = str(request.messages[0]["content"]) if request.messages[0]["role"] == "user" else ""
+        prompt = prompt or str(request.messages[1]["content"])
+        question = re.search(r"Question: (.*)\n", prompt)
+        assert question is not None
+        return Generation(text=f"<answer>{self.by_question[question.group(1)]}</answer>")
+
+
+def test_gem_eval_through_the_episode_engine() -> None:
+    settings = EvalSettings(
+        env_ids=["sql:Shop-v0", "sql:HR-v0"], num_episodes=6, limits=EpisodeLimits(max_turns=4), concurrency=4
+    )
+    records = asyncio.run(evaluate(GoldBackend(), settings))
+    assert len(records) == 12 and all(r.get("error") is None for r in records)
+    assert [(s.env_id, s.success, s.turns) for s in summarize(records)] == [
+        ("sql:Shop-v0", 1.0, 2.0),
+        ("sql:HR-v0", 1.0, 2.0),
+    ]
+
+
+@pytest.mark.parametrize("backend", ["sync", "async"])
+def test_vector_envs(backend: str) -> None:
+    envs = gem_core.make_vec("sql:Bundled-v0", 4, backend=backend)  # type: ignore[arg-type]
+    try:
+        obs, _ = envs.reset(seed=7)
+        assert len(obs) == 4 and all("Schema:" in o for o in obs)
+        obs, rewards, terminated, *_ = envs.step(["<sql>SELECT 1</sql>"] * 4)
+        assert list(terminated) == [False] * 4 and all("(1 row)" in o for o in obs)
+        _, rewards, terminated, *_ = envs.step(["<answer>SELECT 1</answer>"] * 4)
+        assert list(terminated) == [True] * 4 and list(rewards) == [0.0] * 4
+    finally:
+        envs.close()
+
+
+def test_many_episodes_on_one_database_at_once() -> None:
+    failures: list[str] = []
+
+    def worker(offset: int) -> None:
+        env = gem_core.make("sql:Flights-v0", tool_wrapper={"max_tool_calls": 50})
+        try:
+            for round_ in range(3):
+                index = (offset + round_) % 12
+                env.reset(options={"index": index})
+                obs, *_ = env.step("<sql>SELECT count(*) FROM flights</sql><sql>DELETE FROM flights</sql>")
+                gold = env.unwrapped.questions[index].query
+                reward = env.step(f"<answer>{gold}</answer>")[1]
+                if "\n80\n" not in obs or "read-only" not in obs or reward != 1.0:
+                    failures.append(f"{offset}/{round_}: {obs!r} {reward}")
+        finally:
+            env.close()
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
