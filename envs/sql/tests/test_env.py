@@ -1,9 +1,12 @@
 import asyncio
+import hashlib
 import re
 import threading
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import gem_core
 from gem_core.episode import EpisodeLimits, Generation, TurnRequest
@@ -11,7 +14,8 @@ from gem_core.errors import ConfigError, InvalidAction, ResetNeeded
 from gem_core.eval.backends import Backend, Sampling
 from gem_core.eval.run import EvalSettings, evaluate, summarize
 from gem_core.testing import check_env
-from gem_sql.data import bundled_questions
+from gem_core.tools.fuzz import model_text
+from gem_sql.data import bundled_database, bundled_questions
 from gem_sql.env import SqlEnv, extract_answer
 
 QUESTIONS = bundled_questions()
@@ -274,3 +278,24 @@ def test_many_episodes_on_one_database_at_once() -> None:
     for t in threads:
         t.join()
     assert failures == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(responses=st.lists(model_text(["sql"], arguments=("query", "sql")), min_size=1, max_size=3))
+def test_hostile_model_text_never_breaks_the_episode(responses: list[str]) -> None:
+    path = bundled_database("shop")
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    env = gem_core.make("sql:Shop-v0", timeout_s=0.2, tool_wrapper={"max_tool_calls": 100})
+    try:
+        env.reset(options={"index": 0})
+        for response in responses:
+            obs, reward, terminated, truncated, info = env.step(response)
+            assert isinstance(obs, str) and isinstance(reward, float) and not truncated
+            if terminated:  # the hostile text was taken as the final answer: it scored, the episode ended
+                assert reward in (0.0, 1.0) and "success" in info
+                env.reset(options={"index": 0})
+        obs, *_ = env.step("<sql>SELECT count(*) FROM customers</sql>")
+        assert "\n40\n" in obs
+    finally:
+        env.close()
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
