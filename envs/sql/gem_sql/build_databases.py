@@ -14,11 +14,12 @@ import sys
 from collections.abc import Callable, Sequence
 from datetime import date, timedelta
 from pathlib import Path
+from typing import Any
 
 __all__ = ["BIRD_SAMPLE", "DATABASES", "SPIDER_SAMPLE", "build_all", "build_samples", "render"]
 
 Row = tuple[object, ...]
-Table = tuple[str, str, list[Row]]  # name, column definitions, rows
+Table = tuple[str, str, Sequence[Row]]  # name, column definitions, rows
 
 FIRST = ["Ada", "Ben", "Chloe", "Dev", "Elena", "Farid", "Grace", "Hugo", "Ines", "Jonas", "Kira", "Liam", "Mona"]
 LAST = ["Abbott", "Berg", "Costa", "Diaz", "Eriksen", "Fischer", "Garcia", "Haas", "Ito", "Jensen", "Kovac", "Lund"]
@@ -47,7 +48,7 @@ def shop(rng: random.Random) -> list[Table]:
         "garden": ["Hose", "Rake", "Shovel"],
         "office": ["Stapler", "Lamp", "Chair", "Desk"],
     }
-    products = []
+    products: list[Row] = []
     for category, items in catalog.items():
         for item in items:
             products.append((len(products) + 1, item, category, round(rng.randrange(300, 20000) / 100, 2)))
@@ -333,7 +334,7 @@ def build_all() -> dict[str, str]:
 
 
 #: The Spider- and BIRD-format samples (``samples/``): ``(db_id, SQL text)`` and questions.
-SPIDER_SAMPLE: dict[str, object] = {
+SPIDER_SAMPLE: dict[str, Any] = {
     "databases": {
         "pets": (
             "CREATE TABLE owners (owner_id INTEGER PRIMARY KEY, name TEXT, city TEXT);\n"
@@ -364,7 +365,7 @@ SPIDER_SAMPLE: dict[str, object] = {
         ),
     ],
 }
-BIRD_SAMPLE: dict[str, object] = {
+BIRD_SAMPLE: dict[str, Any] = {
     "databases": {
         "cards": (
             "CREATE TABLE cards (id INTEGER PRIMARY KEY, name TEXT, rarity TEXT, power TEXT, artist TEXT);\n"
@@ -410,17 +411,17 @@ def build_samples(out: Path) -> None:
 
     spider, bird = out / "spider", out / "bird"
     tables = []
-    for db_id, sql in SPIDER_SAMPLE["databases"].items():  # type: ignore[attr-defined]
+    for db_id, sql in SPIDER_SAMPLE["databases"].items():
         _write_database(spider / "database" / db_id / f"{db_id}.sqlite", sql)
         tables.append({"db_id": db_id})
     (spider / "tables.json").write_text(json.dumps(tables, indent=1) + "\n", encoding="utf-8")
-    dev = [{"db_id": d, "question": q, "query": s} for d, q, s in SPIDER_SAMPLE["questions"]]  # type: ignore[attr-defined]
+    dev = [{"db_id": d, "question": q, "query": s} for d, q, s in SPIDER_SAMPLE["questions"]]
     (spider / "dev.json").write_text(json.dumps(dev, indent=1) + "\n", encoding="utf-8")
-    for db_id, sql in BIRD_SAMPLE["databases"].items():  # type: ignore[attr-defined]
+    for db_id, sql in BIRD_SAMPLE["databases"].items():
         _write_database(bird / "dev_databases" / db_id / f"{db_id}.sqlite", sql)
     rows = [
         {"question_id": i, "db_id": d, "question": q, "evidence": e, "SQL": s, "difficulty": h}
-        for i, (d, q, e, s, h) in enumerate(BIRD_SAMPLE["questions"])  # type: ignore[arg-type]
+        for i, (d, q, e, s, h) in enumerate(BIRD_SAMPLE["questions"])
     ]
     (bird / "dev.json").write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
 
