@@ -197,6 +197,7 @@ class Database:
         self._lock = threading.Lock()
         self._deadline = math.inf
         self._conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+        self._printf = _GuardedPrintf(self.limits.max_value_bytes)
         try:
             self._conn.text_factory = _decode
             self._conn.execute("PRAGMA query_only = 1")
@@ -207,13 +208,13 @@ class Database:
                 self._conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, self.limits.max_value_bytes)
                 self._conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, self.limits.max_sql_chars)
                 self._conn.setlimit(sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH, 200)
-            self._printf = _GuardedPrintf(self.limits.max_value_bytes)
             for name in ("printf", "format"):
                 self._conn.create_function(name, -1, self._printf)
             self._conn.set_authorizer(_authorize)
             self._conn.set_progress_handler(self._past_deadline, _PROGRESS_EVERY)
         except BaseException:
             self._conn.close()
+            self._printf.close()
             raise
         self._closed = False
 
