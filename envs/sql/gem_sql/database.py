@@ -14,7 +14,7 @@ Layers, each enough on its own for the writes it covers:
    denies it too, this layer does not depend on the SQLite version doing so), one statement per call.
 4. Connection limits: no attached databases, strings and blobs of at most ``max_value_bytes``,
    SQL text of at most ``max_sql_chars``, LIKE/GLOB patterns of at most 200 characters;
-   ``query_only`` and in-memory temp storage.
+   ``query_only``; an 8 MB page cache (big sorts spill to SQLite's unlinked temp files).
 5. ``printf``/``format`` with a width or precision over :data:`MAX_PRINTF_WIDTH` are refused: one such
    call loops inside SQLite (3.40: ``printf('%.*c', 2e9, 'x')`` runs for a minute) where the deadline
    cannot interrupt it.
@@ -60,6 +60,8 @@ _READ_STATEMENTS = frozenset({"select", "with", "values", "explain", "pragma"})
 #: Largest width or precision ``printf``/``format`` accept (legitimate formats use a handful).
 MAX_PRINTF_WIDTH = 1000
 _PRINTF_SPEC = re.compile(r"%([-+ #0,!]*)(\*|\d+)?(?:\.(\*|\d*))?(?:ll|l|h)?(.)", re.DOTALL)
+#: Page cache of a connection, in KiB; what a sort holds in memory before it spills to a temp file.
+_CACHE_KIB = 8000
 #: How often (in SQLite virtual-machine instructions) the deadline is checked: about every 50 us.
 _PROGRESS_EVERY = 2000
 
@@ -201,7 +203,10 @@ class Database:
         try:
             self._conn.text_factory = _decode
             self._conn.execute("PRAGMA query_only = 1")
-            self._conn.execute("PRAGMA temp_store = MEMORY")  # sorts and temp b-trees never touch the disk
+            # Big sorts, DISTINCTs and CTE queues spill past an 8 MB cache into SQLite's own unlinked temp
+            # files, so a hostile query's memory stays small; how much it spills is bounded by its time limit.
+            self._conn.execute("PRAGMA temp_store = FILE")
+            self._conn.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
             self._conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # fails here on a non-database
             if hasattr(self._conn, "setlimit"):  # Python >= 3.11; the authorizer denies ATTACH either way
                 self._conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
