@@ -1,5 +1,9 @@
 import json
+import os
 import shutil
+import sqlite3
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -48,6 +52,21 @@ def test_racing_first_uses_build_one_complete_file(tmp_path: Path, monkeypatch: 
         t.join()
     assert len(set(paths)) == 1
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [paths[0].name]  # no temporary left
+
+
+def test_processes_racing_on_the_first_use_build_one_file(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    code = "from gem_sql.data import bundled_database; print(bundled_database('library'))"
+    env = {**os.environ, "GEM_SQL_CACHE": str(cache)}
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, env=env) for _ in range(4)]
+    outputs = {proc.communicate(timeout=60)[0].decode().strip() for proc in procs}
+    assert all(proc.returncode == 0 for proc in procs) and len(outputs) == 1
+    assert [p.name for p in cache.iterdir()] == [Path(outputs.pop()).name]
+    conn = sqlite3.connect(f"file:{next(cache.iterdir())}?mode=ro", uri=True)
+    try:
+        assert conn.execute("SELECT count(*) FROM loans").fetchone() == (150,)
+    finally:
+        conn.close()
 
 
 def test_spider_sample_loads() -> None:

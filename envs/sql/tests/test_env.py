@@ -241,7 +241,7 @@ def test_gem_eval_through_the_episode_engine() -> None:
     ]
 
 
-@pytest.mark.parametrize("backend", ["sync", "async"])
+@pytest.mark.parametrize("backend", ["sync", "async", "process"])
 def test_vector_envs(backend: str) -> None:
     envs = gem_core.make_vec("sql:Bundled-v0", 4, backend=backend)  # type: ignore[arg-type]
     try:
