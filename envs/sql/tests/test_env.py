@@ -1,5 +1,6 @@
 import asyncio
 import hashlib
+import io
 import re
 import threading
 from typing import Any
@@ -9,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gem_core
+from gem_core.cli import main
 from gem_core.episode import EpisodeLimits, Generation, TurnRequest
 from gem_core.errors import ConfigError, InvalidAction, ResetNeeded
 from gem_core.eval.backends import Backend, Sampling
@@ -30,6 +32,15 @@ def test_every_id_is_listed() -> None:
 @pytest.mark.parametrize("env_id", SQL_IDS)
 def test_every_id_passes_check_env(env_id: str) -> None:
     check_env(gem_core.make(env_id), env_factory=lambda: gem_core.make(env_id))
+
+
+def test_gem_list_and_gem_check_on_the_namespace() -> None:
+    out = io.StringIO()
+    assert main(["list", "--namespace", "sql"], stdout=out) == 0
+    assert all(env_id in out.getvalue() for env_id in SQL_IDS)
+    out = io.StringIO()
+    assert main(["check", "--all", "--namespace", "sql"], stdout=out) == 0
+    assert out.getvalue().endswith(f"{len(SQL_IDS)} ok, 0 failed\n")
 
 
 def answer(env: SqlEnv, index: int, text: str) -> tuple[float, dict[str, Any]]:
