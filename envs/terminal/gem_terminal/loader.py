@@ -15,6 +15,7 @@ network and no package manager. A task whose image or set-up needs more is skipp
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -128,32 +129,55 @@ def _dockerfile(path: Path, task: dict[str, Any]) -> str | None:
 
 
 def load_task(path: Path) -> TerminalTask | SkippedTask:
-    """Load one task folder.
+    """Load one task folder; never raises for what the folder holds.
 
     Returns:
         The task, or a :class:`SkippedTask` saying why the sandbox cannot run it.
     """
     path = Path(path)
+    try:
+        return _load(path)
+    except (OSError, TypeError, ValueError, KeyError, AttributeError, yaml.YAMLError) as exc:
+        return SkippedTask(path.name, path, f"malformed task files: {type(exc).__name__}: {exc}")
+
+
+def _seconds(meta: dict[str, Any], key: str, default: float) -> float:
+    value = float(meta.get(key, default))
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{key} must be a positive number of seconds, got {meta.get(key)!r}")
+    return value
+
+
+def _load(path: Path) -> TerminalTask | SkippedTask:
     name = path.name
     meta_path = path / "task.yaml"
     if not meta_path.exists():
         return SkippedTask(name, path, "no task.yaml")
     try:
         meta = yaml.safe_load(meta_path.read_text()) or {}
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
         return SkippedTask(name, path, f"task.yaml is not valid YAML: {exc}")
-    instruction = meta.get("instruction") or (meta.get("descriptions") or [{}])[0].get("description")
+    if not isinstance(meta, dict):
+        return SkippedTask(name, path, "task.yaml is not a mapping")
+    instruction = meta.get("instruction")
     if not isinstance(instruction, str) or not instruction.strip():
         return SkippedTask(name, path, "task.yaml has no instruction")
     compose = path / "docker-compose.yaml"
     if compose.exists():
-        services = (yaml.safe_load(compose.read_text()) or {}).get("services") or {}
+        try:
+            spec = yaml.safe_load(compose.read_text()) or {}
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            return SkippedTask(name, path, f"docker-compose.yaml is not valid YAML: {exc}")
+        services = (spec.get("services") if isinstance(spec, dict) else None) or {}
         if len(services) > 1:
             return SkippedTask(
                 name, path, f"needs {len(services)} containers ({', '.join(services)}); the sandbox is one"
             )
     fields: dict[str, Any] = {}
-    reason = _dockerfile(path / "Dockerfile", fields)
+    try:
+        reason = _dockerfile(path / "Dockerfile", fields)
+    except (ValueError, UnicodeDecodeError) as exc:  # shlex: unbalanced quotes
+        reason = f"cannot read the Dockerfile: {exc}"
     if reason is not None:
         return SkippedTask(name, path, reason)
     if (path / "solution.sh").exists():
@@ -186,10 +210,10 @@ def load_task(path: Path) -> TerminalTask | SkippedTask:
         solution=solution,
         checker=checker,
         tests=tests,
-        agent_timeout_s=float(meta.get("max_agent_timeout_sec", 600.0)),
-        test_timeout_s=float(meta.get("max_test_timeout_sec", 60.0)),
+        agent_timeout_s=_seconds(meta, "max_agent_timeout_sec", 600.0),
+        test_timeout_s=_seconds(meta, "max_test_timeout_sec", 60.0),
         difficulty=str(meta.get("difficulty", "")),
-        tags=tuple(str(t) for t in meta.get("tags") or ()),
+        tags=tuple(str(t) for t in meta.get("tags") or ()) if isinstance(meta.get("tags") or (), list | tuple) else (),
         **fields,
     )
 

@@ -36,7 +36,7 @@ from gem_core.tools.safety import clean_text
 from gem_tool_python.cgroups import CallCgroups
 from gem_tool_python.cgroups import detect as detect_cgroups
 
-__all__ = ["CommandResult", "EpisodeConfig", "EpisodeSandbox", "episodes_available", "prepare_layer"]
+__all__ = ["CommandResult", "EpisodeConfig", "EpisodeSandbox", "episodes_available", "prepare_layer", "processes_of"]
 
 _WORKER = str(Path(__file__).with_name("_episode_worker.py"))
 #: Host directories every episode sees read-only at the same place (symlinks are recreated as links).
@@ -164,6 +164,17 @@ def episodes_available() -> tuple[bool, str]:
     if "overlay" not in text:
         return False, "the kernel has no overlayfs (modprobe overlay)"
     return True, ""
+
+
+def processes_of(uid: int) -> list[int]:
+    """Host pids running as ``uid`` (what :meth:`EpisodeSandbox.close` must leave none of)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    found.append(int(entry))
+    return found
 
 
 def prepare_layer(source: Path, target: Path, uid: int = EpisodeConfig.model_fields["uid"].default) -> Path:

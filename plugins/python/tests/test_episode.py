@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gem_tool_python.episode import EpisodeConfig, EpisodeSandbox, episodes_available, prepare_layer
+from gem_tool_python.episode import EpisodeConfig, EpisodeSandbox, episodes_available, prepare_layer, processes_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_hostile import processes_of
 
 from gem_core.errors import ToolError
 
