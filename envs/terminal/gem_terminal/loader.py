@@ -195,8 +195,13 @@ def _load(path: Path) -> TerminalTask | SkippedTask:
     }
     if (path / "run-tests.sh").exists():
         checker = (path / "run-tests.sh").read_text()
-        if _NEEDS_NETWORK.search(checker):
-            return SkippedTask(name, path, "run-tests.sh installs packages; the sandbox has no network")
+        scripts = [("run-tests.sh", checker)]
+        scripts += [
+            (f"tests/{rel}", data.decode("utf-8", "replace")) for rel, data in tests.items() if rel.endswith(".sh")
+        ]
+        for script, text in scripts:
+            if _NEEDS_NETWORK.search(text):
+                return SkippedTask(name, path, f"{script} installs packages or downloads; the sandbox has no network")
     elif "test_outputs.py" in tests:
         checker = "python3 -m pytest -q $TEST_DIR/test_outputs.py"
         if not _host_has_pytest():
