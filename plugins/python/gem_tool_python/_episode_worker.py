@@ -1,21 +1,25 @@
 """Episode sandbox process: one writable root and one set of namespaces for a whole episode.
 
-Started once per episode as ``python -I -S -B _episode_worker.py FD`` by :mod:`gem_tool_python.episode`,
-which sends the settings as the first message on the socket ``FD`` (not in argv, where ``ps`` shows it).
+Started once per host process as ``python -I -S -B _episode_worker.py FD`` by
+:mod:`gem_tool_python.episode`: a fork server (*zygote*) that pays the interpreter start-up and the
+imports once. Each episode is one request on the socket ``FD``: the settings (JSON, never in argv,
+where ``ps`` shows them) with descriptors attached: the episode's socket, a pipe whose write end the
+keeper holds until everything of the episode is gone, and the episode's ``cgroup.procs`` files.
 Stdlib only; the isolation primitives (rlimits, seccomp, keyrings, mount helpers) come from the
-one-shot sandbox's :mod:`_worker`, imported from this folder.
-Process tree::
+one-shot sandbox's :mod:`_worker`, imported from this folder. Process tree::
 
-    keeper (root)             joins the episode's cgroups, unshare(mount, net, pid, ipc, uts), fork, wait
-      └─ init                 pid 1: tmpfs scratch (the disk cap), overlay of the task's layers at the
-           │                  work dir, read-only system binds, pivot_root; serves requests, reaps
-           └─ command         one per request: new session, rlimits, the episode's uid, no_new_privs,
-                              seccomp; exec ``/bin/bash -c CMD`` with the host's pipes as stdout/stderr
+    zygote (root)                 forks one keeper per request; dies with the host process
+      └─ keeper (root)            joins the episode's cgroups, unshare(mount, net, pid, ipc, uts), fork, wait
+           └─ init                pid 1: tmpfs scratch (the disk cap), overlay of the task's layers at the
+                │                 work dir, read-only system binds, pivot_root; serves requests, reaps
+                └─ command        one per request: new session, rlimits, the episode's uid, no_new_privs,
+                                  seccomp; exec ``/bin/bash -c CMD`` with the host's pipes as stdout/stderr
 
-Requests and replies are one JSON object per SOCK_SEQPACKET message on fd ``cfg["sock"]``:
+Requests and replies are one JSON object per SOCK_SEQPACKET message on the episode's socket:
 ``{"op": "run", "id", "cmd", "cwd", "env"}`` (two descriptors attached: stdout and stderr),
 ``{"op": "kill", "id"}``, ``{"op": "kill_all"}``, ``{"op": "write", "path", "data" (base64), "mode", "append"}``.
-Replies: ``{"event": "ready"}``, ``{"event": "failed", "error"}``, ``{"event": "exit", "id", "code"}``,
+Replies: ``{"event": "keeper", "pid"}`` (its host pid), ``{"event": "ready"}``, ``{"event": "failed", "error"}``,
+``{"event": "exit", "id", "code"}``,
 ``{"event": "written", "error"}``. When the host closes the socket init exits, and the kernel kills
 every process left in the pid namespace; the mounts die with the mount namespace.
 """
@@ -47,12 +51,36 @@ def _reply(sock: socket.socket, **message: Any) -> None:
         sock.send(json.dumps(message).encode())
 
 
-def keeper(sock_fd: int) -> None:
-    """Join the cgroups, enter new namespaces, run init, exit with it."""
+def zygote(server_fd: int) -> None:
+    """Fork one keeper per request until the host closes the socket (or dies: the parent-death signal)."""
     _worker._die_with_parent(os.getppid())
+    server = socket.socket(fileno=server_fd)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # keepers are reaped by the kernel
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(server, 1 << 20, 2 + _worker.MAX_CGROUP_FDS)
+        except OSError:
+            os._exit(0)
+        if not message:
+            os._exit(0)
+        parent = os.getpid()
+        if len(fds) >= 2 and os.fork() == 0:
+            try:
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                server.close()
+                keeper(json.loads(message), fds[0], fds[1], fds[2:], parent)
+            finally:
+                os._exit(1)
+        for fd in fds:
+            os.close(fd)
+
+
+def keeper(cfg: dict[str, Any], sock_fd: int, alive_fd: int, cgroup_fds: list[int], parent: int) -> None:
+    """Join the cgroups, enter new namespaces, run init, exit with it (``alive_fd`` closes last)."""
+    _worker._die_with_parent(parent)
     sock = socket.socket(fileno=sock_fd)
-    cfg = json.loads(sock.recv(1 << 20))
-    for fd in cfg["cgroup_fds"]:
+    _reply(sock, event="keeper", pid=os.getpid())
+    for fd in cgroup_fds:
         os.write(fd, b"0")
         os.close(fd)
     try:
@@ -63,6 +91,7 @@ def keeper(sock_fd: int) -> None:
     me = os.getpid()
     pid = os.fork()
     if pid == 0:
+        os.close(alive_fd)
         try:
             init(cfg, sock, me)
         except BaseException as exc:
@@ -243,4 +272,4 @@ def _start(cfg: dict[str, Any], request: dict[str, Any], fds: list[int], sock: s
 
 
 if __name__ == "__main__":
-    keeper(int(sys.argv[1]))
+    zygote(int(sys.argv[1]))

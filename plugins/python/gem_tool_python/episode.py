@@ -12,6 +12,7 @@ removes the cgroup and the scratch folder. See ``docs/terminal.md``.
 
 from __future__ import annotations
 
+import atexit
 import base64
 import contextlib
 import json
@@ -189,6 +190,59 @@ def prepare_layer(source: Path, target: Path, uid: int = EpisodeConfig.model_fie
     return target
 
 
+class _Zygote:
+    """This process's episode fork server (``_episode_worker.py``): one interpreter start-up for all episodes."""
+
+    def __init__(self) -> None:
+        server, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.server = server
+        self.pid = os.getpid()
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-B", _WORKER, str(child.fileno())],
+            pass_fds=[child.fileno()],
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        child.close()
+
+    def alive(self) -> bool:
+        return self.pid == os.getpid() and self.process.poll() is None
+
+    def fork(self, settings: bytes, fds: list[int]) -> None:
+        try:
+            socket.send_fds(self.server, [settings], fds)
+        except OSError as exc:
+            raise ToolError(f"the episode sandbox's fork server is gone ({exc})") from exc
+
+
+_zygotes: list[_Zygote] = []
+_zygote_lock = threading.Lock()
+
+
+def _zygote() -> _Zygote:
+    """This process's fork server, started (again) when missing, dead, or inherited through a fork."""
+    with _zygote_lock:
+        if not _zygotes or not _zygotes[0].alive():
+            if not _zygotes:
+                atexit.register(_stop_zygote)
+            _stop_zygote()
+            _zygotes[:] = [_Zygote()]
+        return _zygotes[0]
+
+
+def _stop_zygote() -> None:
+    """Close this process's fork server (its running episodes end with it: parent-death signals)."""
+    for server in _zygotes:
+        if server.pid != os.getpid():
+            continue  # a forked child's copy: the server belongs to the parent
+        server.server.close()
+        try:
+            server.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            server.process.kill()
+            server.process.wait()
+
+
 _cgroups: dict[tuple[int, int], tuple[CallCgroups | None, str]] = {}
 _cgroups_lock = threading.Lock()
 
@@ -225,6 +279,8 @@ class EpisodeSandbox:
         self._spent_s = 0.0
         self._spent_bytes = 0
         self._closed = False
+        self._keeper: int | None = None
+        self._alive: int | None = None
         self._pid_hits_seen = 0
         self._scratch = tempfile.mkdtemp(prefix="gem-episode-")
         self._groups = (
@@ -240,23 +296,24 @@ class EpisodeSandbox:
                 self._group_name, group_fds = self._groups.create()
             host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             self._sock = host
-            cfg = self._worker_config([str(Path(p).resolve()) for p in layers], group_fds)
-            self._process = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-B", _WORKER, str(child.fileno())],
-                pass_fds=[child.fileno(), *group_fds],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
-            child.close()
-            host.send(json.dumps(cfg).encode())
-            for fd in group_fds:
-                os.close(fd)
-            group_fds = []
-            reply = self._receive(time.monotonic() + 30.0)
+            alive_r, alive_w = os.pipe()
+            self._alive = alive_r
+            cfg = self._worker_config([str(Path(p).resolve()) for p in layers])
+            try:
+                _zygote().fork(json.dumps(cfg).encode(), [child.fileno(), alive_w, *group_fds])
+            finally:
+                child.close()
+                os.close(alive_w)
+                for fd in group_fds:
+                    os.close(fd)
+                group_fds = []
+            deadline = time.monotonic() + 30.0
+            reply = self._receive(deadline)
+            if reply is not None and reply.get("event") == "keeper":
+                self._keeper = int(reply["pid"])
+                reply = self._receive(deadline)
             if reply is None or reply.get("event") != "ready":
-                detail = reply.get("error") if reply else self._process_error()
+                detail = reply.get("error") if reply else "no answer from the sandbox process (see its stderr)"
                 raise ToolError(f"episode sandbox did not start: {detail}")
         except BaseException:
             for fd in group_fds:
@@ -265,10 +322,9 @@ class EpisodeSandbox:
             raise
         self.setup_s = time.monotonic() - started
 
-    def _worker_config(self, layers: list[str], group_fds: list[int]) -> dict[str, Any]:
+    def _worker_config(self, layers: list[str]) -> dict[str, Any]:
         c = self.config
         return {
-            "cgroup_fds": group_fds,
             "scratch": self._scratch,
             "disk_bytes": c.disk_mb << 20,
             "uid": c.uid,
@@ -286,21 +342,15 @@ class EpisodeSandbox:
             },
         }
 
-    def _process_error(self) -> str:
-        with contextlib.suppress(Exception):
-            if self._process.poll() is not None and self._process.stderr is not None:
-                return (
-                    self._process.stderr.read().decode(errors="replace")[-2000:]
-                    or f"exit code {self._process.returncode}"
-                )
-        return "no answer from the sandbox process"
-
     def _receive(self, deadline: float) -> dict[str, Any] | None:
         """The next reply, or ``None`` at the deadline or when the episode is gone."""
         remaining = max(deadline - time.monotonic(), 0.0)
         if not select.select([self._sock], [], [], remaining)[0]:
             return None
-        data = self._sock.recv(1 << 16)
+        try:
+            data = self._sock.recv(1 << 16)
+        except OSError:  # the episode's processes died with the socket's other end (reset)
+            return None
         if not data:
             return None
         reply: dict[str, Any] = json.loads(data)
@@ -524,15 +574,15 @@ class EpisodeSandbox:
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.close()
-        process: subprocess.Popen[bytes] | None = getattr(self, "_process", None)
-        if process is not None:
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                process.kill()  # init dies with it (parent-death signal), and the namespace with init
-                process.wait()
-            if process.stderr is not None:
-                process.stderr.close()
+        alive = getattr(self, "_alive", None)
+        if alive is not None:
+            # The keeper holds the pipe's write end until init, and with it the pid namespace, is gone.
+            if not select.select([alive], [], [], 5.0)[0] and getattr(self, "_keeper", None):
+                with contextlib.suppress(OSError):
+                    os.kill(self._keeper, signal.SIGKILL)  # init dies with it (parent-death signal)
+                select.select([alive], [], [], 5.0)
+            os.close(alive)
+            self._alive = None
         if self._groups is not None and self._group_name is not None:
             self._groups.remove(self._group_name)
             self._group_name = None

@@ -182,3 +182,20 @@ def test_any_sequence_of_hostile_commands_leaves_the_episode_usable_and_nothing_
     finally:
         sandbox.close()
     assert_nothing_left(sandbox, group)
+
+
+def test_a_dead_fork_server_ends_its_episodes_cleanly_and_the_next_episode_starts_a_new_one() -> None:
+    from gem_tool_python import episode
+
+    sandbox = EpisodeSandbox([], **{**LIMITS, "uid": 1_400_000_079})
+    group = sandbox._group_name
+    assert sandbox.run("sleep 100 & echo started").ok
+    server = episode._zygotes[0].process
+    server.kill()
+    server.wait()
+    result = sandbox.run("echo hi")
+    assert result.status == "closed", result
+    sandbox.close()
+    assert_nothing_left(sandbox, group)
+    with EpisodeSandbox([], **LIMITS) as again:
+        assert again.run("echo hi").stdout == "hi\n"
