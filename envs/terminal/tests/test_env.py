@@ -213,3 +213,17 @@ def test_gem_eval_scores_reference_play_one(scripted_server: str, tmp_path: Path
     assert len(records) == 4 and all(r["error"] is None for r in records), records
     assert [(r["episode_return"], r["success"], r["num_turns"]) for r in records] == [(1.0, True, 2)] * 4
     assert "success (95% CI)" in out
+
+
+def test_the_model_sees_neither_the_checker_nor_the_solution_nor_the_host() -> None:
+    env = TerminalEnv(task="text-csv-sum")
+    try:
+        env.reset(seed=0)
+        obs, *_ = env.step("<bash>ls -A /; echo ---; ls -A /tests /app</bash>")
+        output = obs.split("\n", 1)[1].rsplit("[exit code]", 1)[0]  # past the echoed command
+        top, tests_and_app = output.split("---")
+        system = {"bin", "etc", "lib", "lib32", "lib64", "libx32", "sbin", "usr"}
+        assert set(top.split()) <= system | {"app", "dev", "home", "proc", "tests", "tmp"}
+        assert tests_and_app.split() == ["/app:", "sales.csv", "/tests:"]
+    finally:
+        env.close()
