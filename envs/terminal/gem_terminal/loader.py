@@ -107,7 +107,10 @@ def _dockerfile(path: Path, task: dict[str, Any]) -> str | None:
             if len(parts) == 2 and "=" not in parts[0]:
                 env[parts[0]] = parts[1]
             else:
-                env.update(part.split("=", 1) for part in parts if "=" in part)  # type: ignore[arg-type]
+                for part in parts:
+                    key, equals, value = part.partition("=")
+                    if equals:
+                        env[key] = value
         elif keyword in ("COPY", "ADD"):
             args = [a for a in shlex.split(rest) if not a.startswith("--")]
             if len(args) < 2:
@@ -242,5 +245,8 @@ def load_tasks(folder: Path) -> tuple[list[TerminalTask], list[SkippedTask]]:
     for path in sorted(Path(folder).iterdir()):
         if path.is_dir() and (path / "task.yaml").exists():
             item = load_task(path)
-            (loaded if isinstance(item, TerminalTask) else skipped).append(item)
+            if isinstance(item, TerminalTask):
+                loaded.append(item)
+            else:
+                skipped.append(item)
     return loaded, skipped

@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 import gem_core
 from gem_core.cli import main
 from gem_core.errors import ConfigError, ResetNeeded
+from gem_core.tools.fuzz import model_text
 from gem_terminal.env import TASKS_DIR, TerminalEnv, reference_action
 from gem_terminal.loader import load_tasks
 from gem_tool_python.episode import episodes_available, processes_of
@@ -127,7 +129,7 @@ def test_gem_list_shows_every_task_id() -> None:
         assert f"terminal:Tasks-v0-{name}" in out
 
 
-@pytest.mark.parametrize("backend", ["sync", "async"])
+@pytest.mark.parametrize("backend", ["sync", "async", "process"])
 def test_vector_envs_run_reference_episodes(backend: str) -> None:
     names = ["text-sort-uniq", "git-init-commit", "files-symlink"]
     vec = gem_core.make_vec([f"terminal:Tasks-v0-{n}" for n in names], backend=backend, autoreset_mode="disabled")
@@ -227,3 +229,16 @@ def test_the_model_sees_neither_the_checker_nor_the_solution_nor_the_host() -> N
         assert tests_and_app.split() == ["/app:", "sales.csv", "/tests:"]
     finally:
         env.close()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(reply=model_text(["bash", "done"], ("command", "summary")))
+def test_any_reply_gives_a_well_formed_step(env: TerminalEnv, reply: str) -> None:
+    if env.task is None:
+        env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step(reply)
+    assert isinstance(obs, str) and len(obs) <= env.config.max_observation_chars + 64
+    assert reward in (0.0, 1.0) and isinstance(info["format_error"], bool)
+    if terminated or truncated:
+        assert isinstance(info["success"], bool)
+        env.reset(seed=0)

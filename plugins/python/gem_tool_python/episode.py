@@ -434,6 +434,7 @@ class EpisodeSandbox:
         cap = self.config.max_output_bytes
         captured = {out_r: bytearray(), err_r: bytearray()}
         open_fds = [out_r, err_r]
+        sock_fd = self._sock.fileno()
         deadline = time.monotonic() + budget
         status: Status | None = None
         exit_code: int | None = None
@@ -449,13 +450,13 @@ class EpisodeSandbox:
                 wait = (
                     exited_at + _DRAIN_GRACE_S if exited_at is not None else deadline if status is None else now + 0.1
                 ) - now
-                ready = select.select([*open_fds, self._sock], [], [], max(wait, 0.0))[0]
+                ready = select.select([*open_fds, sock_fd], [], [], max(wait, 0.0))[0]
                 if not ready and status is None and exited_at is None:
                     status = "timeout"
                     self._send({"op": "kill", "id": request})
                     continue
                 for fd in ready:
-                    if fd is self._sock:
+                    if fd == sock_fd:
                         reply = self._receive(now)
                         if reply is None:
                             self._closed = True
@@ -577,9 +578,10 @@ class EpisodeSandbox:
         alive = getattr(self, "_alive", None)
         if alive is not None:
             # The keeper holds the pipe's write end until init, and with it the pid namespace, is gone.
-            if not select.select([alive], [], [], 5.0)[0] and getattr(self, "_keeper", None):
+            keeper = getattr(self, "_keeper", None)
+            if not select.select([alive], [], [], 5.0)[0] and keeper is not None:
                 with contextlib.suppress(OSError):
-                    os.kill(self._keeper, signal.SIGKILL)  # init dies with it (parent-death signal)
+                    os.kill(keeper, signal.SIGKILL)  # init dies with it (parent-death signal)
                 select.select([alive], [], [], 5.0)
             os.close(alive)
             self._alive = None
