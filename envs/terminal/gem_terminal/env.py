@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import re
 import shutil
 import tempfile
 import threading
@@ -115,7 +116,10 @@ def task_layer(task: TerminalTask, uid: int) -> Path:
         if not _layer_root:
             _layer_root.append(Path(tempfile.mkdtemp(prefix="gem-terminal-layers-")))
             atexit.register(_cleanup_layers)
-        staging = Path(tempfile.mkdtemp(prefix=f"{task.name}-", dir=_layer_root[0]))
+        # Overlay mount options separate layers with ":" and options with ",": keep the path plain.
+        staging = Path(
+            tempfile.mkdtemp(prefix=re.sub(r"[^A-Za-z0-9_.-]", "_", task.name)[:40] + "-", dir=_layer_root[0])
+        )
         files = staging / "files"
         files.mkdir()
         for source, dest in task.copies:

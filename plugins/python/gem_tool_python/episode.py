@@ -274,6 +274,12 @@ class EpisodeSandbox:
         usable, reason = episodes_available()
         if not usable:
             raise ToolError(f"episode sandbox unavailable: {reason}")
+        resolved = [str(Path(p).resolve()) for p in layers]
+        for path in [*resolved, tempfile.gettempdir()]:
+            if any(c in path for c in ":,\\") or not os.path.isdir(path):
+                raise ToolError(
+                    f"episode sandbox: {path!r} must be a folder whose path has no ':', ',' or '\\' (overlay)"
+                )
         self._lock = threading.Lock()
         self._next_id = 0
         self._spent_s = 0.0
@@ -298,7 +304,7 @@ class EpisodeSandbox:
             self._sock = host
             alive_r, alive_w = os.pipe()
             self._alive = alive_r
-            cfg = self._worker_config([str(Path(p).resolve()) for p in layers])
+            cfg = self._worker_config(resolved)
             try:
                 _zygote().fork(json.dumps(cfg).encode(), [child.fileno(), alive_w, *group_fds])
             finally:

@@ -199,3 +199,12 @@ def test_a_dead_fork_server_ends_its_episodes_cleanly_and_the_next_episode_start
     assert_nothing_left(sandbox, group)
     with EpisodeSandbox([], **LIMITS) as again:
         assert again.run("echo hi").stdout == "hi\n"
+
+
+@pytest.mark.parametrize("name", ["a,b", "a:b", "missing"], ids=["comma", "colon", "missing"])
+def test_a_layer_the_overlay_cannot_take_is_refused_with_the_reason(tmp_path: Path, name: str) -> None:
+    layer = tmp_path / name
+    if name != "missing":
+        layer.mkdir()
+    with pytest.raises(ToolError, match="must be a folder whose path has no"):
+        EpisodeSandbox([layer], **LIMITS)
