@@ -96,6 +96,7 @@ class TerminalEnvConfig(BaseModel):
 
 
 _layers: dict[tuple[str, int], Path] = {}
+_extras: dict[str, Path] = {}
 _layers_lock = threading.Lock()
 _layer_root: list[Path] = []
 
@@ -137,6 +138,42 @@ def task_layer(task: TerminalTask, uid: int) -> Path:
         shutil.rmtree(files)
         _layers[key] = layer
         return layer
+
+
+#: Where checkers find pytest in the sandbox (``$GEM_PYTEST``; Terminal-Bench's checkers are pytest files).
+PYTEST_IN_SANDBOX = "/opt/gem/pytest"
+
+
+def pytest_folder() -> Path | None:
+    """A copy of pytest and what it requires (once per process, from this interpreter's install), for checkers.
+
+    ``None`` when pytest is not installed here. The system ``python3`` in the sandbox imports it
+    (pure Python); the copy keeps the rest of this environment's packages out of the sandbox.
+    """
+    import importlib.metadata
+
+    from gem_tool_python._worker import _distribution_entries
+
+    with _layers_lock:
+        if "pytest" in _extras:
+            return _extras["pytest"]
+        try:
+            importlib.metadata.distribution("pytest")
+        except importlib.metadata.PackageNotFoundError:
+            return None
+        if not _layer_root:
+            _layer_root.append(Path(tempfile.mkdtemp(prefix="gem-terminal-layers-")))
+            atexit.register(_cleanup_layers)
+        target = _layer_root[0] / "pytest"
+        target.mkdir()
+        for entry in sorted(_distribution_entries(["pytest"], [], importlib.metadata)):
+            source = Path(entry)
+            if source.is_dir():
+                shutil.copytree(source, target / source.name, ignore=shutil.ignore_patterns("__pycache__"))
+            elif source.is_file():
+                shutil.copy2(source, target / source.name)
+        _extras["pytest"] = target
+        return target
 
 
 class TerminalEnv(Env):
@@ -208,7 +245,10 @@ class TerminalEnv(Env):
         task = self._pick(options)
         episode_s = self.config.episode_timeout_s or task.agent_timeout_s
         settings = self.sandbox_config.model_dump()
+        pytest_copy = pytest_folder()
+        binds = tuple(self.sandbox_config.binds) + (((str(pytest_copy), PYTEST_IN_SANDBOX),) if pytest_copy else ())
         settings.update(
+            binds=binds,
             workdir=task.workdir,
             command_timeout_s=min(self.config.command_timeout_s, episode_s),
             episode_timeout_s=episode_s,
@@ -276,7 +316,12 @@ class TerminalEnv(Env):
             sandbox.write_file("/tests/run-tests.sh", task.checker.encode(), mode=0o755)
         except ToolError as exc:
             return False, str(exc)
-        result = sandbox.run("bash /tests/run-tests.sh", timeout_s=task.test_timeout_s, charge_episode=False)
+        result = sandbox.run(
+            "bash /tests/run-tests.sh",
+            timeout_s=task.test_timeout_s,
+            env={"GEM_PYTEST": PYTEST_IN_SANDBOX},
+            charge_episode=False,
+        )
         return result.ok, result.render(2000)
 
     def _cap(self, text: str) -> str:

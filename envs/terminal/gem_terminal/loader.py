@@ -16,6 +16,7 @@ network and no package manager. A task whose image or set-up needs more is skipp
 from __future__ import annotations
 
 import math
+import os
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -206,9 +207,10 @@ def _load(path: Path) -> TerminalTask | SkippedTask:
             if _NEEDS_NETWORK.search(text):
                 return SkippedTask(name, path, f"{script} installs packages or downloads; the sandbox has no network")
     elif "test_outputs.py" in tests:
-        checker = "python3 -m pytest -q $TEST_DIR/test_outputs.py"
+        # Terminal-Bench's default: pytest on test_outputs.py (the env binds pytest at $GEM_PYTEST).
+        checker = "PYTHONPATH=$GEM_PYTEST python3 -m pytest -q -p no:cacheprovider $TEST_DIR/test_outputs.py"
         if not _host_has_pytest():
-            return SkippedTask(name, path, "its tests need pytest, which the sandbox's python3 lacks")
+            return SkippedTask(name, path, "its tests need pytest, which is not installed beside gem-terminal")
     else:
         return SkippedTask(name, path, "no checker (run-tests.sh or tests/test_outputs.py)")
     return TerminalTask(
@@ -227,15 +229,10 @@ def _load(path: Path) -> TerminalTask | SkippedTask:
 
 
 def _host_has_pytest() -> bool:
-    """Whether the system python3 the sandbox exposes (``/usr/bin/python3``) can import pytest."""
-    import subprocess
+    """Whether checkers can get pytest: importable here (the env binds a copy) and a system python3 to run it."""
+    import importlib.util
 
-    try:
-        return (
-            subprocess.run(["/usr/bin/python3", "-c", "import pytest"], capture_output=True, timeout=30).returncode == 0
-        )
-    except (OSError, subprocess.SubprocessError):
-        return False
+    return importlib.util.find_spec("pytest") is not None and os.path.exists("/usr/bin/python3")
 
 
 def load_tasks(folder: Path) -> tuple[list[TerminalTask], list[SkippedTask]]:

@@ -94,14 +94,32 @@ def test_what_the_sandbox_cannot_run_is_skipped_with_the_reason(
     assert reason in found.reason
 
 
-def test_pytest_only_tests_need_pytest_in_the_sandbox(tmp_path: Path) -> None:
-    found = load_task(
-        write_task(tmp_path / "t", **{"run-tests.sh": None, "tests/test_outputs.py": "def test(): pass\n"})
-    )
-    if _host_has_pytest():
-        assert isinstance(found, TerminalTask) and "pytest" in found.checker
-    else:
-        assert isinstance(found, SkippedTask) and "pytest" in found.reason
+PYTEST_TESTS = """
+from pathlib import Path
+
+
+def test_the_file_says_hello():
+    assert Path("/srv/out.txt").read_text().strip() == "hello"
+"""
+
+
+@pytest.mark.skipif(not episodes_available()[0], reason=f"episode sandbox unavailable: {episodes_available()[1]}")
+def test_a_pytest_task_without_run_tests_uses_terminal_bench_default_checker(tmp_path: Path) -> None:
+    write_task(tmp_path / "tasks" / "hello", **{"run-tests.sh": None, "tests/test_outputs.py": PYTEST_TESTS})
+    env = TerminalEnv(tasks_dir=str(tmp_path / "tasks"))
+    try:
+        if not _host_has_pytest():
+            pytest.skip("pytest is not installed beside gem-terminal")
+        assert "pytest" in env.tasks[0].checker
+        env.reset(seed=0)
+        env.step(reference_action(env.tasks[0]))
+        _, reward, *_, info = env.step("<done></done>")
+        assert reward == 1.0 and "1 passed" in info["checker_output"]
+        env.reset(seed=0)
+        _, reward, *_, info = env.step("<done></done>")
+        assert reward == 0.0 and "1 failed" in info["checker_output"]
+    finally:
+        env.close()
 
 
 def test_load_tasks_splits_loaded_and_skipped_and_env_names_the_reason(tmp_path: Path) -> None:

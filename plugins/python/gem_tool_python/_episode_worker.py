@@ -124,6 +124,8 @@ def _build_root(cfg: dict[str, Any]) -> None:
             os.symlink(os.readlink(path), new + path)
         elif os.path.exists(path):
             _worker._bind_fd(os.open(path, os.O_PATH | os.O_CLOEXEC), new + path)
+    for source, target in cfg["binds"]:  # further host folders, read-only (a Python package for checkers...)
+        _worker._bind_fd(os.open(source, os.O_PATH | os.O_CLOEXEC), new + target)
     _devices(new)
     workdir = new + cfg["workdir"]
     os.makedirs(workdir, 0o755, exist_ok=True)

@@ -86,6 +86,7 @@ class EpisodeConfig(BaseModel):
             (:func:`prepare_layer`). Episodes share it but not namespaces: one cannot see or
             signal another's processes or files.
         env: Extra environment variables for the commands.
+        binds: Further host folders the commands may read: ``(host path, path in the sandbox)``, read-only.
         cgroups: Put the episode in its own cgroup where the host allows it.
     """
 
@@ -106,6 +107,7 @@ class EpisodeConfig(BaseModel):
     workdir: str = Field("/app", pattern=r"^/[A-Za-z0-9_./-]+$")
     uid: int = Field(1_400_000_000, ge=1000, le=4_000_000_000)
     env: dict[str, str] = Field(default_factory=dict)
+    binds: tuple[tuple[str, str], ...] = ()
     cgroups: bool = True
 
 
@@ -274,6 +276,11 @@ class EpisodeSandbox:
         usable, reason = episodes_available()
         if not usable:
             raise ToolError(f"episode sandbox unavailable: {reason}")
+        for source, target in self.config.binds:
+            if not os.path.isdir(source) or not target.startswith("/") or ".." in target.split("/"):
+                raise ToolError(
+                    f"episode sandbox: bind {source!r} -> {target!r} needs a host folder and an absolute path"
+                )
         resolved = [str(Path(p).resolve()) for p in layers]
         for path in [*resolved, tempfile.gettempdir()]:
             if any(c in path for c in ":,\\") or not os.path.isdir(path):
@@ -337,6 +344,7 @@ class EpisodeSandbox:
             "workdir": c.workdir,
             "layers": layers,
             "system": [p for p in SYSTEM_DIRS if os.path.lexists(p)],
+            "binds": [list(pair) for pair in c.binds],
             "env": {**BASE_ENV, **c.env},
             "limits": {
                 "cpu_s": c.cpu_s,
@@ -373,7 +381,13 @@ class EpisodeSandbox:
         return max(self.config.episode_timeout_s - self._spent_s, 0.0)
 
     def run(
-        self, command: str, *, timeout_s: float | None = None, cwd: str | None = None, charge_episode: bool = True
+        self,
+        command: str,
+        *,
+        timeout_s: float | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        charge_episode: bool = True,
     ) -> CommandResult:
         """Run ``command`` with ``bash -c`` in the episode's root; never raises for what the command does.
 
@@ -381,6 +395,7 @@ class EpisodeSandbox:
             command: Shell text.
             timeout_s: This command's wall clock (default ``command_timeout_s``), cut to the episode's budget.
             cwd: Start directory inside the sandbox (default the work dir).
+            env: Environment variables of this command only, over the episode's.
             charge_episode: Count the command against the episode's time and output budgets (set-up and
                 checker commands do not).
         """
@@ -407,7 +422,7 @@ class EpisodeSandbox:
                 budget = min(budget, self.remaining_s)
             started = time.monotonic()
             try:
-                result = self._run(clean_text(command), budget, cwd)
+                result = self._run(clean_text(command), budget, cwd, env or {})
             finally:
                 if charge_episode:
                     self._spent_s += time.monotonic() - started
@@ -422,13 +437,13 @@ class EpisodeSandbox:
                 self._spent_bytes += len(result.stdout) + len(result.stderr)
             return result
 
-    def _run(self, command: str, budget: float, cwd: str | None) -> CommandResult:
+    def _run(self, command: str, budget: float, cwd: str | None, env: dict[str, str]) -> CommandResult:
         self._next_id += 1
         request = self._next_id
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
-            message = json.dumps({"op": "run", "id": request, "cmd": command, "cwd": cwd}).encode()
+            message = json.dumps({"op": "run", "id": request, "cmd": command, "cwd": cwd, "env": env}).encode()
             try:
                 socket.send_fds(self._sock, [message], [out_w, err_w])
             except OSError as exc:

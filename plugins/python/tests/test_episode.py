@@ -208,3 +208,14 @@ def test_a_layer_the_overlay_cannot_take_is_refused_with_the_reason(tmp_path: Pa
         layer.mkdir()
     with pytest.raises(ToolError, match="must be a folder whose path has no"):
         EpisodeSandbox([layer], **LIMITS)
+
+
+def test_binds_are_readable_and_read_only(tmp_path: Path) -> None:
+    (tmp_path / "tool.txt").write_text("shared\n")
+    tmp_path.chmod(0o755)  # a bind keeps the host's permissions: the sandbox uid must be able to read it
+    with EpisodeSandbox([], **LIMITS, binds=((str(tmp_path), "/opt/tool"),)) as sandbox:
+        assert sandbox.run("cat /opt/tool/tool.txt").stdout == "shared\n"
+        assert "Read-only file system" in sandbox.run("echo x > /opt/tool/tool.txt").stderr
+        assert sandbox.run("echo $A$B", env={"A": "per-", "B": "command"}).stdout == "per-command\n"
+    with pytest.raises(ToolError, match="needs a host folder"):
+        EpisodeSandbox([], binds=((str(tmp_path), "relative"),))
