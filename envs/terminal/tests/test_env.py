@@ -221,11 +221,12 @@ def test_the_model_sees_neither_the_checker_nor_the_solution_nor_the_host() -> N
     env = TerminalEnv(task="text-csv-sum")
     try:
         env.reset(seed=0)
-        obs, *_ = env.step("<bash>ls -A /; echo ---; ls -A /tests /app</bash>")
+        obs, *_ = env.step("<bash>ls -A /; echo ---; ls -A /tests /app; echo ---; ls -A /opt /opt/gem</bash>")
         output = obs.split("\n", 1)[1].rsplit("[exit code]", 1)[0]  # past the echoed command
-        top, tests_and_app = output.split("---")
+        top, tests_and_app, opt = output.split("---")
         system = {"bin", "etc", "lib", "lib32", "lib64", "libx32", "sbin", "usr"}
-        assert set(top.split()) <= system | {"app", "dev", "home", "proc", "tests", "tmp"}
+        assert set(top.split()) <= system | {"app", "dev", "home", "opt", "proc", "tests", "tmp"}
+        assert opt.split() == ["/opt:", "gem", "/opt/gem:", "pytest"]
         assert tests_and_app.split() == ["/app:", "sales.csv", "/tests:"]
     finally:
         env.close()
