@@ -8,7 +8,7 @@ keeper holds until everything of the episode is gone, and the episode's ``cgroup
 Stdlib only; the isolation primitives (rlimits, seccomp, keyrings, mount helpers) come from the
 one-shot sandbox's :mod:`_worker`, imported from this folder. Process tree::
 
-    zygote (root)                 forks one keeper per request; dies with the host process
+    zygote (root)                 forks one keeper per request; exits when the host's socket end closes
       └─ keeper (root)            joins the episode's cgroups, unshare(mount, net, pid, ipc, uts), fork, wait
            └─ init                pid 1: tmpfs scratch (the disk cap), overlay of the task's layers at the
                 │                 work dir, read-only system binds, pivot_root; serves requests, reaps
@@ -52,8 +52,11 @@ def _reply(sock: socket.socket, **message: Any) -> None:
 
 
 def zygote(server_fd: int) -> None:
-    """Fork one keeper per request until the host closes the socket (or dies: the parent-death signal)."""
-    _worker._die_with_parent(os.getppid())
+    """Fork one keeper per request until the host closes the socket or dies (its end closes: EOF).
+
+    No parent-death signal here: it fires when the *thread* that started us exits, and the host may
+    start the server from a pool thread that ends long before its episodes.
+    """
     server = socket.socket(fileno=server_fd)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # keepers are reaped by the kernel
     while True:

@@ -219,3 +219,49 @@ def test_binds_are_readable_and_read_only(tmp_path: Path) -> None:
         assert sandbox.run("echo $A$B", env={"A": "per-", "B": "command"}).stdout == "per-command\n"
     with pytest.raises(ToolError, match="needs a host folder"):
         EpisodeSandbox([], binds=((str(tmp_path), "relative"),))
+
+
+def test_episodes_outlive_the_thread_that_started_the_fork_server() -> None:
+    import threading
+
+    from gem_tool_python import episode
+
+    episode._stop_zygote()
+    episode._zygotes.clear()
+    made: list[EpisodeSandbox] = []
+    starter = threading.Thread(target=lambda: made.append(EpisodeSandbox([], **LIMITS)))
+    starter.start()
+    starter.join()
+    with made[0] as sandbox:
+        assert sandbox.run("sleep 0.3; echo still here").stdout == "still here\n"
+        with EpisodeSandbox([], **LIMITS) as second:
+            assert second.run("echo second").ok
+
+
+def test_killing_the_host_process_ends_its_episodes_processes(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    uid = 1_400_000_081
+    program = (
+        "from gem_tool_python.episode import EpisodeSandbox\n"
+        f"s = EpisodeSandbox([], uid={uid})\n"
+        "assert s.run('setsid sleep 1000 & sleep 999 &').ok\n"
+        "print('ready', flush=True)\n"
+        "import time; time.sleep(600)\n"
+    )
+    host = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True)
+    try:
+        assert host.stdout is not None and host.stdout.readline() == "ready\n"
+        assert len(processes_of(uid)) >= 2
+    finally:
+        host.send_signal(signal.SIGKILL)
+        host.wait()
+        if host.stdout is not None:
+            host.stdout.close()
+    deadline = time.monotonic() + 10
+    while processes_of(uid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert processes_of(uid) == []
