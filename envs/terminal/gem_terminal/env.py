@@ -322,7 +322,8 @@ class TerminalEnv(Env):
             env={"GEM_PYTEST": PYTEST_IN_SANDBOX},
             charge_episode=False,
         )
-        return result.ok, result.render(2000)
+        # pytest's "2 passed in 0.03s" would make info differ between identical episodes.
+        return result.ok, re.sub(r" in \d+(?:\.\d+)?s\b", " in <time>", result.render(2000))
 
     def _cap(self, text: str) -> str:
         limit = self.config.max_observation_chars

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gem_core.testing import check_env
 from gem_terminal.env import TerminalEnv, reference_action
 from gem_terminal.loader import SkippedTask, TerminalTask, _host_has_pytest, load_task, load_tasks
 from gem_tool_python.episode import episodes_available
@@ -118,6 +119,7 @@ def test_a_pytest_task_without_run_tests_uses_terminal_bench_default_checker(tmp
         env.reset(seed=0)
         _, reward, *_, info = env.step("<done></done>")
         assert reward == 0.0 and "1 failed" in info["checker_output"]
+        check_env(env, env_factory=lambda: TerminalEnv(tasks_dir=str(tmp_path / "tasks")))
     finally:
         env.close()
 
