@@ -249,13 +249,15 @@ def test_killing_the_host_process_ends_its_episodes_processes(tmp_path: Path) ->
         "from gem_tool_python.episode import EpisodeSandbox\n"
         f"s = EpisodeSandbox([], uid={uid})\n"
         "assert s.run('setsid sleep 1000 & sleep 999 &').ok\n"
-        "print('ready', flush=True)\n"
+        "groups = [str(p / s._group_name) for p in s._groups.parents.values()] if s._groups else []\n"
+        "print('ready', s._scratch, *groups, flush=True)\n"
         "import time; time.sleep(600)\n"
     )
     host = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True)
     try:
-        assert host.stdout is not None and host.stdout.readline() == "ready\n"
-        assert len(processes_of(uid)) >= 2
+        assert host.stdout is not None
+        ready, scratch, *groups = host.stdout.readline().split()
+        assert ready == "ready" and len(processes_of(uid)) >= 2
     finally:
         host.send_signal(signal.SIGKILL)
         host.wait()
@@ -265,3 +267,8 @@ def test_killing_the_host_process_ends_its_episodes_processes(tmp_path: Path) ->
     while processes_of(uid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert processes_of(uid) == []
+    # What stays (docs/terminal.md): the empty scratch folder and the empty cgroups; tidy them here.
+    assert scratch not in Path("/proc/self/mountinfo").read_text()
+    Path(scratch).rmdir()
+    for group in groups:
+        Path(group).rmdir()
