@@ -28,14 +28,17 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import json
 import os
 import select
 import signal
 import socket
+import struct
 import sys
 from typing import Any
 
+# Everything is imported here, in the fork server: after pivot_root the host's library folders are gone.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _worker
@@ -148,6 +151,16 @@ def _build_root(cfg: dict[str, Any]) -> None:
     )
     hostname = b"sandbox"
     _worker._libc.sethostname(hostname, len(hostname))
+    _loopback_up()
+
+
+def _loopback_up() -> None:
+    """Bring up ``lo`` of the episode's own network namespace: servers on 127.0.0.1 work, nothing else."""
+    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        request = struct.pack("16sH", b"lo", 0)
+        flags = struct.unpack("16sH", fcntl.ioctl(probe, siocgifflags, request)[:18])[1]
+        fcntl.ioctl(probe, siocsifflags, struct.pack("16sH", b"lo", flags | iff_up))
 
 
 def _devices(new: str) -> None:

@@ -272,3 +272,16 @@ def test_killing_the_host_process_ends_its_episodes_processes(tmp_path: Path) ->
     Path(scratch).rmdir()
     for group in groups:
         Path(group).rmdir()
+
+
+def test_a_server_started_in_one_command_answers_on_loopback_in_the_next() -> None:
+    with EpisodeSandbox([], **LIMITS) as sandbox, EpisodeSandbox([], **LIMITS) as other:
+        for box in (sandbox, other):  # the same port in two episodes: each has its own network namespace
+            assert box.run("python3 -m http.server 8765 --bind 127.0.0.1 > /tmp/server.log 2>&1 &").ok
+        fetch = (
+            'python3 -c "import time, urllib.request\nfor _ in range(50):\n    try:\n'
+            "        print(urllib.request.urlopen('http://127.0.0.1:8765/').status); break\n"
+            '    except OSError: time.sleep(0.1)"'
+        )
+        assert sandbox.run(fetch).stdout == "200\n"
+        assert other.run(fetch).stdout == "200\n"
