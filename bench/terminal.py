@@ -1,0 +1,178 @@
+"""Terminal env benchmark: episode set-up, command round trip, episodes per second at 1, 8 and 32 concurrent.
+
+Run (as root, where the episode sandbox works): ``python bench/terminal.py [--json out.json]``.
+
+Sections:
+
+* ``layers``: what starting an episode's writable root costs with each strategy, on the same task
+  layer (``--layer-files`` files of ``--layer-kb`` KiB): a full copy (``shutil.copytree``), a hardlink
+  farm (``cp -al``: a copy of the tree's metadata, and files shared until written, which then needs
+  copy-up on write that hardlinks cannot do by themselves), a reflink copy (``cp --reflink=always``;
+  copy-on-write where the file system has it), and the overlay the sandbox uses (the sandbox's
+  start-up with that layer, minus its start-up with no layer).
+* ``episode``: the sandbox's start-up alone (interpreter, namespaces, mounts) and a task's reset
+  (start-up plus its set-up commands), each median and p95.
+* ``round_trip``: ``true`` in a warm episode, p50 and p95.
+* ``throughput``: whole episodes (reset, the reference solution, ``<done>``, the checker, close) per
+  second with 1, 8 and 32 running at once (threads), on a task mix from the shipped tasks.
+
+Numbers are from one run on whatever machine runs it; the docs say which machine and its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from gem_terminal.env import TerminalEnv, reference_action
+from gem_tool_python.episode import EpisodeSandbox, episodes_available, prepare_layer
+
+MIX = ("text-sort-uniq", "files-archive", "git-init-commit", "python-fix-syntax")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def timed(fn: Any, repeat: int) -> list[float]:
+    out = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def bench_layers(args: argparse.Namespace, rows: dict[str, Any]) -> None:
+    work = Path(tempfile.mkdtemp(prefix="gem-bench-layers-"))
+    try:
+        source = work / "source"
+        for i in range(args.layer_files):
+            path = source / f"d{i % 20}" / f"f{i}"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(os.urandom(args.layer_kb * 1024))
+        layer = prepare_layer(source, work / "layer")
+        counter = iter(range(10**6))
+
+        def copy() -> None:
+            shutil.copytree(layer, work / f"copy{next(counter)}", symlinks=True)
+
+        def hardlinks() -> None:
+            subprocess.run(["cp", "-al", str(layer), str(work / f"links{next(counter)}")], check=True)
+
+        reflink = subprocess.run(
+            ["cp", "-a", "--reflink=always", str(layer), str(work / "reflink-probe")], capture_output=True, text=True
+        )
+        results = {"copytree": timed(copy, args.repeat), "hardlink_farm": timed(hardlinks, args.repeat)}
+        if reflink.returncode == 0:
+            results["reflink"] = timed(
+                lambda: subprocess.run(
+                    ["cp", "-a", "--reflink=always", str(layer), str(work / f"r{next(counter)}")], check=True
+                ),
+                args.repeat,
+            )
+        else:
+            rows["layers"]["reflink"] = f"unsupported here: {reflink.stderr.strip().splitlines()[0][:80]}"
+        empty, layered = [], []
+        for _ in range(args.repeat):
+            with EpisodeSandbox([]) as sandbox:
+                empty.append(sandbox.setup_s)
+            with EpisodeSandbox([layer]) as sandbox:
+                layered.append(sandbox.setup_s)
+        results["overlay (sandbox start with the layer)"] = layered
+        rows["layers"]["sandbox start, no layer (median s)"] = statistics.median(empty)
+        for name, values in results.items():
+            rows["layers"][f"{name} (median s)"] = statistics.median(values)
+        size = sum(f.stat().st_size for f in layer.rglob("*") if f.is_file())
+        rows["layers"]["layer"] = f"{args.layer_files} files, {size / 2**20:.1f} MiB"
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def bench_episode(args: argparse.Namespace, rows: dict[str, Any]) -> None:
+    starts = timed(lambda: EpisodeSandbox([]).close(), args.repeat)
+    rows["episode"]["sandbox start+close p50 (s)"] = percentile(starts, 0.5)
+    rows["episode"]["sandbox start+close p95 (s)"] = percentile(starts, 0.95)
+    env = TerminalEnv(task="git-resolve-conflict")  # five set-up commands (git init, commits, branches)
+    try:
+        resets = timed(lambda: env.reset(seed=0), args.repeat)
+    finally:
+        env.close()
+    rows["episode"]["reset with set-up, git-resolve-conflict p50 (s)"] = percentile(resets, 0.5)
+    rows["episode"]["reset with set-up, git-resolve-conflict p95 (s)"] = percentile(resets, 0.95)
+
+
+def bench_round_trip(args: argparse.Namespace, rows: dict[str, Any]) -> None:
+    with EpisodeSandbox([]) as sandbox:
+        sandbox.run("true")
+        times = [sandbox.run("true").elapsed_s for _ in range(args.commands)]
+        cat = [sandbox.run("seq 1 2000").elapsed_s for _ in range(args.commands // 4)]
+    rows["round_trip"]["`true` p50 (ms)"] = 1000 * percentile(times, 0.5)
+    rows["round_trip"]["`true` p95 (ms)"] = 1000 * percentile(times, 0.95)
+    rows["round_trip"]["`seq 1 2000` (9 KB out) p50 (ms)"] = 1000 * percentile(cat, 0.5)
+
+
+def one_episode(index: int) -> float:
+    name = MIX[index % len(MIX)]
+    env = TerminalEnv(task=name)
+    try:
+        env.reset(seed=index)
+        env.step(reference_action(env.tasks[0]))
+        reward = env.step("<done></done>")[1]
+    finally:
+        env.close()
+    if reward != 1.0:
+        raise RuntimeError(f"{name}: the reference solution scored {reward}")
+    return reward
+
+
+def bench_throughput(args: argparse.Namespace, rows: dict[str, Any]) -> None:
+    one_episode(0)  # builds the task layers once, as a training run does
+    for concurrency in args.concurrency:
+        count = max(args.episodes, concurrency * 2)
+        start = time.perf_counter()
+        with ThreadPoolExecutor(concurrency) as pool:
+            list(pool.map(one_episode, range(count)))
+        elapsed = time.perf_counter() - start
+        rows["throughput"][f"{concurrency} concurrent: episodes/s"] = count / elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--commands", type=int, default=200)
+    parser.add_argument("--episodes", type=int, default=16)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--layer-files", type=int, default=1000)
+    parser.add_argument("--layer-kb", type=int, default=20)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    usable, why = episodes_available()
+    if not usable:
+        print(f"episode sandbox unavailable: {why}", file=sys.stderr)
+        return 2
+    rows: dict[str, Any] = {"layers": {}, "episode": {}, "round_trip": {}, "throughput": {}}
+    for section in (bench_layers, bench_episode, bench_round_trip, bench_throughput):
+        section(args, rows)
+        print(json.dumps({section.__name__[6:]: rows[section.__name__[6:]]}, indent=1), flush=True)
+    load = os.getloadavg()
+    rows["machine"] = {"cpus": os.cpu_count(), "load average (1, 5, 15 min)": load}
+    print(json.dumps({"machine": rows["machine"]}))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

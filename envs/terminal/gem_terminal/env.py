@@ -1,0 +1,349 @@
+"""Multi-turn shell tasks: the model runs commands in an episode sandbox; the task's checker gives the reward."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import re
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gem_core.core import Env, ResetReturn, StepReturn, require_text_action
+from gem_core.errors import ConfigError, ResetNeeded, ToolError
+from gem_core.registry import format_config_error
+from gem_core.tools import MalformedCall, Tool, ToolResult, parse_tool_calls
+from gem_terminal.loader import SkippedTask, TerminalTask, load_task, load_tasks
+
+__all__ = ["TASKS_DIR", "BashTool", "DoneTool", "TerminalEnv", "TerminalEnvConfig", "reference_action"]
+
+#: The tasks shipped with gem-terminal.
+TASKS_DIR = Path(__file__).parent / "tasks"
+
+PROMPT = (
+    "{instruction}\n\n"
+    "You are in a Linux shell (bash) in {workdir}, with no network. Run a command as <bash>COMMAND</bash> "
+    '(or as a tool call: <tool_call>{{"name": "bash", "arguments": {{"command": "COMMAND"}}}}</tool_call>); '
+    "you will see its output and exit code. Several commands may go in one reply. Files and background "
+    "processes persist between turns. When the task is done, reply <done></done>. You have {max_turns} turns."
+)
+
+
+class BashTool(Tool):
+    """The terminal env's command tool (declared for parsing; the env runs it in its own sandbox)."""
+
+    name = "bash"
+    description = "Run a shell command (bash -c) in the task's sandbox; returns stdout, stderr and the exit code."
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"command": {"type": "string", "description": "The shell command."}},
+        "required": ["command"],
+    }
+    tag_argument = "command"
+
+    async def execute(self, arguments: dict[str, Any]) -> ToolResult:
+        return ToolResult(error="bash runs inside a terminal env's episode sandbox (make a terminal:* env)")
+
+
+class DoneTool(Tool):
+    """Ends the episode; the task's checker then runs."""
+
+    name = "done"
+    description = "Say that the task is finished; the task's tests then run."
+    parameters: ClassVar[dict[str, Any]] = {"type": "object", "properties": {}}
+    tag_argument = "summary"
+
+    async def execute(self, arguments: dict[str, Any]) -> ToolResult:
+        return ToolResult(output="done")
+
+
+def reference_action(task: TerminalTask) -> str:
+    """A reply that runs the task's reference solution as one JSON tool call (any text survives quoting)."""
+    call = {"name": "bash", "arguments": {"command": task.solution}}
+    return f"<tool_call>{json.dumps(call)}</tool_call>"
+
+
+class TerminalEnvConfig(BaseModel):
+    """Configuration of :class:`TerminalEnv`.
+
+    Attributes:
+        tasks_dir: A folder of Terminal-Bench-format tasks (default: the tasks shipped with gem-terminal).
+        task: Only this task (its folder's name); otherwise ``reset`` draws one per episode from the seed.
+        max_turns: Turns before the episode is truncated (the checker still runs).
+        max_calls_per_turn: Commands run per reply; further ones are refused with a message.
+        command_timeout_s: Wall clock of one command.
+        episode_timeout_s: Command time of the whole episode (default: the task's ``max_agent_timeout_sec``).
+        max_observation_chars: Longest observation (the middle of longer ones is cut).
+        shaping: Per-turn reward for a turn whose commands all exit 0 (0: the checker's reward only).
+        sandbox: Further :class:`gem_tool_python.episode.EpisodeConfig` fields (``disk_mb``, ``max_procs``...).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tasks_dir: str | None = None
+    task: str | None = None
+    max_turns: int = Field(20, ge=1)
+    max_calls_per_turn: int = Field(8, ge=1)
+    command_timeout_s: float = Field(30.0, gt=0)
+    episode_timeout_s: float | None = Field(None, gt=0)
+    max_observation_chars: int = Field(8000, ge=200)
+    shaping: float = 0.0
+    sandbox: dict[str, Any] = Field(default_factory=dict)
+
+
+_layers: dict[tuple[str, int], Path] = {}
+_extras: dict[str, Path] = {}
+_layers_lock = threading.Lock()
+_layer_root: list[Path] = []
+
+
+def _cleanup_layers() -> None:
+    for root in _layer_root:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def task_layer(task: TerminalTask, uid: int) -> Path:
+    """The task's files (its COPY lines) as a read-only layer, built once per process and task."""
+    from gem_tool_python.episode import prepare_layer
+
+    key = (str(task.path.resolve()), uid)
+    with _layers_lock:
+        if key in _layers:
+            return _layers[key]
+        if not _layer_root:
+            _layer_root.append(Path(tempfile.mkdtemp(prefix="gem-terminal-layers-")))
+            atexit.register(_cleanup_layers)
+        # Overlay mount options separate layers with ":" and options with ",": keep the path plain.
+        staging = Path(
+            tempfile.mkdtemp(prefix=re.sub(r"[^A-Za-z0-9_.-]", "_", task.name)[:40] + "-", dir=_layer_root[0])
+        )
+        files = staging / "files"
+        files.mkdir()
+        for source, dest in task.copies:
+            relative = dest[len(task.workdir) :].strip("/")
+            origin = task.path / source
+            target = files / relative if relative else files
+            if origin.is_dir():
+                shutil.copytree(origin, target, symlinks=True, dirs_exist_ok=True)
+            else:
+                if dest.endswith("/") or target.is_dir():
+                    target = target / origin.name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(origin, target)
+        layer = prepare_layer(files, staging / "layer", uid)
+        shutil.rmtree(files)
+        _layers[key] = layer
+        return layer
+
+
+#: Where checkers find pytest in the sandbox (``$GEM_PYTEST``; Terminal-Bench's checkers are pytest files).
+PYTEST_IN_SANDBOX = "/opt/gem/pytest"
+
+
+def pytest_folder() -> Path | None:
+    """A copy of pytest and what it requires (once per process, from this interpreter's install), for checkers.
+
+    ``None`` when pytest is not installed here. The system ``python3`` in the sandbox imports it
+    (pure Python); the copy keeps the rest of this environment's packages out of the sandbox.
+    """
+    import importlib.metadata
+
+    from gem_tool_python._worker import _distribution_entries
+
+    with _layers_lock:
+        if "pytest" in _extras:
+            return _extras["pytest"]
+        try:
+            importlib.metadata.distribution("pytest")
+        except importlib.metadata.PackageNotFoundError:
+            return None
+        if not _layer_root:
+            _layer_root.append(Path(tempfile.mkdtemp(prefix="gem-terminal-layers-")))
+            atexit.register(_cleanup_layers)
+        target = _layer_root[0] / "pytest"
+        target.mkdir()
+        for entry in sorted(_distribution_entries(["pytest"], [], importlib.metadata)):
+            source = Path(entry)
+            if source.is_dir():
+                shutil.copytree(source, target / source.name, ignore=shutil.ignore_patterns("__pycache__"))
+            elif source.is_file():
+                shutil.copy2(source, target / source.name)
+        _extras["pytest"] = target
+        return target
+
+
+class TerminalEnv(Env):
+    """A shell task: the model runs commands in an episode sandbox and says when it is done.
+
+    Reward: 1 when the task's checker (``run-tests.sh``) exits 0 in the episode's root after the
+    last turn, else 0; plus ``shaping`` per turn whose commands all succeed (0 by default).
+    ``info`` gets ``task``, ``commands`` (run this turn), ``format_error``, and at the end ``success``
+    and ``checker_output`` (its tail).
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"multi_turn": True}
+
+    def __init__(self, **kwargs: Any) -> None:
+        try:
+            self.config = TerminalEnvConfig.model_validate(kwargs)
+        except ValidationError as exc:
+            raise ConfigError(format_config_error("terminal env", exc)) from exc
+        from gem_tool_python.episode import EpisodeConfig
+
+        try:
+            self.sandbox_config = EpisodeConfig.model_validate(self.config.sandbox)
+        except ValidationError as exc:
+            raise ConfigError(format_config_error("terminal env sandbox settings (sandbox=...)", exc)) from exc
+        folder = Path(self.config.tasks_dir) if self.config.tasks_dir else TASKS_DIR
+        if not folder.is_dir():
+            raise ConfigError(f"terminal env: tasks_dir {str(folder)!r} is not a folder of task folders")
+        if (folder / "task.yaml").exists():  # one task's own folder
+            item = load_task(folder)
+            self.tasks, self.skipped = ([item], []) if isinstance(item, TerminalTask) else ([], [item])
+        else:
+            self.tasks, self.skipped = load_tasks(folder)
+        if self.config.task is not None:
+            self.tasks = [t for t in self.tasks if t.name == self.config.task]
+            if not self.tasks:
+                why = next(
+                    (f": skipped, {s.reason}" for s in self.skipped if s.name == self.config.task), " is not there"
+                )
+                raise ConfigError(f"terminal env: task {self.config.task!r} in {folder}{why}")
+        if not self.tasks:
+            reasons = "; ".join(f"{s.name}: {s.reason}" for s in self.skipped[:5])
+            raise ConfigError(
+                f"terminal env: no runnable task in {folder}" + (f" (skipped: {reasons})" if reasons else "")
+            )
+        self._tools = [BashTool(), DoneTool()]
+        self._sandbox: Any = None
+        self._task: TerminalTask | None = None
+        self._turn = 0
+
+    @property
+    def task(self) -> TerminalTask | None:
+        """The current episode's task."""
+        return self._task
+
+    def _pick(self, options: dict[str, Any] | None) -> TerminalTask:
+        name = (options or {}).get("task")
+        if name is not None:
+            for task in self.tasks:
+                if task.name == name:
+                    return task
+            raise ConfigError(f"terminal env: reset(options={{'task': {name!r}}}) names no loaded task")
+        return self.tasks[self.py_random.randrange(len(self.tasks))] if len(self.tasks) > 1 else self.tasks[0]
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
+        super().reset(seed=seed)
+        self._close_sandbox()
+        from gem_tool_python.episode import EpisodeSandbox
+
+        task = self._pick(options)
+        episode_s = self.config.episode_timeout_s or task.agent_timeout_s
+        settings = self.sandbox_config.model_dump()
+        pytest_copy = pytest_folder()
+        binds = tuple(self.sandbox_config.binds) + (((str(pytest_copy), PYTEST_IN_SANDBOX),) if pytest_copy else ())
+        settings.update(
+            binds=binds,
+            workdir=task.workdir,
+            command_timeout_s=min(self.config.command_timeout_s, episode_s),
+            episode_timeout_s=episode_s,
+            env={**task.env, **self.sandbox_config.env},
+        )
+        sandbox = EpisodeSandbox([task_layer(task, self.sandbox_config.uid)], **settings)
+        for command in task.setup:
+            result = sandbox.run(command, timeout_s=task.test_timeout_s, charge_episode=False)
+            if not result.ok:
+                sandbox.close()
+                raise ToolError(
+                    f"terminal task {task.name}: set-up command {command[:80]!r} failed:\n{result.render(2000)}"
+                )
+        self._sandbox, self._task, self._turn = sandbox, task, 0
+        prompt = PROMPT.format(instruction=task.instruction, workdir=task.workdir, max_turns=self.config.max_turns)
+        return prompt, {"task": task.name}
+
+    def step(self, action: str) -> StepReturn:
+        require_text_action(self, action, "the reply, with commands as <bash>...</bash> and <done></done> at the end")
+        if self._sandbox is None or self._task is None:
+            raise ResetNeeded("TerminalEnv.step() before reset() (or after the episode ended): call reset() first")
+        self._turn += 1
+        parsed = parse_tool_calls(action, self._tools)
+        outputs: list[str] = []
+        commands, all_ok, done = 0, True, False
+        for item in parsed.items:
+            if isinstance(item, MalformedCall):
+                outputs.append(f"[invalid call] {item.message}")
+                all_ok = False
+            elif item.name == "done":
+                done = True
+                break
+            elif commands >= self.config.max_calls_per_turn:
+                outputs.append(f"[refused] at most {self.config.max_calls_per_turn} commands per reply")
+                all_ok = False
+            else:
+                command = str(item.arguments.get("command", ""))
+                result = self._sandbox.run(command)
+                commands += 1
+                all_ok = all_ok and result.ok
+                outputs.append(f"$ {command}\n{result.render()}")
+        info: dict[str, Any] = {"task": self._task.name, "commands": commands, "format_error": not parsed}
+        if not parsed:
+            outputs.append("No command found. Run one as <bash>COMMAND</bash>, or reply <done></done> when finished.")
+        reward = self.config.shaping if commands and all_ok else 0.0
+        out_of_time = self._sandbox.remaining_s <= 0 or self._sandbox.closed
+        if done or self._turn >= self.config.max_turns or out_of_time:
+            passed, checker_output = self._check()
+            reward += 1.0 if passed else 0.0
+            info.update(success=passed, checker_output=checker_output)
+            outputs.append(f"[episode over] the task's tests {'passed' if passed else 'failed'}.")
+            self._close_sandbox()
+            return self._cap("\n\n".join(outputs)), reward, done, not done, info
+        return self._cap("\n\n".join(outputs)), reward, False, False, info
+
+    def _check(self) -> tuple[bool, str]:
+        """Run the task's checker in the episode's root; ``(passed, the tail of its output)``."""
+        assert self._task is not None
+        task, sandbox = self._task, self._sandbox
+        if sandbox.closed:
+            return False, "the episode's sandbox ended before the tests ran"
+        try:
+            for relative, data in task.tests.items():
+                sandbox.write_file(f"/tests/{relative}", data)
+            sandbox.write_file("/tests/run-tests.sh", task.checker.encode(), mode=0o755)
+        except ToolError as exc:
+            return False, str(exc)
+        result = sandbox.run(
+            "bash /tests/run-tests.sh",
+            timeout_s=task.test_timeout_s,
+            env={"GEM_PYTEST": PYTEST_IN_SANDBOX},
+            charge_episode=False,
+        )
+        # pytest's "2 passed in 0.03s" would make info differ between identical episodes.
+        return result.ok, re.sub(r" in \d+(?:\.\d+)?s\b", " in <time>", result.render(2000))
+
+    def _cap(self, text: str) -> str:
+        limit = self.config.max_observation_chars
+        if len(text) <= limit:
+            return text
+        return text[: limit // 2] + "\n...[observation truncated]...\n" + text[-limit // 2 :]
+
+    def _close_sandbox(self) -> None:
+        if self._sandbox is not None:
+            self._sandbox.close()
+            self._sandbox = None
+
+    def close(self) -> None:
+        self._close_sandbox()
+        self._task = None
+
+    def sample_random_action(self) -> str:
+        return self.py_random.choice(["<bash>ls</bash>", "<bash>pwd</bash>", "<bash>echo hi</bash>", "<done></done>"])
+
+
+def skipped_tasks(folder: Path) -> list[SkippedTask]:
+    """The tasks in ``folder`` the sandbox cannot run, with the reasons."""
+    return load_tasks(folder)[1]

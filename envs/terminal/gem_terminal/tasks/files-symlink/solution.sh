@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+ln -sfn /app/releases/v2 /app/current

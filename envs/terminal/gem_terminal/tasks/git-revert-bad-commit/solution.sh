@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+cd /app/calc && git revert --no-edit HEAD

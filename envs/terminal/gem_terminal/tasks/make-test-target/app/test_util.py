@@ -1,0 +1,4 @@
+from util import reverse
+
+assert reverse('abc') == 'cba', reverse('abc')
+print('ok')

@@ -1,0 +1,7 @@
+import sys
+sys.path.insert(0, "/app")
+from lists import last_n
+assert last_n([1, 2, 3, 4], 2) == [3, 4], last_n([1, 2, 3, 4], 2)
+assert last_n([1, 2, 3], 3) == [1, 2, 3]
+assert last_n([1, 2, 3], 1) == [3]
+assert last_n([1, 2], 0) == []

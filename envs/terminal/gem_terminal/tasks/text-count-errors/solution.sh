@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+grep -c ERROR /app/app.log > /app/errors.txt

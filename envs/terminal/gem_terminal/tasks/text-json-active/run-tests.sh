@@ -1,0 +1,5 @@
+#!/bin/bash
+# Exit 0 when the task is solved.
+set -e
+cd /app
+printf 'ann\ncid\n' | diff - active.txt

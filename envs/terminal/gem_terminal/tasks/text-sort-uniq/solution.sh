@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+sort -u /app/names.txt > /app/unique.txt

@@ -1,0 +1,293 @@
+"""Episode sandbox process: one writable root and one set of namespaces for a whole episode.
+
+Started once per host process as ``python -I -S -B _episode_worker.py FD`` by
+:mod:`gem_tool_python.episode`: a fork server (*zygote*) that pays the interpreter start-up and the
+imports once. Each episode is one request on the socket ``FD``: the settings (JSON, never in argv,
+where ``ps`` shows them) with descriptors attached: the episode's socket, a pipe whose write end the
+keeper holds until everything of the episode is gone, and the episode's ``cgroup.procs`` files.
+Stdlib only; the isolation primitives (rlimits, seccomp, keyrings, mount helpers) come from the
+one-shot sandbox's :mod:`_worker`, imported from this folder. Process tree::
+
+    zygote (root)                 forks one keeper per request; exits when the host's socket end closes
+      └─ keeper (root)            joins the episode's cgroups, unshare(mount, net, pid, ipc, uts), fork, wait
+           └─ init                pid 1: tmpfs scratch (the disk cap), overlay of the task's layers at the
+                │                 work dir, read-only system binds, pivot_root; serves requests, reaps
+                └─ command        one per request: new session, rlimits, the episode's uid, no_new_privs,
+                                  seccomp; exec ``/bin/bash -c CMD`` with the host's pipes as stdout/stderr
+
+Requests and replies are one JSON object per SOCK_SEQPACKET message on the episode's socket:
+``{"op": "run", "id", "cmd", "cwd", "env"}`` (two descriptors attached: stdout and stderr),
+``{"op": "kill", "id"}``, ``{"op": "kill_all"}``, ``{"op": "write", "path", "data" (base64), "mode", "append"}``.
+Replies: ``{"event": "keeper", "pid"}`` (its host pid), ``{"event": "ready"}``, ``{"event": "failed", "error"}``,
+``{"event": "exit", "id", "code"}``,
+``{"event": "written", "error"}``. When the host closes the socket init exits, and the kernel kills
+every process left in the pid namespace; the mounts die with the mount namespace.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+from typing import Any
+
+# Everything is imported here, in the fork server: after pivot_root the host's library folders are gone.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import _worker
+
+_NEW_NAMESPACES = (
+    _worker.CLONE_NEWNS | _worker.CLONE_NEWNET | _worker.CLONE_NEWPID | _worker.CLONE_NEWIPC | _worker.CLONE_NEWUTS
+)
+MS_RDONLY = _worker.MS_RDONLY
+
+
+def _reply(sock: socket.socket, **message: Any) -> None:
+    with contextlib.suppress(OSError):
+        sock.send(json.dumps(message).encode())
+
+
+def zygote(server_fd: int) -> None:
+    """Fork one keeper per request until the host closes the socket or dies (its end closes: EOF).
+
+    No parent-death signal here: it fires when the *thread* that started us exits, and the host may
+    start the server from a pool thread that ends long before its episodes.
+    """
+    server = socket.socket(fileno=server_fd)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # keepers are reaped by the kernel
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(server, 1 << 20, 2 + _worker.MAX_CGROUP_FDS)
+        except OSError:
+            os._exit(0)
+        if not message:
+            os._exit(0)
+        parent = os.getpid()
+        if len(fds) >= 2 and os.fork() == 0:
+            try:
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                server.close()
+                keeper(json.loads(message), fds[0], fds[1], fds[2:], parent)
+            finally:
+                os._exit(1)
+        for fd in fds:
+            os.close(fd)
+
+
+def keeper(cfg: dict[str, Any], sock_fd: int, alive_fd: int, cgroup_fds: list[int], parent: int) -> None:
+    """Join the cgroups, enter new namespaces, run init, exit with it (``alive_fd`` closes last)."""
+    _worker._die_with_parent(parent)
+    sock = socket.socket(fileno=sock_fd)
+    _reply(sock, event="keeper", pid=os.getpid())
+    for fd in cgroup_fds:
+        os.write(fd, b"0")
+        os.close(fd)
+    try:
+        _worker._check(_worker._libc.unshare(_NEW_NAMESPACES), "unshare")
+    except OSError as exc:
+        _reply(sock, event="failed", error=str(exc))
+        os._exit(3)
+    me = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        os.close(alive_fd)
+        try:
+            init(cfg, sock, me)
+        except BaseException as exc:
+            _reply(sock, event="failed", error=f"{type(exc).__name__}: {exc}")
+        os._exit(3)
+    sock.close()  # only init holds the socket: EOF on the host side means the episode is gone
+    _, status = os.waitpid(pid, 0)
+    os._exit(_worker._exit_code(status))
+
+
+def _build_root(cfg: dict[str, Any]) -> None:
+    """The episode's root: a size-capped tmpfs holding the overlay's upper layer and the new root."""
+    _worker._check(_worker._libc.mount(None, b"/", None, _worker.MS_REC | _worker.MS_PRIVATE, None), "make / private")
+    scratch = cfg["scratch"]
+    _worker._mount_tmpfs(scratch, f"size={cfg['disk_bytes']},mode=755")
+    uid = cfg["uid"]
+    for sub in ("upper", "work", "root", "empty"):
+        os.mkdir(f"{scratch}/{sub}", 0o755)
+    os.chown(f"{scratch}/upper", uid, uid)
+    new = f"{scratch}/root"
+    _worker._bind(new, new, readonly=False)  # pivot_root needs a mount point
+    for sub in ("proc", "dev", ".old", "home", "tests"):
+        os.mkdir(f"{new}/{sub}", 0o755)
+    os.mkdir(f"{new}/tmp", 0o1777)
+    os.chmod(f"{new}/tmp", 0o1777)
+    os.makedirs(f"{new}/home/agent", 0o755)
+    os.chown(f"{new}/home/agent", uid, uid)
+    for path in cfg["system"]:
+        if os.path.islink(path):
+            os.symlink(os.readlink(path), new + path)
+        elif os.path.exists(path):
+            _worker._bind_fd(os.open(path, os.O_PATH | os.O_CLOEXEC), new + path)
+    for source, target in cfg["binds"]:  # further host folders, read-only (a Python package for checkers...)
+        _worker._bind_fd(os.open(source, os.O_PATH | os.O_CLOEXEC), new + target)
+    _devices(new)
+    workdir = new + cfg["workdir"]
+    os.makedirs(workdir, 0o755, exist_ok=True)
+    lower = ":".join(cfg["layers"]) or f"{scratch}/empty"
+    options = f"lowerdir={lower},upperdir={scratch}/upper,workdir={scratch}/work"
+    _worker._check(
+        _worker._libc.mount(
+            b"overlay", workdir.encode(), b"overlay", _worker.MS_NOSUID | _worker.MS_NODEV, options.encode()
+        ),
+        "overlay mount of the work dir",
+    )
+    os.chown(workdir, uid, uid)
+    _worker._switch_root(new)
+    _worker._check(
+        _worker._libc.mount(b"proc", b"/proc", b"proc", _worker.MS_NOSUID | _worker.MS_NODEV | _worker.MS_NOEXEC, None),
+        "mount /proc",
+    )
+    hostname = b"sandbox"
+    _worker._libc.sethostname(hostname, len(hostname))
+    _loopback_up()
+
+
+def _loopback_up() -> None:
+    """Bring up ``lo`` of the episode's own network namespace: servers on 127.0.0.1 work, nothing else."""
+    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        request = struct.pack("16sH", b"lo", 0)
+        flags = struct.unpack("16sH", fcntl.ioctl(probe, siocgifflags, request)[:18])[1]
+        fcntl.ioctl(probe, siocsifflags, struct.pack("16sH", b"lo", flags | iff_up))
+
+
+def _devices(new: str) -> None:
+    """A read-only /dev with the harmless devices only (as the one-shot sandbox's)."""
+    _worker._mount_tmpfs(new + "/dev", "mode=755,size=64k")
+    for name in _worker.DEVICES:
+        open(f"{new}/dev/{name}", "w").close()
+        _worker._bind(f"/dev/{name}", f"{new}/dev/{name}", readonly=False)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1")):
+        os.symlink(target, f"{new}/dev/{name}")
+    os.symlink("/proc/self/fd/2", f"{new}/dev/stderr")
+    _worker._remount_readonly(new + "/dev")
+
+
+def init(cfg: dict[str, Any], sock: socket.socket, keeper_pid: int) -> None:
+    """Pid 1 of the episode: build the root, then run commands until the host hangs up."""
+    _worker._die_with_parent(0)  # our parent is outside the pid namespace: it kills us by dying
+    _build_root(cfg)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    running: dict[int, int] = {}  # host request id -> command pid
+    _reply(sock, event="ready")
+    while True:
+        ready = select.select([sock, wake_r], [], [])[0]
+        if wake_r in ready:
+            with contextlib.suppress(BlockingIOError):
+                os.read(wake_r, 4096)
+            _reap(sock, running)
+        if sock in ready:
+            try:
+                message, fds, _, _ = socket.recv_fds(sock, 1 << 20, 2)
+            except OSError:
+                os._exit(0)
+            if not message:
+                os._exit(0)  # the host closed the episode: the kernel kills the rest of the namespace
+            _serve(cfg, sock, json.loads(message), fds, running)
+
+
+def _reap(sock: socket.socket, running: dict[int, int]) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        for request, command in list(running.items()):
+            if command == pid:
+                del running[request]
+                _reply(sock, event="exit", id=request, code=_worker._exit_code(status))
+
+
+def _serve(
+    cfg: dict[str, Any], sock: socket.socket, request: dict[str, Any], fds: list[int], running: dict[int, int]
+) -> None:
+    op = request.get("op")
+    if op == "run" and len(fds) == 2:
+        running[request["id"]] = _start(cfg, request, fds, sock)
+    elif op == "kill":
+        pid = running.get(request["id"])
+        if pid is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+    elif op == "kill_all":
+        with contextlib.suppress(OSError):
+            os.kill(-1, signal.SIGKILL)  # from pid 1: every process of the namespace but init itself
+    elif op == "write":
+        try:
+            _write(cfg, request)
+            _reply(sock, event="written", error=None)
+        except OSError as exc:
+            _reply(sock, event="written", error=str(exc))
+    for fd in fds:
+        os.close(fd)
+
+
+def _write(cfg: dict[str, Any], request: dict[str, Any]) -> None:
+    """Write a file as root (the checker's files, which the agent's uid may read but not change)."""
+    path = request["path"]
+    os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if request.get("append") else os.O_TRUNC)
+    fd = os.open(path, flags, request.get("mode", 0o644))
+    try:
+        os.write(fd, base64.b64decode(request["data"]))
+        os.fchmod(fd, request.get("mode", 0o644))
+        if request.get("owned_by_agent"):
+            os.fchown(fd, cfg["uid"], cfg["uid"])
+    finally:
+        os.close(fd)
+
+
+def _start(cfg: dict[str, Any], request: dict[str, Any], fds: list[int], sock: socket.socket) -> int:
+    pid = os.fork()
+    if pid != 0:
+        return pid
+    try:
+        sock.close()
+        os.setsid()
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(fds[0], 1)
+        os.dup2(fds[1], 2)
+        os.closerange(3, 65_536)
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)  # a shell expects the defaults (`yes | head` ends by SIGPIPE)
+        signal.set_wakeup_fd(-1)
+        _worker._set_limits(cfg["limits"])
+        uid = cfg["uid"]
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        _worker._fresh_keyrings(True)
+        _worker._check(_worker._libc.prctl(_worker.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
+        _worker._install_seccomp()
+        try:
+            os.chdir(request.get("cwd") or cfg["workdir"])
+        except OSError:
+            os.chdir(cfg["workdir"])
+        env = {**cfg["env"], **request.get("env", {})}
+        os.execve("/bin/bash", ["bash", "-c", request["cmd"]], env)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.write(2, f"sandbox: could not start the command: {type(exc).__name__}: {exc}\n".encode())
+    os._exit(127)
+
+
+if __name__ == "__main__":
+    zygote(int(sys.argv[1]))

@@ -1,0 +1,624 @@
+"""An episode-scoped shell sandbox: one writable root whose files and processes live across turns.
+
+:class:`EpisodeSandbox` starts one confined process tree per episode (see ``_episode_worker.py``):
+new mount, pid, network, IPC and UTS namespaces; a size-capped tmpfs holding an overlay of the
+task's read-only layers at the work dir (``/app``), so starting an episode copies nothing; the
+host's system directories bound read-only; one cgroup (memory, processes) for everything the
+episode starts. Each command runs as ``bash -c`` in a new session, under the episode's uid, with
+rlimits, ``no_new_privs`` and the one-shot sandbox's seccomp filter. :meth:`EpisodeSandbox.close`
+ends the namespaces (the kernel kills every process left, the mounts go with the namespace) and
+removes the cgroup and the scratch folder. See ``docs/terminal.md``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import contextlib
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gem_core.errors import ToolError
+from gem_core.tools.safety import clean_text
+from gem_tool_python.cgroups import CallCgroups
+from gem_tool_python.cgroups import detect as detect_cgroups
+
+__all__ = ["CommandResult", "EpisodeConfig", "EpisodeSandbox", "episodes_available", "prepare_layer", "processes_of"]
+
+_WORKER = str(Path(__file__).with_name("_episode_worker.py"))
+#: Host directories every episode sees read-only at the same place (symlinks are recreated as links).
+SYSTEM_DIRS: tuple[str, ...] = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+#: What a command's environment holds besides ``EpisodeConfig.env`` (the host's is never passed).
+BASE_ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME": "/home/agent",
+    "LANG": "C.UTF-8",
+    "TERM": "dumb",
+    "TEST_DIR": "/tests",
+    "GIT_AUTHOR_NAME": "agent",
+    "GIT_AUTHOR_EMAIL": "agent@sandbox",
+    "GIT_COMMITTER_NAME": "agent",
+    "GIT_COMMITTER_EMAIL": "agent@sandbox",
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
+#: A request carries at most this much (commands, file chunks); SOCK_SEQPACKET keeps the boundaries.
+_MESSAGE_BYTES = 96_000
+#: After a command exits, how long its pipes may still deliver output held by background children.
+_DRAIN_GRACE_S = 0.05
+
+Status = Literal["ok", "exit", "timeout", "output_limit", "episode_limit", "killed", "closed"]
+
+
+class EpisodeConfig(BaseModel):
+    """Limits of one episode sandbox (validated; errors name the field).
+
+    Attributes:
+        command_timeout_s: Wall clock of one command; its session is killed at it.
+        episode_timeout_s: Wall clock of all commands of the episode together; past it commands are refused.
+        max_output_bytes: Captured stdout (and, separately, stderr) of one command; past it the command is killed.
+        max_episode_output_bytes: Output of all commands together; past it commands are refused.
+        cpu_s: CPU seconds per process.
+        memory_mb: Address space per process.
+        episode_memory_mb: Memory of all the episode's processes and files together (cgroup).
+        max_procs: Processes and threads of the episode at once (its pids cgroup). When a command's
+            processes hit it, every process of the episode but init is killed and the result says so.
+        uid_max_procs: RLIMIT_NPROC of the shared uid: a machine-wide net for all episodes together,
+            the only process bound where cgroups are unavailable.
+        max_file_mb: Largest file a command may write.
+        disk_mb: Size of the episode's writable scratch (the work dir's changes, ``/tmp``, home).
+        max_open_files: File descriptors per process.
+        workdir: Where the task's layers appear (read-write) and commands start.
+        uid: The unprivileged uid every command runs as; task layers are owned by it
+            (:func:`prepare_layer`). Episodes share it but not namespaces: one cannot see or
+            signal another's processes or files.
+        env: Extra environment variables for the commands.
+        binds: Further host folders the commands may read: ``(host path, path in the sandbox)``, read-only.
+        cgroups: Put the episode in its own cgroup where the host allows it.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    command_timeout_s: float = Field(30.0, gt=0)
+    episode_timeout_s: float = Field(600.0, gt=0)
+    max_output_bytes: int = Field(16_384, ge=256)
+    max_episode_output_bytes: int = Field(1_000_000, ge=256)
+    cpu_s: int = Field(30, ge=1)
+    memory_mb: int = Field(2048, ge=64)
+    episode_memory_mb: int = Field(1024, ge=64)
+    max_procs: int = Field(64, ge=4)
+    uid_max_procs: int = Field(4096, ge=4)
+    max_file_mb: int = Field(64, ge=1)
+    disk_mb: int = Field(256, ge=1)
+    max_open_files: int = Field(1024, ge=16)
+    workdir: str = Field("/app", pattern=r"^/[A-Za-z0-9_./-]+$")
+    uid: int = Field(1_400_000_000, ge=1000, le=4_000_000_000)
+    env: dict[str, str] = Field(default_factory=dict)
+    binds: tuple[tuple[str, str], ...] = ()
+    cgroups: bool = True
+
+
+@dataclass
+class CommandResult:
+    """What one command did.
+
+    Attributes:
+        status: ``ok`` (exit code 0); ``exit`` (non-zero exit code); ``timeout`` (command wall clock);
+            ``output_limit``; ``episode_limit`` (the episode's time or output budget is spent: not run);
+            ``killed`` (a signal, such as the CPU or memory limit); ``closed`` (the episode is gone).
+        stdout: Captured standard output (at most ``max_output_bytes``).
+        stderr: Captured standard error (same cap).
+        exit_code: The shell's exit code (``128 + signal`` when killed), if it ended by itself.
+        elapsed_s: Wall-clock seconds of the command.
+        error: What went wrong, for the model; ``None`` for ``ok`` and ``exit``.
+    """
+
+    status: Status
+    stdout: str = ""
+    stderr: str = ""
+    exit_code: int | None = None
+    elapsed_s: float = 0.0
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the command exited with code 0."""
+        return self.status == "ok"
+
+    def render(self, max_chars: int | None = None) -> str:
+        """The result as the model sees it: output, errors and the exit code."""
+        parts = []
+        if self.stdout:
+            parts.append(self.stdout.rstrip("\n"))
+        if self.stderr:
+            parts.append("[stderr]\n" + self.stderr.rstrip("\n"))
+        if self.error:
+            parts.append(f"[{self.status}] {self.error}")
+        parts.append(f"[exit code] {self.exit_code if self.exit_code is not None else 'none'}")
+        text = "\n".join(parts)
+        if max_chars is not None and len(text) > max_chars:
+            text = text[: max_chars // 2] + "\n...[truncated]...\n" + text[-max_chars // 2 :]
+        return text
+
+
+def episodes_available() -> tuple[bool, str]:
+    """Whether this host can run episode sandboxes, and why not (root with mount namespaces and overlayfs)."""
+    if not sys.platform.startswith("linux"):
+        return False, "episode sandboxes need Linux"
+    if os.geteuid() != 0:
+        return False, "episode sandboxes need root (or CAP_SYS_ADMIN) for namespaces and the overlay mount"
+    try:
+        text = Path("/proc/filesystems").read_text()
+    except OSError as exc:
+        return False, f"cannot read /proc/filesystems: {exc}"
+    if "overlay" not in text:
+        return False, "the kernel has no overlayfs (modprobe overlay)"
+    return True, ""
+
+
+def processes_of(uid: int) -> list[int]:
+    """Host pids running as ``uid`` (what :meth:`EpisodeSandbox.close` must leave none of)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    found.append(int(entry))
+    return found
+
+
+def prepare_layer(source: Path, target: Path, uid: int = EpisodeConfig.model_fields["uid"].default) -> Path:
+    """Copy a task's files into ``target`` once, owned by the episodes' ``uid``, as a read-only layer.
+
+    Episodes mount it as the lower layer of their work dir, so each new episode costs no copy.
+    """
+    shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
+    for folder, dirs, files in os.walk(target):
+        for name in [folder, *(os.path.join(folder, d) for d in dirs), *(os.path.join(folder, f) for f in files)]:
+            os.lchown(name, uid, uid)
+    return target
+
+
+class _Zygote:
+    """This process's episode fork server (``_episode_worker.py``): one interpreter start-up for all episodes."""
+
+    def __init__(self) -> None:
+        server, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.server = server
+        self.pid = os.getpid()
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-B", _WORKER, str(child.fileno())],
+            pass_fds=[child.fileno()],
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        child.close()
+
+    def alive(self) -> bool:
+        return self.pid == os.getpid() and self.process.poll() is None
+
+    def fork(self, settings: bytes, fds: list[int]) -> None:
+        try:
+            socket.send_fds(self.server, [settings], fds)
+        except OSError as exc:
+            raise ToolError(f"the episode sandbox's fork server is gone ({exc})") from exc
+
+
+_zygotes: list[_Zygote] = []
+_zygote_lock = threading.Lock()
+
+
+def _zygote() -> _Zygote:
+    """This process's fork server, started (again) when missing, dead, or inherited through a fork."""
+    with _zygote_lock:
+        if not _zygotes or not _zygotes[0].alive():
+            if not _zygotes:
+                atexit.register(_stop_zygote)
+            _stop_zygote()
+            _zygotes[:] = [_Zygote()]
+        return _zygotes[0]
+
+
+def _stop_zygote() -> None:
+    """Close this process's fork server (its running episodes end with it: parent-death signals)."""
+    for server in _zygotes:
+        if server.pid != os.getpid():
+            continue  # a forked child's copy: the server belongs to the parent
+        server.server.close()
+        try:
+            server.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            server.process.kill()
+            server.process.wait()
+
+
+_cgroups: dict[tuple[int, int], tuple[CallCgroups | None, str]] = {}
+_cgroups_lock = threading.Lock()
+
+
+def _episode_cgroups(memory_bytes: int, max_pids: int) -> CallCgroups | None:
+    with _cgroups_lock:
+        key = (memory_bytes, max_pids)
+        if key not in _cgroups:
+            _cgroups[key] = detect_cgroups(memory_bytes, max_pids)
+        return _cgroups[key][0]
+
+
+class EpisodeSandbox:
+    """One episode's confined root; commands run one at a time, state persists until :meth:`close`.
+
+    Args:
+        layers: Read-only host directories stacked at the work dir, top first (see :func:`prepare_layer`).
+        config: Limits; keyword overrides are merged into it.
+
+    Raises:
+        ToolError: the host cannot run episode sandboxes (see :func:`episodes_available`), or set-up failed.
+    """
+
+    def __init__(
+        self, layers: list[Path] | tuple[Path, ...] = (), config: EpisodeConfig | None = None, **overrides: Any
+    ):
+        base = config or EpisodeConfig()
+        self.config = EpisodeConfig.model_validate({**base.model_dump(), **overrides}) if overrides else base
+        usable, reason = episodes_available()
+        if not usable:
+            raise ToolError(f"episode sandbox unavailable: {reason}")
+        for source, target in self.config.binds:
+            if not os.path.isdir(source) or not target.startswith("/") or ".." in target.split("/"):
+                raise ToolError(
+                    f"episode sandbox: bind {source!r} -> {target!r} needs a host folder and an absolute path"
+                )
+        resolved = [str(Path(p).resolve()) for p in layers]
+        for path in [*resolved, tempfile.gettempdir()]:
+            if any(c in path for c in ":,\\") or not os.path.isdir(path):
+                raise ToolError(
+                    f"episode sandbox: {path!r} must be a folder whose path has no ':', ',' or '\\' (overlay)"
+                )
+        self._lock = threading.Lock()
+        self._next_id = 0
+        self._spent_s = 0.0
+        self._spent_bytes = 0
+        self._closed = False
+        self._keeper: int | None = None
+        self._alive: int | None = None
+        self._pid_hits_seen = 0
+        self._scratch = tempfile.mkdtemp(prefix="gem-episode-")
+        self._groups = (
+            _episode_cgroups(self.config.episode_memory_mb << 20, self.config.max_procs)
+            if self.config.cgroups
+            else None
+        )
+        self._group_name: str | None = None
+        group_fds: list[int] = []
+        started = time.monotonic()
+        try:
+            if self._groups is not None:
+                self._group_name, group_fds = self._groups.create()
+            host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            self._sock = host
+            alive_r, alive_w = os.pipe()
+            self._alive = alive_r
+            cfg = self._worker_config(resolved)
+            try:
+                _zygote().fork(json.dumps(cfg).encode(), [child.fileno(), alive_w, *group_fds])
+            finally:
+                child.close()
+                os.close(alive_w)
+                for fd in group_fds:
+                    os.close(fd)
+                group_fds = []
+            deadline = time.monotonic() + 30.0
+            reply = self._receive(deadline)
+            if reply is not None and reply.get("event") == "keeper":
+                self._keeper = int(reply["pid"])
+                reply = self._receive(deadline)
+            if reply is None or reply.get("event") != "ready":
+                detail = reply.get("error") if reply else "no answer from the sandbox process (see its stderr)"
+                raise ToolError(f"episode sandbox did not start: {detail}")
+        except BaseException:
+            for fd in group_fds:
+                os.close(fd)
+            self.close()
+            raise
+        self.setup_s = time.monotonic() - started
+
+    def _worker_config(self, layers: list[str]) -> dict[str, Any]:
+        c = self.config
+        return {
+            "scratch": self._scratch,
+            "disk_bytes": c.disk_mb << 20,
+            "uid": c.uid,
+            "workdir": c.workdir,
+            "layers": layers,
+            "system": [p for p in SYSTEM_DIRS if os.path.lexists(p)],
+            "binds": [list(pair) for pair in c.binds],
+            "env": {**BASE_ENV, **c.env},
+            "limits": {
+                "cpu_s": c.cpu_s,
+                "memory_bytes": c.memory_mb << 20,
+                "fsize_bytes": c.max_file_mb << 20,
+                "nofile": c.max_open_files,
+                "nproc": c.uid_max_procs,
+                "uid": c.uid,
+            },
+        }
+
+    def _receive(self, deadline: float) -> dict[str, Any] | None:
+        """The next reply, or ``None`` at the deadline or when the episode is gone."""
+        remaining = max(deadline - time.monotonic(), 0.0)
+        if not select.select([self._sock], [], [], remaining)[0]:
+            return None
+        try:
+            data = self._sock.recv(1 << 16)
+        except OSError:  # the episode's processes died with the socket's other end (reset)
+            return None
+        if not data:
+            return None
+        reply: dict[str, Any] = json.loads(data)
+        return reply
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close` or once the episode's processes are gone."""
+        return self._closed
+
+    @property
+    def remaining_s(self) -> float:
+        """Command time left in the episode's budget."""
+        return max(self.config.episode_timeout_s - self._spent_s, 0.0)
+
+    def run(
+        self,
+        command: str,
+        *,
+        timeout_s: float | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        charge_episode: bool = True,
+    ) -> CommandResult:
+        """Run ``command`` with ``bash -c`` in the episode's root; never raises for what the command does.
+
+        Args:
+            command: Shell text.
+            timeout_s: This command's wall clock (default ``command_timeout_s``), cut to the episode's budget.
+            cwd: Start directory inside the sandbox (default the work dir).
+            env: Environment variables of this command only, over the episode's.
+            charge_episode: Count the command against the episode's time and output budgets (set-up and
+                checker commands do not).
+        """
+        with self._lock:
+            if self._closed:
+                return CommandResult("closed", error="the episode's sandbox is closed")
+            if charge_episode and self.remaining_s <= 0:
+                return CommandResult(
+                    "episode_limit",
+                    error=f"the episode's {self.config.episode_timeout_s:g} s of command time are spent",
+                )
+            if charge_episode and self._spent_bytes >= self.config.max_episode_output_bytes:
+                return CommandResult(
+                    "episode_limit",
+                    error=f"the episode's {self.config.max_episode_output_bytes} bytes of output are spent",
+                )
+            if len(command.encode()) > _MESSAGE_BYTES - 1000:
+                return CommandResult(
+                    "exit", exit_code=2, error=f"the command is longer than {_MESSAGE_BYTES - 1000} bytes"
+                )
+            note = self._process_limit_note()  # background processes of earlier commands may have hit it
+            budget = timeout_s or self.config.command_timeout_s
+            if charge_episode:
+                budget = min(budget, self.remaining_s)
+            started = time.monotonic()
+            try:
+                result = self._run(clean_text(command), budget, cwd, env or {})
+            finally:
+                if charge_episode:
+                    self._spent_s += time.monotonic() - started
+            result.elapsed_s = time.monotonic() - started
+            after = self._process_limit_note()
+            if after and result.status in ("ok", "exit", "timeout"):
+                result.status, result.exit_code = "killed", None
+                result.error = after
+            elif note:
+                result.error = f"{note} (before this command)" + (f"; {result.error}" if result.error else "")
+            if charge_episode:
+                self._spent_bytes += len(result.stdout) + len(result.stderr)
+            return result
+
+    def _run(self, command: str, budget: float, cwd: str | None, env: dict[str, str]) -> CommandResult:
+        self._next_id += 1
+        request = self._next_id
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            message = json.dumps({"op": "run", "id": request, "cmd": command, "cwd": cwd, "env": env}).encode()
+            try:
+                socket.send_fds(self._sock, [message], [out_w, err_w])
+            except OSError as exc:
+                self._closed = True
+                return CommandResult("closed", error=f"the episode's sandbox is gone ({exc})")
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        cap = self.config.max_output_bytes
+        captured = {out_r: bytearray(), err_r: bytearray()}
+        open_fds = [out_r, err_r]
+        sock_fd = self._sock.fileno()
+        deadline = time.monotonic() + budget
+        status: Status | None = None
+        exit_code: int | None = None
+        exited_at: float | None = None
+        try:
+            while True:
+                now = time.monotonic()
+                if exited_at is not None and (not open_fds or now > exited_at + _DRAIN_GRACE_S):
+                    break
+                if status in ("timeout", "output_limit") and exited_at is None and now > deadline + 5:
+                    self._closed = True  # init never confirmed the kill: the episode cannot be trusted
+                    break
+                wait = (
+                    exited_at + _DRAIN_GRACE_S if exited_at is not None else deadline if status is None else now + 0.1
+                ) - now
+                ready = select.select([*open_fds, sock_fd], [], [], max(wait, 0.0))[0]
+                if not ready and status is None and exited_at is None:
+                    status = "timeout"
+                    self._send({"op": "kill", "id": request})
+                    continue
+                for fd in ready:
+                    if fd == sock_fd:
+                        reply = self._receive(now)
+                        if reply is None:
+                            self._closed = True
+                            exited_at = exited_at or time.monotonic()
+                            status = status or "closed"
+                        elif reply.get("event") == "exit" and reply.get("id") == request:
+                            exit_code, exited_at = int(reply["code"]), time.monotonic()
+                        continue
+                    chunk = os.read(fd, 65_536)
+                    if not chunk:
+                        open_fds.remove(fd)
+                        continue
+                    room = cap - len(captured[fd])
+                    captured[fd] += chunk[: max(room, 0)]
+                    if len(chunk) > room and status is None:
+                        status = "output_limit"
+                        self._send({"op": "kill", "id": request})
+        finally:
+            os.close(out_r)
+            os.close(err_r)
+        stdout, stderr = (clean_text(bytes(captured[fd]).decode("utf-8", "replace")) for fd in (out_r, err_r))
+        return self._result(status, exit_code, stdout, stderr, budget)
+
+    def _result(
+        self, status: Status | None, code: int | None, stdout: str, stderr: str, budget: float
+    ) -> CommandResult:
+        if status == "timeout":
+            return CommandResult(
+                "timeout", stdout, stderr, None, error=f"the command ran past {budget:.3g} s and was killed"
+            )
+        if status == "output_limit":
+            return CommandResult(
+                "output_limit",
+                stdout,
+                stderr,
+                None,
+                error=f"the command wrote more than {self.config.max_output_bytes} bytes and was killed",
+            )
+        if status == "closed":
+            return CommandResult("closed", stdout, stderr, code, error="the episode's sandbox ended during the command")
+        if (
+            code is not None
+            and code > 128
+            and code - 128 in (signal.SIGKILL, signal.SIGXCPU, signal.SIGSEGV, signal.SIGXFSZ)
+        ):
+            name = signal.Signals(code - 128).name
+            return CommandResult(
+                "killed",
+                stdout,
+                stderr,
+                code,
+                error=f"the shell was killed by {name} (a CPU, memory or file-size limit)",
+            )
+        return CommandResult("ok" if code == 0 else "exit", stdout, stderr, code)
+
+    def _process_limit_note(self) -> str | None:
+        """Kill the episode's processes (init aside) if they hit the process limit since the last look."""
+        hits = self._pid_limit_hits()
+        if hits is None or hits <= self._pid_hits_seen:
+            return None
+        self._pid_hits_seen = hits
+        self._send({"op": "kill_all"})
+        time.sleep(0.05)  # the kernel delivers SIGKILL asynchronously; let the counter settle
+        self._pid_hits_seen = self._pid_limit_hits() or hits
+        return f"the episode's processes hit the limit of {self.config.max_procs}; all of them were killed"
+
+    def _pid_limit_hits(self) -> int | None:
+        """How often the episode's pids cgroup refused a fork (``max`` in ``pids.events``), if known."""
+        if self._groups is None or self._group_name is None:
+            return None
+        parent = self._groups.parents.get("pids") or self._groups.parents.get("unified")
+        if parent is None:
+            return None
+        try:
+            text = (parent / self._group_name / "pids.events").read_text()
+        except OSError:
+            return None
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "max" and value.strip().isdigit():
+                return int(value)
+        return None
+
+    def _send(self, message: dict[str, Any]) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.send(json.dumps(message).encode())
+
+    def write_file(self, path: str, data: bytes, *, mode: int = 0o644, owned_by_agent: bool = False) -> None:
+        """Write a file inside the sandbox as root (the agent's uid can read it; it owns it if asked).
+
+        Raises:
+            ToolError: the episode is closed or the write failed.
+        """
+        if not path.startswith("/"):
+            raise ToolError(f"write_file needs an absolute path inside the sandbox, not {path!r}")
+        chunk = _MESSAGE_BYTES * 3 // 4 - 1000
+        with self._lock:
+            for offset in range(0, max(len(data), 1), chunk):
+                piece = base64.b64encode(data[offset : offset + chunk]).decode()
+                message = {"op": "write", "path": path, "data": piece, "mode": mode, "append": offset > 0}
+                message["owned_by_agent"] = owned_by_agent
+                self._send(message)
+                while True:
+                    reply = self._receive(time.monotonic() + 10.0)
+                    if reply is None:
+                        raise ToolError(f"the episode's sandbox is gone; {path} was not written")
+                    if reply.get("event") == "written":
+                        break
+                if reply.get("error"):
+                    raise ToolError(f"could not write {path} in the sandbox: {reply['error']}")
+
+    def close(self) -> None:
+        """End the episode: every process, mount, cgroup and scratch file goes. Idempotent."""
+        self._closed = True
+        sock = getattr(self, "_sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
+        alive = getattr(self, "_alive", None)
+        if alive is not None:
+            # The keeper holds the pipe's write end until init, and with it the pid namespace, is gone.
+            keeper = getattr(self, "_keeper", None)
+            if not select.select([alive], [], [], 5.0)[0] and keeper is not None:
+                with contextlib.suppress(OSError):
+                    os.kill(keeper, signal.SIGKILL)  # init dies with it (parent-death signal)
+                select.select([alive], [], [], 5.0)
+            os.close(alive)
+            self._alive = None
+        if self._groups is not None and self._group_name is not None:
+            self._groups.remove(self._group_name)
+            self._group_name = None
+        with contextlib.suppress(OSError):
+            os.rmdir(self._scratch)  # empty on the host: the tmpfs lived in the episode's mount namespace
+
+    def __enter__(self) -> EpisodeSandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            if not self._closed:
+                self.close()

@@ -1,0 +1,287 @@
+"""The episode sandbox: state across turns, a fresh root per episode, hostile commands, nothing left after close()."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from gem_tool_python.episode import EpisodeConfig, EpisodeSandbox, episodes_available, prepare_layer, processes_of
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gem_core.errors import ToolError
+
+USABLE, WHY = episodes_available()
+pytestmark = pytest.mark.skipif(not USABLE, reason=f"episode sandbox unavailable here: {WHY}")
+
+LIMITS = {"command_timeout_s": 5.0, "max_procs": 32, "max_output_bytes": 4096, "disk_mb": 32, "max_file_mb": 8}
+
+
+def assert_nothing_left(sandbox: EpisodeSandbox, group: str | None) -> None:
+    """No process of the episode's uid, no mount or folder of its scratch, no cgroup."""
+    assert processes_of(sandbox.config.uid) == []
+    assert not Path(sandbox._scratch).exists()
+    assert sandbox._scratch not in Path("/proc/self/mountinfo").read_text()
+    if group is not None and sandbox._groups is not None:
+        assert all(not (parent / group).exists() for parent in sandbox._groups.parents.values())
+
+
+@pytest.fixture
+def layer(tmp_path: Path) -> Path:
+    source = tmp_path / "source"
+    (source / "src").mkdir(parents=True)
+    (source / "data.txt").write_text("original\n")
+    (source / "src" / "main.py").write_text("print('hi')\n")
+    return prepare_layer(source, tmp_path / "layer")
+
+
+def test_files_and_processes_persist_across_commands(layer: Path) -> None:
+    with EpisodeSandbox([layer], **LIMITS) as sandbox:
+        assert sandbox.run("pwd").stdout == "/app\n"
+        assert sandbox.run("echo more >> data.txt && cd src && echo x > new.txt").ok
+        assert sandbox.run("cat data.txt src/new.txt").stdout == "original\nmore\nx\n"
+        started = sandbox.run("sleep 300 & echo $! > /tmp/pid")
+        assert started.ok
+        alive = sandbox.run("kill -0 $(cat /tmp/pid) && echo alive")
+        assert alive.stdout == "alive\n"
+        assert sandbox.run("python3 src/main.py").stdout == "hi\n"
+
+
+def test_each_episode_starts_from_the_layer_and_the_layer_is_untouched(layer: Path) -> None:
+    with EpisodeSandbox([layer], **LIMITS) as first:
+        assert first.run("echo changed > data.txt && rm src/main.py && touch extra").ok
+    with EpisodeSandbox([layer], **LIMITS) as second:
+        assert second.run("cat data.txt; ls src; ls extra 2>&1 || true").stdout.startswith("original\nmain.py\n")
+    assert (layer / "data.txt").read_text() == "original\n"
+    assert sorted(p.name for p in layer.iterdir()) == ["data.txt", "src"]
+
+
+def test_write_file_puts_root_owned_files_the_agent_can_read(layer: Path) -> None:
+    with EpisodeSandbox([layer], **LIMITS) as sandbox:
+        sandbox.write_file("/tests/check.sh", b"echo checked\n" * 20_000)  # several messages
+        result = sandbox.run("bash /tests/check.sh | wc -l; stat -c %U /tests/check.sh; echo x >> /tests/check.sh")
+        assert result.stdout.startswith("20000\nroot\n")
+        assert "Permission denied" in result.stderr
+        with pytest.raises(ToolError, match="absolute path"):
+            sandbox.write_file("relative", b"")
+
+
+@pytest.mark.parametrize(
+    ("command", "status", "error"),
+    [
+        pytest.param("sleep 60", "timeout", "ran past", id="hang"),
+        pytest.param("yes", "output_limit", "more than 4096 bytes", id="huge-output"),
+        pytest.param(":(){ :|:& };:", "killed", "hit the limit of 32", id="fork-bomb"),
+        pytest.param("f(){ f | f; }; f", "killed", "hit the limit of 32", id="fork-bomb-foreground"),
+        pytest.param("head -c 20M /dev/zero > big", "killed", "SIGXFSZ", id="file-too-big"),
+        pytest.param(
+            "for i in 1 2 3 4 5; do head -c 7M /dev/zero > f$i || exit 9; done", "exit", None, id="fill-the-disk"
+        ),
+        pytest.param("kill -9 1", "exit", None, id="kill-init"),
+        pytest.param("kill -9 -1", "exit", None, id="kill-everything"),
+        pytest.param(
+            "python3 -c 'import os; os.kill(os.getppid(), 9)'; echo never", "killed", "SIGKILL", id="kill-the-shell"
+        ),
+        pytest.param("python3 -c 'import os; os.kill(os.getppid(), 9)'", "exit", None, id="kill-init-from-python"),
+    ],
+)
+def test_hostile_command_ends_only_its_own_turn(layer: Path, command: str, status: str, error: str | None) -> None:
+    with EpisodeSandbox([layer], **{**LIMITS, "command_timeout_s": 2.0}) as sandbox:
+        group = sandbox._group_name
+        assert sandbox.run("echo before > mark").ok
+        result = sandbox.run(command)
+        assert result.status == status, result
+        if error is not None:
+            assert result.error is not None and error in result.error
+        after = sandbox.run("rm -f big f1 f2 f3 f4 f5; cat mark")
+        assert after.status == "ok" and after.stdout == "before\n", after
+    assert_nothing_left(sandbox, group)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param("ls /work /root /proc/1/root/ 2>&1; cat /etc/shadow", id="host-paths"),
+        pytest.param("mount -t tmpfs none /tmp", id="mount"),
+        pytest.param("unshare -r true || unshare -m true", id="new-namespaces"),
+        pytest.param("chroot / true", id="chroot"),
+        pytest.param("touch /usr/evil /etc/evil /bin/evil", id="system-dirs"),
+        pytest.param(
+            "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=1)\"", id="network"
+        ),
+    ],
+)
+def test_escapes_fail(command: str) -> None:
+    with EpisodeSandbox([], **LIMITS) as sandbox:
+        result = sandbox.run(command)
+        assert result.status == "exit", result
+        for name in ("/usr/evil", "/etc/evil"):
+            assert not Path(name).exists()
+        assert "work" not in sandbox.run("ls /").stdout.split()
+
+
+def test_background_processes_and_everything_else_go_at_close() -> None:
+    sandbox = EpisodeSandbox([], **{**LIMITS, "uid": 1_400_000_077})
+    group = sandbox._group_name
+    result = sandbox.run(
+        "setsid sleep 1000 & nohup sleep 999 >/dev/null 2>&1 & (sleep 998 &); "
+        "python3 -c 'import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(900)' & echo started"
+    )
+    assert result.stdout == "started\n"
+    assert len(processes_of(1_400_000_077)) >= 4
+    sandbox.close()
+    sandbox.close()
+    assert_nothing_left(sandbox, group)
+    assert sandbox.run("true").status == "closed"
+
+
+def test_episode_budgets_refuse_further_commands() -> None:
+    with EpisodeSandbox([], **{**LIMITS, "episode_timeout_s": 1.0}) as sandbox:
+        assert sandbox.run("sleep 5").status == "timeout"
+        refused = sandbox.run("echo hi")
+        assert refused.status == "episode_limit" and "command time" in (refused.error or "")
+        assert sandbox.run("echo setup", charge_episode=False).stdout == "setup\n"
+    with EpisodeSandbox([], **{**LIMITS, "max_episode_output_bytes": 300}) as sandbox:
+        assert sandbox.run("head -c 400 /dev/zero | tr '\\0' x").ok
+        assert sandbox.run("echo hi").status == "episode_limit"
+
+
+def test_config_errors_name_the_field() -> None:
+    with pytest.raises(ValueError, match="disk_mb"):
+        EpisodeConfig(disk_mb=0)
+
+
+HOSTILE = [
+    "sleep 30",
+    "yes",
+    ":(){ :|:& };:",
+    "head -c 20M /dev/zero > big",
+    "kill -9 -1",
+    "sleep 500 &",
+    "setsid sleep 500 &",
+    "cat /dev/urandom | head -c 100000",
+    "exit 3",
+    "echo ok",
+]
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(HOSTILE), min_size=1, max_size=3))
+def test_any_sequence_of_hostile_commands_leaves_the_episode_usable_and_nothing_after_close(
+    commands: list[str],
+) -> None:
+    sandbox = EpisodeSandbox([], **{**LIMITS, "command_timeout_s": 1.0, "uid": 1_400_000_078})
+    group = sandbox._group_name
+    try:
+        for command in commands:
+            result = sandbox.run(command)
+            assert result.status in ("ok", "exit", "timeout", "output_limit", "killed"), result
+            assert len(result.stdout.encode()) <= 4096 * 4  # the cap, in characters of decoded text
+            check = sandbox.run("echo alive")
+            assert check.stdout == "alive\n", (command, check)
+    finally:
+        sandbox.close()
+    assert_nothing_left(sandbox, group)
+
+
+def test_a_dead_fork_server_ends_its_episodes_cleanly_and_the_next_episode_starts_a_new_one() -> None:
+    from gem_tool_python import episode
+
+    sandbox = EpisodeSandbox([], **{**LIMITS, "uid": 1_400_000_079})
+    group = sandbox._group_name
+    assert sandbox.run("sleep 100 & echo started").ok
+    server = episode._zygotes[0].process
+    server.kill()
+    server.wait()
+    result = sandbox.run("echo hi")
+    assert result.status == "closed", result
+    sandbox.close()
+    assert_nothing_left(sandbox, group)
+    with EpisodeSandbox([], **LIMITS) as again:
+        assert again.run("echo hi").stdout == "hi\n"
+
+
+@pytest.mark.parametrize("name", ["a,b", "a:b", "missing"], ids=["comma", "colon", "missing"])
+def test_a_layer_the_overlay_cannot_take_is_refused_with_the_reason(tmp_path: Path, name: str) -> None:
+    layer = tmp_path / name
+    if name != "missing":
+        layer.mkdir()
+    with pytest.raises(ToolError, match="must be a folder whose path has no"):
+        EpisodeSandbox([layer], **LIMITS)
+
+
+def test_binds_are_readable_and_read_only(tmp_path: Path) -> None:
+    (tmp_path / "tool.txt").write_text("shared\n")
+    tmp_path.chmod(0o755)  # a bind keeps the host's permissions: the sandbox uid must be able to read it
+    with EpisodeSandbox([], **LIMITS, binds=((str(tmp_path), "/opt/tool"),)) as sandbox:
+        assert sandbox.run("cat /opt/tool/tool.txt").stdout == "shared\n"
+        assert "Read-only file system" in sandbox.run("echo x > /opt/tool/tool.txt").stderr
+        assert sandbox.run("echo $A$B", env={"A": "per-", "B": "command"}).stdout == "per-command\n"
+    with pytest.raises(ToolError, match="needs a host folder"):
+        EpisodeSandbox([], binds=((str(tmp_path), "relative"),))
+
+
+def test_episodes_outlive_the_thread_that_started_the_fork_server() -> None:
+    import threading
+
+    from gem_tool_python import episode
+
+    episode._stop_zygote()
+    episode._zygotes.clear()
+    made: list[EpisodeSandbox] = []
+    starter = threading.Thread(target=lambda: made.append(EpisodeSandbox([], **LIMITS)))
+    starter.start()
+    starter.join()
+    with made[0] as sandbox:
+        assert sandbox.run("sleep 0.3; echo still here").stdout == "still here\n"
+        with EpisodeSandbox([], **LIMITS) as second:
+            assert second.run("echo second").ok
+
+
+def test_killing_the_host_process_ends_its_episodes_processes(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    uid = 1_400_000_081
+    program = (
+        "from gem_tool_python.episode import EpisodeSandbox\n"
+        f"s = EpisodeSandbox([], uid={uid})\n"
+        "assert s.run('setsid sleep 1000 & sleep 999 &').ok\n"
+        "groups = [str(p / s._group_name) for p in s._groups.parents.values()] if s._groups else []\n"
+        "print('ready', s._scratch, *groups, flush=True)\n"
+        "import time; time.sleep(600)\n"
+    )
+    host = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True)
+    try:
+        assert host.stdout is not None
+        ready, scratch, *groups = host.stdout.readline().split()
+        assert ready == "ready" and len(processes_of(uid)) >= 2
+    finally:
+        host.send_signal(signal.SIGKILL)
+        host.wait()
+        if host.stdout is not None:
+            host.stdout.close()
+    deadline = time.monotonic() + 10
+    while processes_of(uid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert processes_of(uid) == []
+    # What stays (docs/terminal.md): the empty scratch folder and the empty cgroups; tidy them here.
+    assert scratch not in Path("/proc/self/mountinfo").read_text()
+    Path(scratch).rmdir()
+    for group in groups:
+        Path(group).rmdir()
+
+
+def test_a_server_started_in_one_command_answers_on_loopback_in_the_next() -> None:
+    with EpisodeSandbox([], **LIMITS) as sandbox, EpisodeSandbox([], **LIMITS) as other:
+        for box in (sandbox, other):  # the same port in two episodes: each has its own network namespace
+            assert box.run("python3 -m http.server 8765 --bind 127.0.0.1 > /tmp/server.log 2>&1 &").ok
+        fetch = (
+            'python3 -c "import time, urllib.request\nfor _ in range(50):\n    try:\n'
+            "        print(urllib.request.urlopen('http://127.0.0.1:8765/').status); break\n"
+            '    except OSError: time.sleep(0.1)"'
+        )
+        assert sandbox.run(fetch).stdout == "200\n"
+        assert other.run(fetch).stdout == "200\n"
