@@ -495,8 +495,10 @@ def cmd_view(args: argparse.Namespace, streams: Streams) -> int:
 
 def _gem_openenv_cli() -> Any:
     """gem-openenv's command module; a missing package is a bad-input error saying what to install."""
+    import importlib
+
     try:
-        from gem_openenv import cli as openenv_cli
+        openenv_cli = importlib.import_module("gem_openenv.cli")
     except ImportError as exc:
         raise ConfigError(
             "this command needs gem-openenv (OpenEnv 0.10 interop): pip install gem-openenv, "

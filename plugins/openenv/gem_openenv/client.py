@@ -96,9 +96,24 @@ class ActionFormat:
         """A reply that fits the schema (for smoke tests and ``gem check``)."""
         if self.text_field is not None:
             return "hello"
-        samples = {"string": "x", "integer": 0, "number": 0.0, "boolean": False, "array": [], "object": {}}
-        value = {k: samples.get(v.get("type", "string"), "x") for k, v in self.fields.items()}
-        return json.dumps(value)
+        return json.dumps({k: _example_value(v) for k, v in self.fields.items()})
+
+
+def _example_value(field: dict[str, Any]) -> Any:
+    """A value a JSON-schema property accepts: its const, default, first enum member, or its lower bound."""
+    for key in ("const", "default"):
+        if key in field:
+            return field[key]
+    if field.get("enum"):
+        return field["enum"][0]
+    options = field.get("anyOf") or field.get("oneOf")
+    if options:
+        return _example_value(options[0])
+    kind = field.get("type", "string")
+    if kind in ("integer", "number"):
+        low = field.get("minimum", field.get("exclusiveMinimum", -1) + 1)
+        return int(low) if kind == "integer" else float(low)
+    return {"string": "x", "boolean": False, "array": [], "object": {}, "null": None}.get(kind, "x")
 
 
 class OpenEnvEnv(Env):

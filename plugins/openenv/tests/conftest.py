@@ -49,10 +49,20 @@ class Server:
             self.process.stdout.close()
 
 
-def start(*, gem: str | None = None, native: str | None = None, sessions: int = 4, kw: tuple[str, ...] = ()) -> Server:
-    """Start ``gem serve ID`` (``gem=ID``) or a native OpenEnv server (``native=KIND``) on a free port."""
+def start(
+    *,
+    gem: str | None = None,
+    native: str | None = None,
+    app_dir: Path | None = None,
+    sessions: int = 4,
+    kw: tuple[str, ...] = (),
+) -> Server:
+    """Start ``gem serve ID`` (``gem=ID``), a native OpenEnv server (``native=KIND``) or an exported
+    package's ``server.app:app`` (``app_dir=``) on a free port."""
     port = free_port()
-    if gem is not None:
+    if app_dir is not None:
+        argv = [sys.executable, "-m", "uvicorn", "server.app:app", "--app-dir", str(app_dir), "--port", str(port)]
+    elif gem is not None:
         argv = [GEM, "serve", gem, "--port", str(port), "--max-sessions", str(sessions)]
         argv += [f"--kw={item}" for item in kw]
     else:
