@@ -25,7 +25,7 @@ from openenv.core.env_server.types import Action, EnvironmentMetadata, Observati
 from pydantic import Field
 
 from gem_core.core import Env, to_sync
-from gem_core.errors import ConfigError, ResetNeeded
+from gem_core.errors import ConfigError, GemCoreError, ResetNeeded
 from gem_core.tools.base import Tool
 from gem_core.tools.safety import UnsafeValue, clean_arguments
 
@@ -233,7 +233,7 @@ def build_app(env_id: str, make_kwargs: Mapping[str, Any] | None = None, *, max_
     probe = GemEnvironment(env_id, make_kwargs)  # a wrong id or kwargs fails here, not per session
     probe.close()
     factory = functools.partial(GemEnvironment, env_id, dict(make_kwargs or {}))
-    return create_app(
+    app = create_app(
         factory,
         GemAction,
         GemObservation,
@@ -241,3 +241,13 @@ def build_app(env_id: str, make_kwargs: Mapping[str, Any] | None = None, *, max_
         max_concurrent_envs=max_sessions,
         state_cls=GemState,
     )
+    # Plain HTTP /reset and /step: a gem error is the client's to fix (409 with gem's message), not a bare 500.
+    # The WebSocket path answers its own EXECUTION_ERROR frames and never reaches this handler.
+    app.add_exception_handler(GemCoreError, _gem_error_response)
+    return app
+
+
+async def _gem_error_response(request: Any, exc: Exception) -> Any:
+    from fastapi.responses import JSONResponse
+
+    return JSONResponse(status_code=409, content={"detail": str(exc), "error": type(exc).__name__})

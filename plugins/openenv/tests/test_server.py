@@ -15,6 +15,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from openenv.core.generic_client import GenericEnvClient
 from openenv.core.mcp_client import MCPToolClient
 
@@ -90,6 +92,8 @@ def test_http_replays_the_same_episode_as_in_process(shared_server, env_id: str)
         answer = httpx.post(server.url + "/step", json=body).json()
         obs = answer["observation"]
         assert (obs["text"], answer["reward"], obs["terminated"], obs["truncated"]) == expected[turn]
+    lost = httpx.post(server.url + "/step", json={"action": {"text": actions[0]}})  # no seed: nothing to replay
+    assert lost.status_code == 409 and lost.json()["error"] == "ResetNeeded" and "history" in lost.json()["detail"]
 
 
 def test_many_sessions_at_once_each_get_their_own_episode(start_server) -> None:
@@ -217,3 +221,26 @@ def test_openenv_validate_passes_on_the_running_server(shared_server) -> None:
     report = subprocess.run([OPENENV, "validate", "--url", server.url], capture_output=True, text=True, timeout=120)
     assert report.returncode == 0, report.stdout + report.stderr
     assert "Verdict: PASS" in report.stdout
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    replies=st.lists(
+        st.text(max_size=40) | st.integers(0, 12).map(lambda n: f"\\boxed{{{n}}}"), min_size=1, max_size=5
+    ),
+)
+def test_any_replies_give_the_in_process_episode(shared_server, seed: int, replies: list[str]) -> None:
+    """The wire carries any text (unicode, control characters, JSON-looking replies) and any seed faithfully."""
+    server = shared_server(gem="game:GuessTheNumber-v0-easy", sessions=8)
+    env = gem_core.make("game:GuessTheNumber-v0-easy")
+    first = env.reset(seed=seed)[0]
+    expected: list[Step] = []
+    for reply in replies:
+        text, reward, terminated, truncated, _ = env.step(reply)
+        expected.append((text, reward, terminated, truncated))
+        if terminated or truncated:
+            break
+    env.close()
+    got_first, got = remote_episode_ws(server.url, seed, replies[: len(expected)])
+    assert (got_first, got) == (first, expected)
