@@ -17,7 +17,13 @@ import pytest
 import gem_core
 from gem_core.conformance import CASES, ConformanceCase, assert_conformant, record_from_episode, scripted_generation
 from gem_core.episode import EpisodeEngine, EpisodeJob, Generation, TurnRequest
-from gem_core.errors import ActionSchemaError, EnvServerAtCapacity, EnvServerUnavailable, ResetNeeded
+from gem_core.errors import (
+    ActionSchemaError,
+    EnvServerAtCapacity,
+    EnvServerUnavailable,
+    ResetNeeded,
+    VectorEnvError,
+)
 from gem_core.rl.advantages import rebn
 from gem_core.rl.returns import discounted_returns
 from gem_core.rl.types import Episode
@@ -117,12 +123,19 @@ def test_capacity_that_never_frees_is_a_typed_error(start_server) -> None:
 
 
 def test_server_death_is_a_typed_error(start_server) -> None:
-    server = start_server(native="target", sessions=2)
+    server = start_server(native="target", sessions=3)
     env = remote(server.url)
     env.reset(seed=0)
+    vec = gem_core.make_vec("openenv:Remote-v0", 2, base_url=server.url, max_threads=2)
+    vec.reset(seed=0)
     server.kill()
     with pytest.raises(EnvServerUnavailable, match=server.url):
         env.step('{"op": "add", "amount": 1}')
+    with pytest.raises(VectorEnvError) as caught:  # in a vector env: each sub-env's typed error, by index
+        vec.step(['{"op": "add", "amount": 1}'] * 2)
+    assert sorted(caught.value.failures) == [0, 1]
+    assert all(isinstance(e, EnvServerUnavailable) for e in caught.value.failures.values())
+    vec.close()
     with pytest.raises(EnvServerUnavailable, match="went away during reset"):
         env.reset(seed=0)
     env.close()
