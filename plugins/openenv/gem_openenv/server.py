@@ -26,6 +26,7 @@ from pydantic import Field
 
 from gem_core.core import Env, to_sync
 from gem_core.errors import ConfigError, GemCoreError, ResetNeeded
+from gem_core.loop import LoopThread
 from gem_core.tools.base import Tool
 from gem_core.tools.safety import UnsafeValue, clean_arguments
 
@@ -77,19 +78,24 @@ def json_safe(value: Any) -> Any:
     return repr(value)
 
 
-def _tool_table(env: Any) -> dict[str, Tool]:
-    """The tools of the first ``tools`` wrapper in ``env``'s wrapper chain (empty for other envs)."""
+def _tool_host(env: Any) -> tuple[dict[str, Tool], LoopThread | None]:
+    """The tools of the first ``tools`` wrapper in ``env``'s wrapper chain, and the loop it runs them on."""
     seen = env
     while seen is not None:
         tools = getattr(seen, "tools", None)
-        if isinstance(tools, dict) and all(isinstance(t, Tool) for t in tools.values()):
-            return dict(tools)
+        if isinstance(tools, dict) and tools and all(isinstance(t, Tool) for t in tools.values()):
+            loop = getattr(seen, "_loop", None)
+            return dict(tools), loop if isinstance(loop, LoopThread) else None
         seen = getattr(seen, "env", None)
-    return {}
+    return {}, None
 
 
-def _mcp_server(name: str, tools: dict[str, Tool]) -> Any:
-    """A FastMCP server with one tool per gem tool (its JSON schema, its description, its ``execute``)."""
+def _mcp_server(name: str, tools: dict[str, Tool], loop: LoopThread | None) -> Any:
+    """A FastMCP server with one tool per gem tool (its JSON schema, its description, its ``execute``).
+
+    Calls run on ``loop``, the tools wrapper's own, where the same tools run the model's text calls:
+    tools that hold loop-bound resources (worker pools, sessions) see one loop only.
+    """
     from fastmcp import FastMCP
     from fastmcp.tools import FunctionTool
 
@@ -101,7 +107,8 @@ def _mcp_server(name: str, tools: dict[str, Tool]) -> Any:
                 checked = clean_arguments(arguments, what=f"the arguments of {_tool.name!r}")
             except UnsafeValue as exc:
                 return {"output": "", "ok": False, "error": str(exc)}
-            result = await _tool.execute(checked)
+            call = _tool.execute(checked)
+            result = await (loop.run(call) if loop is not None else call)
             return {"output": result.render(), "ok": result.ok, "error": result.error}
 
         server.add_tool(
@@ -135,9 +142,9 @@ class GemEnvironment(Environment[GemAction, GemObservation, GemState]):
         super().__init__()
         self.env_id = env_id
         self.env: Env = to_sync(make(env_id, **dict(make_kwargs or {})))
-        tools = _tool_table(self.env)
+        tools, loop = _tool_host(self.env)
         # OpenEnv's /mcp and WebSocket "mcp" messages read this attribute (tools/list, tools/call).
-        self.mcp_server = _mcp_server(env_id, tools) if tools else None
+        self.mcp_server = _mcp_server(env_id, tools, loop) if tools else None
         self._state = GemState(env_id=env_id)
         self._reset_done = False
 
