@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from openenv.core.env_server.http_server import create_app
@@ -101,16 +101,7 @@ def _mcp_server(name: str, tools: dict[str, Tool], loop: LoopThread | None) -> A
 
     server = FastMCP(name)
     for tool in tools.values():
-
-        async def call(_tool: Tool = tool, **arguments: Any) -> dict[str, Any]:
-            try:  # the checks the tools wrapper makes on a model's arguments, before the tool sees them
-                checked = clean_arguments(arguments, what=f"the arguments of {_tool.name!r}")
-            except UnsafeValue as exc:
-                return {"output": "", "ok": False, "error": str(exc)}
-            call = _tool.execute(checked)
-            result = await (loop.run(call) if loop is not None else call)
-            return {"output": result.render(), "ok": result.ok, "error": result.error}
-
+        call = _tool_call(tool, loop)
         server.add_tool(
             FunctionTool(
                 name=tool.name,
@@ -120,6 +111,21 @@ def _mcp_server(name: str, tools: dict[str, Tool], loop: LoopThread | None) -> A
             )
         )
     return server
+
+
+def _tool_call(tool: Tool, loop: LoopThread | None) -> Callable[..., Awaitable[dict[str, Any]]]:
+    """``await call(**arguments)``: the tool's result as ``{"output", "ok", "error"}``; never raises for arguments."""
+
+    async def call(**arguments: Any) -> dict[str, Any]:
+        try:  # the checks the tools wrapper makes on a model's arguments, before the tool sees them
+            checked = clean_arguments(arguments, what=f"the arguments of {tool.name!r}")
+        except UnsafeValue as exc:
+            return {"output": "", "ok": False, "error": str(exc)}
+        pending = tool.execute(checked)
+        result = await (loop.run(pending) if loop is not None else pending)
+        return {"output": result.render(), "ok": result.ok, "error": result.error}
+
+    return call
 
 
 class GemEnvironment(Environment[GemAction, GemObservation, GemState]):
