@@ -493,6 +493,69 @@ def cmd_view(args: argparse.Namespace, streams: Streams) -> int:
     return eval_cli.cmd_view(args, streams.out)
 
 
+def _gem_openenv_cli() -> Any:
+    """gem-openenv's command module; a missing package is a bad-input error saying what to install."""
+    import importlib
+
+    try:
+        openenv_cli = importlib.import_module("gem_openenv.cli")
+    except ImportError as exc:
+        raise ConfigError(
+            "this command needs gem-openenv (OpenEnv 0.10 interop): pip install gem-openenv, "
+            "or pip install -e plugins/openenv from a gem checkout"
+        ) from exc
+    return openenv_cli
+
+
+def _serve_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("env_id")
+    p.add_argument("--host", default="127.0.0.1", help="interface to listen on (0.0.0.0 for every one)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--max-sessions", type=int, default=8, help="concurrent sessions; more get CAPACITY_REACHED")
+    p.add_argument("--kw", action="append", default=[], metavar="KEY=VALUE", help="constructor override")
+    p.add_argument("--log-level", default="warning", help="uvicorn's log level")
+
+
+@command("serve", "serve an env as an OpenEnv env server (WebSocket sessions, HTTP, MCP tools)", _serve_args)
+def cmd_serve(args: argparse.Namespace, streams: Streams) -> int:
+    openenv_cli = _gem_openenv_cli()
+    _registry_for(streams, env_id=args.env_id).resolve(args.env_id)  # unknown id: exit 2 before binding a port
+    return int(
+        openenv_cli.serve(
+            args.env_id,
+            parse_kwargs(args.kw),
+            host=args.host,
+            port=args.port,
+            max_sessions=args.max_sessions,
+            log_level=args.log_level,
+            out=streams.out,
+        )
+    )
+
+
+def _export_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("format", choices=("openenv",), help="what to write: an OpenEnv package")
+    p.add_argument("env_id")
+    p.add_argument("--dir", help="where to write it (default: ./openenv-NAME)")
+    p.add_argument("--max-sessions", type=int, default=8, help="concurrent sessions the server allows")
+    p.add_argument("--kw", action="append", default=[], metavar="KEY=VALUE", help="constructor override")
+
+
+@command(
+    "export",
+    "write an env as another ecosystem's package (openenv: manifest, server, Dockerfile, client)",
+    _export_args,
+)
+def cmd_export(args: argparse.Namespace, streams: Streams) -> int:
+    openenv_cli = _gem_openenv_cli()
+    _registry_for(streams, env_id=args.env_id).resolve(args.env_id)
+    return int(
+        openenv_cli.export(
+            args.env_id, parse_kwargs(args.kw), directory=args.dir, max_sessions=args.max_sessions, out=streams.out
+        )
+    )
+
+
 # ---------------------------------------------------------------------------- entry point
 
 

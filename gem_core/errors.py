@@ -271,3 +271,37 @@ class PlacementError(GemCoreError, RuntimeError):
 
 
 __all__ += ["EnvResultError", "EnvStepTimeout", "PlacementError"]
+
+
+# --- remote env servers (gem-openenv: OpenEnv servers used as gem envs) ---
+
+
+class EnvServerError(GemCoreError, RuntimeError):
+    """A remote env server (an OpenEnv server) answered a call with an error.
+
+    Attributes:
+        code: The server's error code (OpenEnv's ``VALIDATION_ERROR``, ``EXECUTION_ERROR``,
+            ``CAPACITY_REACHED``, ``FACTORY_ERROR``, ``SESSION_ERROR``...), when it sent one.
+    """
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class EnvServerUnavailable(EnvServerError, ConnectionError):
+    """The env server cannot be reached, or went away mid-episode (that episode is lost); names the URL."""
+
+
+class EnvServerAtCapacity(EnvServerError):
+    """The env server kept refusing a new session (``CAPACITY_REACHED``) past the client's backoff."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="CAPACITY_REACHED")
+
+
+class ActionSchemaError(InvalidAction, ValueError):
+    """The model's text does not fit a remote env's action schema; the message names the schema."""
+
+
+__all__ += ["ActionSchemaError", "EnvServerAtCapacity", "EnvServerError", "EnvServerUnavailable"]

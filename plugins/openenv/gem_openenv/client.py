@@ -1,0 +1,284 @@
+"""Any OpenEnv 0.10 env server as a gem :class:`~gem_core.Env`, through OpenEnv's own ``GenericEnvClient``.
+
+One WebSocket session per gem env (opened at the first ``reset``, closed by ``close``). The action
+is built from the server's ``/schema``: an action with one text field gets the model's raw text,
+any other action is a JSON object the model writes (checked against the schema; text that does
+not fit is a format error whose message names the schema, or :class:`~gem_core.errors.ActionSchemaError`
+with ``on_bad_action="raise"``). Each step's reward is the server's reward for that step; OpenEnv's
+``done`` is ``terminated``, unless the observation says ``truncated`` (as gem's own server does).
+
+Faults: ``CAPACITY_REACHED`` is retried with exponential backoff up to ``capacity_wait_s``, then
+:class:`~gem_core.errors.EnvServerAtCapacity`; a server that is gone or goes away is
+:class:`~gem_core.errors.EnvServerUnavailable`; any other error frame is
+:class:`~gem_core.errors.EnvServerError` with OpenEnv's error code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+from typing import Any, ClassVar, Literal
+
+from gem_core.core import Env, ResetReturn, StepReturn, require_text_action
+from gem_core.errors import (
+    ActionSchemaError,
+    ConfigError,
+    EnvServerAtCapacity,
+    EnvServerError,
+    EnvServerUnavailable,
+    ResetNeeded,
+)
+
+__all__ = ["ActionFormat", "OpenEnvEnv", "error_code"]
+
+#: Fields every OpenEnv action/observation has that are not the model's to write or read.
+_PROTOCOL_FIELDS = frozenset({"metadata", "done", "reward"})
+_CODE = re.compile(r"\(code: ([A-Z_]+)\)\s*$")
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+
+
+def error_code(exc: BaseException) -> str | None:
+    """OpenEnv's error code in a client error (``RuntimeError("Server error: ... (code: X)")``), if any."""
+    match = _CODE.search(str(exc))
+    return match.group(1) if match else None
+
+
+class ActionFormat:
+    """How the model's text becomes an OpenEnv action, from the action's JSON schema.
+
+    Args:
+        schema: The ``action`` entry of the server's ``/schema``.
+    """
+
+    def __init__(self, schema: dict[str, Any]) -> None:
+        self.schema = schema
+        self.fields = {k: v for k, v in schema.get("properties", {}).items() if k not in _PROTOCOL_FIELDS}
+        strings = [k for k, v in self.fields.items() if v.get("type") == "string"]
+        #: The one text field that receives the raw reply, or ``None`` for JSON actions.
+        self.text_field: str | None = strings[0] if len(self.fields) == 1 and strings else None
+
+    def describe(self) -> str:
+        """The schema as the model must write it, for messages."""
+        fields = {k: v.get("type", "any") for k, v in self.fields.items()}
+        required = [r for r in self.schema.get("required", []) if r not in _PROTOCOL_FIELDS]
+        return f"a JSON object with fields {json.dumps(fields)} (required: {', '.join(required) or 'none'})"
+
+    def build(self, text: str) -> dict[str, Any]:
+        """The action dict for ``text``.
+
+        Raises:
+            ActionSchemaError: ``text`` is not a JSON object that fits the schema; names the schema.
+        """
+        if self.text_field is not None:
+            return {self.text_field: text}
+        body = text.strip()
+        fenced = _FENCE.match(body)
+        try:
+            value = json.loads(fenced.group(1) if fenced else body)
+        except json.JSONDecodeError as exc:
+            raise ActionSchemaError(
+                f"the reply is not JSON ({exc.msg} at char {exc.pos}); this env's action is {self.describe()}"
+            ) from None
+        if not isinstance(value, dict):
+            raise ActionSchemaError(f"the reply is JSON {type(value).__name__}; this env's action is {self.describe()}")
+        import jsonschema
+
+        validator = jsonschema.Draft202012Validator(self.schema)
+        problem = next(iter(sorted(validator.iter_errors(value), key=lambda e: list(e.path))), None)
+        if problem is not None:
+            where = "/".join(map(str, problem.path)) or "the object"
+            raise ActionSchemaError(f"{where}: {problem.message}; this env's action is {self.describe()}")
+        return value
+
+    def example(self) -> str:
+        """A reply that fits the schema (for smoke tests and ``gem check``)."""
+        if self.text_field is not None:
+            return "hello"
+        return json.dumps({k: _example_value(v) for k, v in self.fields.items()})
+
+
+def _example_value(field: dict[str, Any]) -> Any:
+    """A value a JSON-schema property accepts: its const, default, first enum member, or its lower bound."""
+    for key in ("const", "default"):
+        if key in field:
+            return field[key]
+    if field.get("enum"):
+        return field["enum"][0]
+    options = field.get("anyOf") or field.get("oneOf")
+    if options:
+        return _example_value(options[0])
+    kind = field.get("type", "string")
+    if kind in ("integer", "number"):
+        low = field.get("minimum", field.get("exclusiveMinimum", -1) + 1)
+        return int(low) if kind == "integer" else float(low)
+    return {"string": "x", "boolean": False, "array": [], "object": {}, "null": None}.get(kind, "x")
+
+
+class OpenEnvEnv(Env):
+    """An OpenEnv server's env, played through one OpenEnv client session.
+
+    Args:
+        base_url: The server, e.g. ``http://127.0.0.1:8000``.
+        on_bad_action: ``"observe"`` (default): a reply that does not fit the action schema is
+            a format error observation naming the schema (the gem Env contract: ``step`` never
+            raises for model text); ``"raise"``: :class:`~gem_core.errors.ActionSchemaError`.
+        capacity_wait_s: How long to retry a server at ``CAPACITY_REACHED`` before giving up.
+        message_timeout_s: How long to wait for one answer of the server.
+        observation_field: The observation field shown to the model; default: the only string
+            field of the observation schema, else the whole observation as JSON.
+
+    Raises:
+        EnvServerUnavailable: the server cannot be reached (when the schema is read).
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"multi_turn": True}
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        on_bad_action: Literal["observe", "raise"] = "observe",
+        capacity_wait_s: float = 60.0,
+        message_timeout_s: float = 60.0,
+        observation_field: str | None = None,
+    ) -> None:
+        if on_bad_action not in ("observe", "raise"):
+            raise ConfigError(f"on_bad_action must be 'observe' or 'raise', got {on_bad_action!r}")
+        self.base_url = base_url.rstrip("/")
+        self.on_bad_action = on_bad_action
+        self.capacity_wait_s = capacity_wait_s
+        self.message_timeout_s = message_timeout_s
+        schemas = self._get("/schema")
+        self.action_format = ActionFormat(schemas.get("action", {}))
+        observed = {
+            k: v for k, v in schemas.get("observation", {}).get("properties", {}).items() if k not in _PROTOCOL_FIELDS
+        }
+        strings = [k for k, v in observed.items() if v.get("type") == "string"]
+        self.observation_field = observation_field or (strings[0] if len(strings) == 1 else None)
+        self._client: Any = None
+        self._live = False
+
+    # ------------------------------------------------------------------ transport
+    def _get(self, path: str) -> dict[str, Any]:
+        import httpx
+
+        try:
+            response = httpx.get(self.base_url + path, timeout=self.message_timeout_s)
+            response.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise EnvServerUnavailable(
+                f"cannot read {path} of the OpenEnv server at {self.base_url}: {type(exc).__name__}: {exc}; "
+                "is it running (e.g. 'gem serve ID --port N' or the env's own server)?"
+            ) from exc
+        result: dict[str, Any] = response.json()
+        return result
+
+    def _session(self) -> Any:
+        if self._client is None:
+            from openenv.core.generic_client import GenericEnvClient
+
+            self._client = GenericEnvClient(base_url=self.base_url, message_timeout_s=self.message_timeout_s).sync()
+        return self._client
+
+    def _drop_session(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
+
+    def _call(self, phase: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """One client call; OpenEnv's and the transport's errors become gem's typed ones."""
+        try:
+            return fn(*args, **kwargs)
+        except RuntimeError as exc:
+            code = error_code(exc)
+            if code is None:
+                raise self._gone(phase, exc) from exc
+            raise EnvServerError(f"the OpenEnv server at {self.base_url} refused {phase}: {exc}", code=code) from exc
+        except (ConnectionError, OSError, TimeoutError) as exc:
+            raise self._gone(phase, exc) from exc
+        except Exception as exc:
+            if type(exc).__module__.startswith("websockets"):  # ConnectionClosed and friends
+                raise self._gone(phase, exc) from exc
+            raise
+
+    def _gone(self, phase: str, exc: BaseException) -> EnvServerUnavailable:
+        self._drop_session()
+        self._live = False
+        return EnvServerUnavailable(
+            f"the OpenEnv server at {self.base_url} went away during {phase} ({type(exc).__name__}: {exc}); "
+            "this episode is lost: restart the server, then reset"
+        )
+
+    # ------------------------------------------------------------------ episode
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
+        super().reset(seed=seed)
+        kwargs = {**(options or {}), **({} if seed is None else {"seed": seed})}
+        deadline, delay = time.monotonic() + self.capacity_wait_s, 0.05
+        while True:
+            try:
+                result = self._call("reset", self._session().reset, **kwargs)
+                break
+            except EnvServerError as exc:
+                if exc.code != "CAPACITY_REACHED":
+                    raise
+                self._drop_session()  # the server closes a refused socket; the next try opens a new one
+                if time.monotonic() + delay > deadline:
+                    raise EnvServerAtCapacity(
+                        f"the OpenEnv server at {self.base_url} stayed at capacity for {self.capacity_wait_s:g}s "
+                        "(CAPACITY_REACHED): start it with more sessions (gem serve --max-sessions N), run fewer "
+                        "envs against it, or raise capacity_wait_s"
+                    ) from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        self._live = True
+        obs, _, _, _, info = self._unpack(result)
+        return obs, info
+
+    def step(self, action: str) -> StepReturn:
+        require_text_action(self, action, "the model's reply, sent as this server's action")
+        if not self._live:
+            raise ResetNeeded("call reset() before step(), and again after the episode ended")
+        try:
+            payload = self.action_format.build(action)
+        except ActionSchemaError as exc:
+            if self.on_bad_action == "raise":
+                raise
+            return f"Invalid action: {exc}", 0.0, False, False, {"format_error": True}
+        result = self._call("step", self._session().step, payload)
+        step = self._unpack(result)
+        if step[2] or step[3]:
+            self._live = False
+        return step
+
+    def _unpack(self, result: Any) -> StepReturn:
+        observation = dict(result.observation or {})
+        observation.pop("metadata", None)
+        if self.observation_field is not None and isinstance(observation.get(self.observation_field), str):
+            text = observation[self.observation_field]
+        else:
+            text = json.dumps(observation, sort_keys=True, default=repr)
+        done = bool(result.done)
+        truncated = bool(observation.get("truncated", False)) and done
+        terminated = bool(observation.get("terminated", done and not truncated))
+        reward = float(result.reward) if result.reward is not None else 0.0
+        gem_info = observation.get("info")
+        if isinstance(gem_info, dict) and "terminated" in observation:  # a gem server: its info as is
+            info = dict(gem_info)
+        else:
+            info = {"openenv_observation": observation}
+        if result.metadata:
+            info["openenv_metadata"] = result.metadata
+        return text, reward, terminated, truncated, info
+
+    def sample_random_action(self) -> str:
+        return self.action_format.example()
+
+    def close(self) -> None:
+        self._live = False
+        self._drop_session()
+
+    def __repr__(self) -> str:
+        return f"<OpenEnvEnv {self.base_url}>"

@@ -1,0 +1,31 @@
+"""OpenEnv's FastAPI app (create_app) serving the gem env $env_id.
+
+Run: ``uvicorn server.app:app --port 8000``, ``uv run --project . server``, or the Docker image.
+"""
+
+import json
+
+from gem_openenv.server import build_app
+
+ENV_ID = "$env_id"
+MAKE_KWARGS = json.loads($kwargs)
+MAX_SESSIONS = $max_sessions
+
+app = build_app(ENV_ID, MAKE_KWARGS, max_sessions=MAX_SESSIONS)
+
+
+def main() -> None:
+    """Serve on 0.0.0.0 (``--port``, default 8000)."""
+    import argparse
+
+    import uvicorn
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=8000)
+    args = parser.parse_args()
+    uvicorn.run(app, host=args.host, port=args.port)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""``gem export openenv``: the package passes ``openenv validate`` and its server plays the gem env.
+
+``openenv validate`` runs its static level here: its runtime level builds the Dockerfile with Docker,
+which this machine (and CI) does not have; the running server's runtime probe
+(``openenv validate --url``) passes in test_server.py.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from openenv.core.generic_client import GenericEnvClient
+
+import gem_core
+
+GEM = str(Path(sys.executable).with_name("gem"))
+OPENENV = str(Path(sys.executable).with_name("openenv"))
+
+
+def export_in_process(env_id: str, directory: Path, **kwargs: object) -> None:
+    from gem_openenv.export import export_openenv
+
+    export_openenv(env_id, directory, **kwargs)  # type: ignore[arg-type]
+
+
+def export(env_id: str, directory: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    argv = [GEM, "export", "openenv", env_id, "--dir", str(directory), *extra]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("env_id", ["game:GuessTheNumber-v0-easy", "core:NumberGuess-v0-echo"])
+def test_openenv_validate_passes_on_the_export(tmp_path: Path, env_id: str) -> None:
+    root = tmp_path / "pkg"
+    if env_id.startswith("core:"):
+        done = export(env_id, root)  # the command once; the other in-process (OpenEnv's import is slow)
+        assert done.returncode == 0, done.stderr
+        assert f"openenv validate {root}" in done.stdout
+    else:
+        export_in_process(env_id, root)
+    for name in ("openenv.yaml", "pyproject.toml", "client.py", "models.py", "server/app.py", "server/Dockerfile"):
+        assert (root / name).is_file(), name
+    manifest = yaml.safe_load((root / "openenv.yaml").read_text())
+    assert manifest["app"] == "server.app:app"
+    tools = manifest["validation"]["capabilities"]["declared_tools"]
+    assert tools == (["echo"] if env_id.endswith("-echo") else [])
+    report = subprocess.run(
+        [OPENENV, "validate", str(root), "--skip-build"], capture_output=True, text=True, timeout=120
+    )
+    assert report.returncode == 0, report.stdout + report.stderr
+    assert "PASS  static.manifest" in report.stdout and "FAIL" not in report.stdout
+
+
+def test_the_exported_server_and_client_play_the_gem_env(tmp_path: Path, start_server) -> None:
+    root = tmp_path / "pkg"
+    export_in_process("game:GuessTheNumber-v0-easy", root, max_sessions=2)
+    server = start_server(app_dir=root)
+    env = gem_core.make("game:GuessTheNumber-v0-easy")
+    expected = env.reset(seed=9)[0], env.step("\\boxed{4}")[:4]
+    env.close()
+    with GenericEnvClient(base_url=server.url).sync() as client:
+        first = client.reset(seed=9)
+        step = client.step({"text": "\\boxed{4}"})
+    obs = step.observation
+    assert (first.observation["text"], (obs["text"], step.reward, obs["terminated"], obs["truncated"])) == expected
+    sys.path.insert(0, str(tmp_path))
+    try:  # the package's own typed client
+        from pkg.client import GemEnvClient
+        from pkg.models import GemAction
+    finally:
+        sys.path.remove(str(tmp_path))
+    with GemEnvClient(base_url=server.url).sync() as typed:
+        assert typed.reset(seed=9).observation.text == expected[0]
+        assert typed.step(GemAction(text="\\boxed{4}")).observation.text == expected[1][0]
+
+
+def test_export_refuses_a_bad_id_or_a_folder_in_use(tmp_path: Path) -> None:
+    unknown = export("game:NoSuchGame-v0", tmp_path / "a")
+    assert unknown.returncode == 2 and "game:NoSuchGame-v0" in unknown.stderr
+    used = tmp_path / "b"
+    used.mkdir()
+    (used / "keep.txt").write_text("mine")
+    refused = export("core:NumberGuess-v0", used)
+    assert refused.returncode == 2 and "not empty" in refused.stderr
+    assert (used / "keep.txt").read_text() == "mine"
