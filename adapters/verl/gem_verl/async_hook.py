@@ -111,9 +111,28 @@ def install_worker(agent_loop: ModuleType) -> None:
             data.batch["rm_scores"][gem_rows] = tensors["gem_token_rewards"][gem_rows]
         data.batch["gem_turn_ids"] = tensors["gem_turn_ids"]
         data.batch["gem_policy_versions"] = tensors["gem_policy_versions"]
+        _fill_unknown_versions(data.non_tensor_batch, has_gem)
         return data
 
     worker_cls._postprocess = _postprocess
+
+
+def _fill_unknown_versions(non_tensor: dict[str, Any], has_gem: np.ndarray) -> None:
+    """Give gem samples without a weight version (an env failed before any request) the batch's newest one.
+
+    verl's fully-async ``assemble_batch_from_rollout_samples`` subtracts ``min_global_steps``
+    from ``max_global_steps`` of every sample; the legacy worker passes no row step the
+    loop could use instead (the v1 worker does). Such a sample trains nothing; with no
+    reply in the whole batch it is tagged version 0.
+    """
+    lows, highs = non_tensor.get("min_global_steps"), non_tensor.get("max_global_steps")
+    if lows is None or highs is None:
+        return
+    known = [int(v) for v in highs if v is not None]
+    newest = max(known, default=0)
+    for i in np.flatnonzero(has_gem):
+        if lows[i] is None or highs[i] is None:
+            lows[i] = highs[i] = newest
 
 
 def install_trainer(module: ModuleType) -> None:
