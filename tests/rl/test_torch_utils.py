@@ -160,7 +160,7 @@ def test_off_policy_correction_tensor_equals_the_numpy_rows(rows: list[Any], ind
     weights, keep = off_policy_correction_tensor(
         current, behaviour, mask, config, segment_ids=turns if by_turn else None
     )
-    for i, r in enumerate(rows):
+    for i in range(len(rows)):
         ids = turns[i].tolist()
         spans = None
         if by_turn:
