@@ -11,8 +11,9 @@ imports the modules:
 
 * ``AgentLoopWorker._agent_loop_postprocess``: takes the loop's one output out of its
   list (a per-transition episode's several outputs cannot be one legacy sample: a
-  ``ConfigError`` says so) and carries its per-token fields (:data:`~gem_verl.agent_loop.TOKEN_FIELDS`)
-  through ``extra_fields``;
+  ``ConfigError`` says so) and carries its per-token fields (:data:`TOKEN_FIELDS`)
+  through ``extra_fields``, with one set of top-level keys for every gem sample
+  (:data:`STABLE_KEYS`; the server's other fields under ``gem_server_extra``);
 * ``AgentLoopWorker._postprocess``: turns them into ``[batch, response_length]`` tensors
   of the batch: ``gem_turn_ids`` and ``gem_policy_versions`` (-1 off generated tokens and
   on padding), and ``rm_scores`` from the per-turn rewards (each on its turn's last
@@ -40,7 +41,7 @@ from gem_core.errors import ConfigError
 from gem_verl.advantage import ESTIMATOR_NAME, compute_rebn_advantage
 from gem_verl.trainer_hook import check_trainable
 
-__all__ = ["TOKEN_FIELDS", "install_trainer", "install_worker", "token_tensors"]
+__all__ = ["STABLE_KEYS", "TOKEN_FIELDS", "install_trainer", "install_worker", "token_tensors"]
 
 #: Per-token fields the loop stores with each sample (the same as :data:`gem_verl.agent_loop.TOKEN_FIELDS`;
 #: not imported from there: this module is installed while verl's agent-loop module, which that one imports,
@@ -89,6 +90,7 @@ def install_worker(agent_loop: ModuleType) -> None:
         per_token_fields = getattr(output, "per_token_fields", None)  # a GemAgentLoopOutput
         if callable(per_token_fields):
             output.extra_fields.update(per_token_fields())
+            _stable_keys(output.extra_fields)
         return await postprocess_one(self, output, validate, **kwargs)
 
     _agent_loop_postprocess.__gem_verl_hook__ = True  # type: ignore[attr-defined]
@@ -115,6 +117,27 @@ def install_worker(agent_loop: ModuleType) -> None:
         return data
 
     worker_cls._postprocess = _postprocess
+
+
+#: The ``extra_fields`` keys every gem sample has at the top level in the legacy worker.
+STABLE_KEYS = frozenset(
+    {"turn_scores", "tool_rewards", "reward_extra_info", "gem", "min_global_steps", "max_global_steps", "global_steps"}
+)
+
+
+def _stable_keys(extra: dict[str, Any]) -> None:
+    """One set of top-level keys for every gem sample: the server's other fields go under ``gem_server_extra``.
+
+    The legacy worker makes one non-tensor column per ``extra_fields`` key, and verl's
+    ``DataProto.concat`` (the fully-async batch assembly, one row per worker call) refuses
+    batches whose columns differ. An episode whose env failed before any request has none
+    of the server's fields (``num_cached_tokens``, speculative-decoding counters, ...), so
+    a batch mixing it with whole episodes would not assemble.
+    """
+    moved = {key: extra.pop(key) for key in list(extra) if key not in STABLE_KEYS and key not in TOKEN_FIELDS}
+    extra["gem_server_extra"] = moved
+    for key in ("min_global_steps", "max_global_steps", "global_steps"):
+        extra.setdefault(key, None)
 
 
 def _fill_unknown_versions(non_tensor: dict[str, Any], has_gem: np.ndarray) -> None:

@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from omegaconf import OmegaConf, open_dict
 from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorker
 from verl.experimental.fully_async_policy import fully_async_trainer
@@ -372,3 +374,34 @@ def test_token_level_rejection_cannot_split_a_turn_in_the_fully_async_trainer(to
         for t in set(turns[r][kept[r]].tolist()):
             assert len(set(advantages[r][(turns[r] == t) & kept[r]].tolist())) == 1, "one advantage per turn"
     np.testing.assert_allclose(advantages, expected_rebn(batch, cfg.algorithm.gamma), atol=1e-6)
+
+
+@settings(deadline=None, max_examples=8)
+@given(fail_at=st.lists(st.sampled_from([None, 0, 1, 2]), min_size=1, max_size=3), n=st.sampled_from([1, 2]))
+def test_any_mix_of_failing_and_whole_episodes_assembles(tokenizer: Any, fail_at: list[int | None], n: int) -> None:
+    """Every sample of a fully-async batch gets integer versions and per-token fields, whichever envs failed."""
+    import gem_core
+    from gem_core.testing import faulty_number_guess
+
+    gem_core.register("test:AsyncFaulty-v0", faulty_number_guess, kwargs={"error": "TimeoutError"}, override=True)
+    cfg = trainer_config(n)
+    server = Server(BISECT, tokenizer, global_steps=4, step_every=3)
+    agent_worker = worker(cfg, server, tokenizer)
+    queue = QueueClient(cfg)
+    trainer = Trainer(cfg, tokenizer, queue, required=len(fail_at))
+
+    async def run() -> Any:
+        for seed, fail in enumerate(fail_at):
+            row_kwargs: dict[str, Any] = {}
+            if fail is not None:
+                row_kwargs = {"env_id": "test:AsyncFaulty-v0", "env_kwargs": {"fail_at": fail}}
+            await rollouter_puts(cfg, agent_worker, queue, seed, 0, **row_kwargs)
+        return await TRAINER._get_samples_from_queue(trainer)
+
+    _, batch = asyncio.run(run())
+    assert len(batch) == n * len(fail_at)
+    lows, highs = batch.non_tensor_batch["min_global_steps"], batch.non_tensor_batch["max_global_steps"]
+    assert all(type(v) is int for v in [*lows, *highs])
+    mask = batch.batch["response_mask"].numpy().astype(bool)
+    assert ((batch.batch["gem_turn_ids"].numpy() >= 0) == mask).all()
+    assert ((batch.batch["gem_policy_versions"].numpy() >= 0) == mask).all()
