@@ -133,7 +133,7 @@ def assert_matches(result: Correction, weights: list[float], keep: list[bool]) -
 # --------------------------------------------------------------------------- against the reference
 
 
-@settings(deadline=None, max_examples=300)
+@settings(deadline=None, max_examples=200)
 @given(row=rows(), config=configs(), data=st.data())
 def test_correct_equals_the_reference(row: Any, config: OffPolicyConfig, data: Any) -> None:
     current, behaviour, mask = row
@@ -315,7 +315,7 @@ def current_rows_for(sequences: Any, data: Any) -> list[np.ndarray]:
     return out
 
 
-@settings(deadline=None, max_examples=80)
+@settings(deadline=None, max_examples=50)
 @given(batch=st.lists(episodes(), min_size=1, max_size=4), config=configs(), data=st.data())
 def test_both_layouts_agree_turn_by_turn(batch: list[Episode], config: OffPolicyConfig, data: Any) -> None:
     advantages = estimate_advantages(batch, "rebn", gamma=0.9)
@@ -338,7 +338,7 @@ def test_both_layouts_agree_turn_by_turn(batch: list[Episode], config: OffPolicy
         assert not corr.keep[seq.loss_mask == 0].any()
 
 
-@settings(deadline=None, max_examples=60)
+@settings(deadline=None, max_examples=40)
 @given(batch=st.lists(episodes(), min_size=1, max_size=3), config=configs(), data=st.data())
 def test_sample_unit_treats_an_episode_as_one_sequence(
     batch: list[Episode], config: OffPolicyConfig, data: Any
@@ -355,7 +355,7 @@ ESTIMATOR_IDS = [*sorted(ESTIMATORS), "reinforce_pp"]
 
 
 @pytest.mark.parametrize("estimator", ESTIMATOR_IDS, ids=ESTIMATOR_IDS)
-@settings(deadline=None, max_examples=30)
+@settings(deadline=None, max_examples=20)
 @given(batch=st.lists(episodes(), min_size=1, max_size=4), config=configs(), data=st.data())
 def test_composes_with_every_estimator(
     estimator: str, batch: list[Episode], config: OffPolicyConfig, data: Any
@@ -394,7 +394,7 @@ def test_missing_behaviour_logprobs_are_named() -> None:
 # --------------------------------------------------------------------------- staleness
 
 
-@settings(deadline=None, max_examples=80)
+@settings(deadline=None, max_examples=50)
 @given(
     batch=st.lists(episodes(), min_size=1, max_size=3),
     extra=st.integers(0, 4),
