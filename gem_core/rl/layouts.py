@@ -66,6 +66,10 @@ class TransitionSample:
         turn_index: Position of the turn in its episode.
         retokenized: ``response_ids`` came from encoding the action text, because the
             turn did not record generated ids (logprobs then no longer line up).
+        response_policy_versions: The policy version that sampled each of ``response_ids``
+            (``Turn.policy_versions``), if recorded (never for re-encoded ids). With
+            ``response_logprobs`` (the behaviour logprobs) it is what off-policy
+            corrections and staleness filters read (:mod:`gem_core.rl.offpolicy`).
     """
 
     prompt_ids: list[int]
@@ -77,6 +81,7 @@ class TransitionSample:
     start_state_id: str
     turn_index: int
     retokenized: bool = False
+    response_policy_versions: list[int] | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -94,12 +99,15 @@ class EpisodeSequence:
         token_rewards: Each turn's reward on its last generated token, 0 elsewhere.
         token_advantages: Each turn's advantage on all its generated tokens, 0 elsewhere;
             ``None`` when no advantages were given.
-        token_logprobs: Sampling log-probabilities on generated tokens, 0 elsewhere;
-            ``None`` unless every turn recorded them.
+        token_logprobs: Sampling (behaviour) log-probabilities on generated tokens, 0
+            elsewhere; ``None`` unless every turn recorded them.
         turn_spans: ``(start, end)`` of each turn's generated tokens in ``input_ids``.
         prompt_length: Length of the first prompt (everything before turn 0's tokens).
         episode_id: The episode's id.
         start_state_id: The episode's start state (group id).
+        token_policy_versions: The policy version that sampled each generated token
+            (``Turn.policy_versions``), -1 on prompt and env tokens (int64); ``None``
+            unless every turn recorded versions. See :mod:`gem_core.rl.offpolicy`.
     """
 
     input_ids: npt.NDArray[np.int64]
@@ -111,6 +119,7 @@ class EpisodeSequence:
     prompt_length: int
     episode_id: str
     start_state_id: str
+    token_policy_versions: npt.NDArray[np.int64] | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -193,6 +202,9 @@ def episode_to_transitions(
                 start_state_id=episode.start_state_id,
                 turn_index=index,
                 retokenized=retokenized,
+                response_policy_versions=(
+                    None if retokenized or turn.policy_versions is None else list(turn.policy_versions)
+                ),
             )
         )
     return samples
@@ -370,6 +382,8 @@ def episode_to_sequence(
     token_advantages = None if adv is None else np.zeros(n, dtype=np.float64)
     with_logprobs = all(t.action_logprobs is not None for t in turns)
     token_logprobs = np.zeros(n, dtype=np.float64) if with_logprobs else None
+    with_versions = all(t.policy_versions is not None for t in turns)
+    token_versions = np.full(n, -1, dtype=np.int64) if with_versions else None
     for index, ((start, end), turn) in enumerate(zip(spans, turns, strict=True)):
         loss_mask[start:end] = 1
         token_rewards[end - 1] = turn.reward
@@ -377,6 +391,8 @@ def episode_to_sequence(
             token_advantages[start:end] = adv[index]
         if token_logprobs is not None:
             token_logprobs[start:end] = turn.action_logprobs or []
+        if token_versions is not None:
+            token_versions[start:end] = turn.policy_versions or []
     return EpisodeSequence(
         input_ids=np.asarray(ids, dtype=np.int64),
         loss_mask=loss_mask,
@@ -387,6 +403,7 @@ def episode_to_sequence(
         prompt_length=spans[0][0],
         episode_id=episode.episode_id,
         start_state_id=episode.start_state_id,
+        token_policy_versions=token_versions,
     )
 
 

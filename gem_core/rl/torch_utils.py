@@ -1,4 +1,4 @@
-"""Optional torch helpers for adapters: padded batches of sequences and distributed ReBN.
+"""Optional torch helpers for adapters: padded batches of sequences, distributed ReBN, off-policy corrections.
 
 torch is not a dependency of gem_core: this module imports it when a function runs,
 so importing :mod:`gem_core.rl` never needs it. The math stays the numpy code in
@@ -16,8 +16,9 @@ import numpy as np
 from gem_core.errors import RLInputError
 from gem_core.rl.advantages import Moments, stats_from_moments
 from gem_core.rl.layouts import EpisodeSequence
+from gem_core.rl.offpolicy import LOG_RATIO_BOUND, OffPolicyConfig
 
-__all__ = ["all_reduce_moments", "pad_sequences", "rebn_tensor", "torch_moments"]
+__all__ = ["all_reduce_moments", "off_policy_correction_tensor", "pad_sequences", "rebn_tensor", "torch_moments"]
 
 
 def _torch() -> Any:
@@ -41,7 +42,8 @@ def pad_sequences(
     Returns:
         ``input_ids`` and ``attention_mask`` (int64), ``loss_mask`` (bool), ``token_rewards``
         (float32) and, when every sequence has them, ``token_advantages`` and
-        ``token_logprobs`` (float32); all shaped ``[batch, longest]``, zero-padded.
+        ``token_logprobs`` (float32) and ``token_policy_versions`` (int64, -1 off generated
+        tokens and on padding); all shaped ``[batch, longest]``, zero-padded.
     """
     torch = _torch()
     if padding_side not in ("right", "left"):
@@ -57,11 +59,15 @@ def pad_sequences(
         fields["token_advantages"] = [s.token_advantages for s in sequences]
     if all(s.token_logprobs is not None for s in sequences):
         fields["token_logprobs"] = [s.token_logprobs for s in sequences]
+    if all(s.token_policy_versions is not None for s in sequences):
+        fields["token_policy_versions"] = [s.token_policy_versions for s in sequences]
     dtypes = {"input_ids": np.int64, "attention_mask": np.int64, "loss_mask": np.bool_}
+    dtypes["token_policy_versions"] = np.int64
+    fills = {"input_ids": pad_token_id, "token_policy_versions": -1}
     out: dict[str, Any] = {}
     for name, rows in fields.items():
         dtype = dtypes.get(name, np.float32)
-        fill = pad_token_id if name == "input_ids" else 0
+        fill = fills.get(name, 0)
         batch: np.ndarray[Any, Any] = np.full((len(rows), width), fill, dtype=dtype)
         for i, row in enumerate(rows):
             if padding_side == "right":
@@ -135,3 +141,92 @@ def rebn_tensor(
     # Centre in the shifted frame (shift + mean_d may not be representable for returns a few ulps apart).
     centered = (returns.detach().to(torch.float64) - shift) - centered_total / round(count)
     return (centered / (std + eps)).to(returns.dtype)
+
+
+def _outside_tensor(values: Any, low: float | None, high: float | None) -> Any:
+    torch = _torch()
+    out = torch.zeros_like(values, dtype=torch.bool)
+    if low is not None:
+        out |= values < low
+    if high is not None:
+        out |= values > high
+    return out
+
+
+def off_policy_correction_tensor(
+    current_logprobs: Any,
+    behaviour_logprobs: Any,
+    loss_mask: Any,
+    config: OffPolicyConfig,
+    *,
+    segment_ids: Any = None,
+) -> tuple[Any, Any]:
+    """:func:`gem_core.rl.offpolicy.correct` on a padded ``[batch, length]`` batch, in float64.
+
+    Args:
+        current_logprobs: The trainer's log-probabilities (padding is never read).
+        behaviour_logprobs: The sampling policy's log-probabilities.
+        loss_mask: Nonzero on the tokens the loss trains on.
+        config: Which corrections (:class:`~gem_core.rl.offpolicy.OffPolicyConfig`).
+        segment_ids: Optional integer tensor of the same shape: tokens of one row with the
+            same id ``>= 0`` form one sequence for the sequence-level TIS and masks (e.g.
+            verl's ``gem_turn_ids`` for turn by turn); loss tokens with a negative id are
+            dropped. ``None``: each row is one sequence.
+
+    Returns:
+        ``(weights, keep)``: weights in ``current_logprobs``' dtype (multiply the per-token
+        advantages or loss), and the new boolean loss mask. Both are detached.
+
+    Raises:
+        RLInputError: Shapes differ, or a log-probability on a loss token is not finite or positive.
+    """
+    torch = _torch()
+    current = current_logprobs.detach()
+    if not current.shape == behaviour_logprobs.shape == loss_mask.shape or current.dim() != 2:
+        raise RLInputError(
+            f"current_logprobs {tuple(current.shape)}, behaviour_logprobs {tuple(behaviour_logprobs.shape)} and "
+            f"loss_mask {tuple(loss_mask.shape)} must be the same [batch, length] shape"
+        )
+    mask = loss_mask.bool()
+    cur = current.to(torch.float64)
+    beh = behaviour_logprobs.detach().to(torch.float64)
+    for name, values in (("current_logprobs", cur), ("behaviour_logprobs", beh)):
+        on = values[mask]
+        if not bool(torch.isfinite(on).all()):
+            raise RLInputError(f"{name} hold NaN or inf on loss tokens; logprobs must be finite there")
+        if on.numel() and float(on.max()) > 1e-6:
+            raise RLInputError(f"{name} hold a value > 0 on a loss token: not log-probabilities")
+    log_ratios = torch.where(mask, cur - beh, torch.zeros_like(cur))
+    ratios = torch.exp(log_ratios.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND))
+    segments = torch.zeros_like(mask, dtype=torch.int64) if segment_ids is None else segment_ids.to(torch.int64)
+    if segments.shape != mask.shape:
+        raise RLInputError(f"segment_ids {tuple(segments.shape)} must have the shape of loss_mask {tuple(mask.shape)}")
+    keep = mask & (segments >= 0) & ~_outside_tensor(ratios, config.token_mask_low, config.token_mask_high)
+    per_row = int(segments.max()) + 1 if segments.numel() and int(segments.max()) >= 0 else 1
+    rows = torch.arange(mask.shape[0], device=mask.device).unsqueeze(1)
+    index = rows * per_row + segments.clamp(min=0)  # one slot per (row, segment)
+    slots = mask.shape[0] * per_row
+
+    def per_segment(values: Any, where: Any) -> Any:
+        total = torch.zeros(slots, dtype=torch.float64, device=mask.device)
+        return total.scatter_add(0, index[where], values[where].to(torch.float64))
+
+    if config.outlier_low is not None or config.outlier_high is not None:
+        bad = mask & (segments >= 0) & _outside_tensor(ratios, config.outlier_low, config.outlier_high)
+        keep &= per_segment(torch.ones_like(ratios), bad)[index] == 0
+    log_sum = per_segment(log_ratios, keep)
+    if config.sequence_mask is not None:
+        statistic = log_sum
+        if config.sequence_mask == "geometric":
+            statistic = log_sum / per_segment(torch.ones_like(ratios), keep).clamp(min=1.0)
+        statistic = torch.exp(statistic.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND))
+        keep &= ~_outside_tensor(statistic, config.sequence_mask_low, config.sequence_mask_high)[index]
+    if config.tis == "token":
+        weights = ratios.clamp(max=config.tis_cap)
+    elif config.tis == "sequence":
+        weights = torch.exp(log_sum.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)).clamp(max=config.tis_cap)[index]
+    else:
+        weights = torch.ones_like(ratios)
+    weights = torch.where(keep, weights, torch.zeros_like(weights))
+    out_dtype = current.dtype if torch.is_floating_point(current) else torch.float32
+    return weights.to(out_dtype), keep

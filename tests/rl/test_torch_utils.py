@@ -8,14 +8,22 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gem_core.errors import RLInputError
 from gem_core.rl.advantages import rebn
 from gem_core.rl.layouts import EpisodeSequence
+from gem_core.rl.offpolicy import OffPolicyConfig, correct
 
 torch = pytest.importorskip("torch", reason="torch is optional; install torch==2.13.0 to run these")
 
-from gem_core.rl.torch_utils import all_reduce_moments, pad_sequences, rebn_tensor  # noqa: E402
+from gem_core.rl.torch_utils import (  # noqa: E402
+    all_reduce_moments,
+    off_policy_correction_tensor,
+    pad_sequences,
+    rebn_tensor,
+)
 
 
 def sequence(ids: list[int], mask: list[int], advantages: list[float] | None) -> EpisodeSequence:
@@ -110,3 +118,74 @@ def test_rebn_tensor_all_reduces_across_ranks(tmp_path: Any) -> None:
     torch.multiprocessing.spawn(_worker, args=(port, shards, str(tmp_path)), nprocs=2, join=True)
     together = np.concatenate([np.load(tmp_path / f"{rank}.npy") for rank in range(2)])
     np.testing.assert_allclose(together, rebn(np.array([0.0, 1.0, 1.0, 5.0])), atol=1e-6)
+
+
+# --------------------------------------------------------------------------- off-policy corrections on tensors
+
+CONFIGS = [
+    OffPolicyConfig(),
+    OffPolicyConfig(tis="token", tis_cap=1.5),
+    OffPolicyConfig(tis="sequence", tis_cap=3.0, token_mask_low=0.2, token_mask_high=4.0),
+    OffPolicyConfig(outlier_high=6.0, sequence_mask="geometric", sequence_mask_low=0.5, sequence_mask_high=1.8),
+    OffPolicyConfig(tis="token", sequence_mask="product", sequence_mask_high=5.0, outlier_low=0.05),
+]
+
+
+@settings(deadline=None, max_examples=60)
+@given(
+    rows=st.lists(
+        st.lists(
+            st.tuples(
+                st.floats(-5.0, 0.0), st.floats(-5.0, 0.0), st.integers(0, 1), st.integers(-1, 2)
+            ),  # current, behaviour, mask, turn id
+            min_size=1,
+            max_size=10,
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    index=st.integers(0, len(CONFIGS) - 1),
+    by_turn=st.booleans(),
+)
+def test_off_policy_correction_tensor_equals_the_numpy_rows(rows: list[Any], index: int, by_turn: bool) -> None:
+    config = CONFIGS[index]
+    width = max(len(r) for r in rows)
+    current = torch.full((len(rows), width), float("nan"), dtype=torch.float64)  # padding is never read
+    behaviour = torch.zeros((len(rows), width), dtype=torch.float64)
+    mask = torch.zeros((len(rows), width), dtype=torch.int64)
+    turns = torch.full((len(rows), width), -1, dtype=torch.int64)
+    for i, r in enumerate(rows):
+        for j, (cur, beh, m, t) in enumerate(sorted(r, key=lambda x: x[3])):  # turns in order along the row
+            current[i, j], behaviour[i, j], mask[i, j], turns[i, j] = cur, beh, m, t
+    weights, keep = off_policy_correction_tensor(
+        current, behaviour, mask, config, segment_ids=turns if by_turn else None
+    )
+    for i in range(len(rows)):
+        ids = turns[i].tolist()
+        spans = None
+        if by_turn:
+            spans = [(ids.index(t), len(ids) - ids[::-1].index(t)) for t in sorted(set(ids)) if t >= 0]
+        expected = correct(current[i].numpy(), behaviour[i].numpy(), mask[i].numpy(), config, segments=spans)
+        assert keep[i].tolist() == expected.keep.tolist()
+        np.testing.assert_allclose(weights[i].numpy(), expected.weights, rtol=1e-12)
+
+
+def test_off_policy_correction_tensor_keeps_the_dtype_and_refuses_bad_input() -> None:
+    current = torch.tensor([[-1.0, -2.0]], dtype=torch.float32)
+    weights, keep = off_policy_correction_tensor(current, current - 1.0, torch.ones(1, 2), OffPolicyConfig(tis="token"))
+    assert weights.dtype == torch.float32 and keep.dtype == torch.bool
+    assert weights.tolist() == [[2.0, 2.0]]
+    with pytest.raises(RLInputError, match="same"):
+        off_policy_correction_tensor(current, current[:, :1], torch.ones(1, 2), OffPolicyConfig())
+    with pytest.raises(RLInputError, match="NaN or inf"):
+        off_policy_correction_tensor(current * float("nan"), current, torch.ones(1, 2), OffPolicyConfig())
+
+
+def test_pad_sequences_carries_policy_versions() -> None:
+    first = sequence([5, 6, 7], [0, 1, 1], None)
+    first.token_policy_versions = np.array([-1, 3, 4])
+    second = sequence([8], [1], None)
+    second.token_policy_versions = np.array([4])
+    batch = pad_sequences([first, second], pad_token_id=0)
+    assert batch["token_policy_versions"].tolist() == [[-1, 3, 4], [4, -1, -1]]
+    assert batch["token_policy_versions"].dtype == torch.int64

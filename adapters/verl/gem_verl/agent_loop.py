@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from typing import Any
 from uuid import uuid4
 
+import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
@@ -55,17 +56,20 @@ from gem_core.errors import ConfigError, TrajectoryError
 from gem_core.rl.layouts import episode_to_sequence, episode_to_transitions
 from gem_core.rl.returns import check_gamma, discounted_returns
 from gem_core.rl.types import Episode
+from gem_verl.async_hook import TOKEN_FIELDS
 from gem_verl.options import GemLoopConfig, check_trainer_config, episode_metrics
 from gem_verl.plugin import AGENT_NAME
 
 __all__ = [
     "AGENT_NAME",
+    "TOKEN_FIELDS",
     "EpisodeRequest",
     "GemAgentLoopOutput",
     "GemEnvAgentLoop",
     "GemLoopConfig",
     "finish_reason",
     "merge_extra_fields",
+    "turn_versions",
 ]
 
 _logger = logging.getLogger(__name__)
@@ -128,7 +132,7 @@ class EpisodeRequest(BaseModel):
 
 
 class GemAgentLoopOutput(AgentLoopOutput):
-    """An ``AgentLoopOutput`` that carries a reward and a turn index per response token.
+    """An ``AgentLoopOutput`` that carries a reward, a turn index and a policy version per response token.
 
     verl's ``as_dict`` turns the scalar ``reward_score`` into ``rm_scores`` with the
     value on the last response token, and its v1 worker copies the last output's
@@ -143,17 +147,50 @@ class GemAgentLoopOutput(AgentLoopOutput):
     """One reward per response token; non-zero only on each turn's last generated token."""
     turn_ids: list[int]
     """Per response token: the index of the turn that generated it, ``-1`` on env/template tokens."""
+    policy_versions: list[int] = []
+    """Per response token: the policy version (verl's ``global_steps``) that sampled it, ``-1`` on other tokens;
+    empty when the server reported no version. ``response_logprobs`` are the behaviour logprobs under it."""
+
+    def per_token_fields(self) -> dict[str, list[Any]]:
+        """The per-response-token fields under the names verl's storage gets (:data:`TOKEN_FIELDS`), checked."""
+        fields = {"gem_token_rewards": self.token_rewards, "gem_turn_ids": self.turn_ids}
+        fields["gem_policy_versions"] = self.policy_versions or [-1] * len(self.response_ids)
+        for name, values in fields.items():
+            if len(values) != len(self.response_ids):
+                raise TrajectoryError(f"{len(values)} {name} for {len(self.response_ids)} response tokens")
+        return fields
 
     def as_dict(self) -> dict[str, Any]:
         output = super().as_dict()
-        output.pop("token_rewards", None)
-        output.pop("turn_ids", None)
-        for name in ("token_rewards", "turn_ids"):
-            if len(getattr(self, name)) != len(self.response_ids):
-                raise TrajectoryError(f"{len(getattr(self, name))} {name} for {len(self.response_ids)} response tokens")
-        output["rm_scores"] = torch.tensor(self.token_rewards, dtype=torch.float32)
-        output["gem_turn_ids"] = torch.tensor(self.turn_ids, dtype=torch.int64)
+        for name in ("token_rewards", "turn_ids", "policy_versions"):
+            output.pop(name, None)
+        fields = self.per_token_fields()
+        output["rm_scores"] = torch.tensor(fields["gem_token_rewards"], dtype=torch.float32)
+        output["gem_turn_ids"] = torch.tensor(fields["gem_turn_ids"], dtype=torch.int64)
+        output["gem_policy_versions"] = torch.tensor(fields["gem_policy_versions"], dtype=torch.int64)
         return output
+
+
+def turn_versions(episode: Episode, generations: list[Any]) -> list[list[int]] | None:
+    """The policy version of every generated token, per turn; ``None`` when neither the engine nor verl told it.
+
+    Turns the engine recorded ``policy_versions`` for keep them. Otherwise verl's server
+    reports versions per request, not per token (``min_global_steps`` / ``max_global_steps``:
+    a partial rollout resumed across a weight sync spans both): every token of the turn
+    gets the request's oldest version, so a staleness bound over-counts a lag, never under-counts it.
+    """
+    out: list[list[int]] = []
+    for index, turn in enumerate(episode.turns):
+        n = len(turn.action_token_ids or [])
+        if turn.policy_versions is not None:
+            out.append(list(turn.policy_versions))
+            continue
+        extra = generations[index].extra if index < len(generations) else {}
+        version = extra.get("min_global_steps", extra.get("global_steps"))
+        if isinstance(version, bool) or not isinstance(version, int | np.integer):
+            return None
+        out.append([int(version)] * n)
+    return out
 
 
 def finish_reason(stop_reason: Any, token_ids: Any, max_tokens: int | None, stop_ids: set[int]) -> Any:
@@ -357,11 +394,18 @@ class GemEnvAgentLoop(AgentLoopBase):
         stop_ids = self._stop_ids | {int(t) for t in (params.get("stop_token_ids") or [])}
         log_probs: Any = output.log_probs
         empty = log_probs is None or (isinstance(log_probs, list | tuple) and not log_probs)
+        extra = dict(output.extra_fields or {})
+        versioned: dict[str, Any] = {}
+        version = extra.get("min_global_steps", extra.get("global_steps"))
+        # an engine that records per-token versions takes the request's (oldest) weight version, see turn_versions
+        if "policy_version" in Generation.__dataclass_fields__ and type(version) is int:
+            versioned["policy_version"] = version
         return Generation(
             token_ids=ids,
             logprobs=None if empty else log_probs,
             finish_reason=finish_reason(output.stop_reason, ids, turn.max_tokens, stop_ids),
-            extra=dict(output.extra_fields or {}),
+            extra=extra,
+            **versioned,
         )
 
     def _summary(self, episode: Episode) -> dict[str, Any]:
@@ -424,14 +468,18 @@ class GemEnvAgentLoop(AgentLoopBase):
             }
         )
         metrics = self._metrics(episode, outputs_of_server)
+        versions = turn_versions(episode, session.generations)
         if self.gem_config.layout == "sequence":
             sequence = episode_to_sequence(episode)
             start = sequence.prompt_length
             if sequence.input_ids.tolist() != session.context:
                 raise TrajectoryError(f"episode {episode.start_state_id}: the layout differs from the engine's context")
             turn_ids = [-1] * (len(sequence.input_ids) - start)
+            token_versions = [-1] * len(turn_ids) if versions is not None else []
             for index, (begin, end) in enumerate(sequence.turn_spans):
                 turn_ids[begin - start : end - start] = [index] * (end - begin)
+                if versions is not None:
+                    token_versions[begin - start : end - start] = versions[index]
             output = GemAgentLoopOutput(
                 prompt_ids=sequence.input_ids[:start].tolist(),
                 response_ids=sequence.input_ids[start:].tolist(),
@@ -440,6 +488,7 @@ class GemEnvAgentLoop(AgentLoopBase):
                 routed_experts=self._routed_experts(played[-1], len(sequence.input_ids)),
                 token_rewards=sequence.token_rewards[start:].tolist(),
                 turn_ids=turn_ids,
+                policy_versions=token_versions,
                 reward_score=episode.total_reward,
                 num_turns=2 * episode.num_turns,
                 metrics=metrics,
@@ -462,6 +511,7 @@ class GemEnvAgentLoop(AgentLoopBase):
                     ),
                     token_rewards=token_rewards,
                     turn_ids=[0] * len(sample.response_ids),
+                    policy_versions=[] if versions is None else versions[sample.turn_index],
                     reward_score=sample.advantage,
                     num_turns=2 * sample.turn_index + 2,
                     metrics=metrics,

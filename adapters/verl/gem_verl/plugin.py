@@ -6,10 +6,13 @@ module must stay light: it imports only the standard library, and registers each
 when verl itself imports the module that holds the registry:
 
 * ``verl.experimental.agent_loop.agent_loop`` (heavy: the LLM server client pulls in
-  fastapi and uvicorn): the ``gem_env_agent`` loop;
+  fastapi and uvicorn): the ``gem_env_agent`` loop, and the legacy ``AgentLoopWorker``'s
+  post-processing that carries its per-token fields (:mod:`gem_verl.async_hook`);
 * ``verl.trainer.ppo.core_algos``: the ``rebn`` estimator;
 * ``verl.trainer.ppo.v1.trainer_base``: the hook that hands ``rebn`` the explicit turn
   boundaries (:mod:`gem_verl.trainer_hook`);
+* ``verl.trainer.ppo.ray_trainer`` and ``verl.experimental.separation.ray_trainer``: the
+  same for the one-step-off and fully-async trainers (:mod:`gem_verl.async_hook`);
 * ``verl.utils.config``: its ``validate_config`` (``main_ppo`` calls it before Ray or any
   model starts) also runs :func:`gem_verl.options.check_trainer_config` on configs that
   train with gem.
@@ -37,6 +40,7 @@ __all__ = [
     "register_agent_loop",
     "register_config_check",
     "register_estimator",
+    "register_legacy_advantage_hook",
     "register_trainer_hook",
 ]
 
@@ -55,6 +59,9 @@ def register_agent_loop(module: ModuleType) -> None:
     from this hook would be circular when it is the first to import verl's.
     """
     module._agent_loop_registry[AGENT_NAME] = {"_target_": "gem_verl.agent_loop.GemEnvAgentLoop"}
+    from gem_verl.async_hook import install_worker
+
+    install_worker(module)
 
 
 def register_estimator(module: ModuleType) -> None:
@@ -70,6 +77,13 @@ def register_trainer_hook(module: ModuleType) -> None:
     from gem_verl.trainer_hook import install
 
     install(module)
+
+
+def register_legacy_advantage_hook(module: ModuleType) -> None:
+    """Give ``rebn`` the turn boundaries in ``compute_advantage`` of the one-step-off / fully-async trainers."""
+    from gem_verl.async_hook import install_trainer
+
+    install_trainer(module)
 
 
 def register_config_check(module: ModuleType) -> None:
@@ -99,6 +113,9 @@ AFTER_IMPORT: dict[str, Callable[[ModuleType], None]] = {
     "verl.experimental.agent_loop.agent_loop": register_agent_loop,
     "verl.trainer.ppo.core_algos": register_estimator,
     "verl.trainer.ppo.v1.trainer_base": register_trainer_hook,
+    # the one-step-off and fully-async trainers call the name their base module imported from ray_trainer
+    "verl.trainer.ppo.ray_trainer": register_legacy_advantage_hook,
+    "verl.experimental.separation.ray_trainer": register_legacy_advantage_hook,
     "verl.utils.config": register_config_check,
 }
 

@@ -183,12 +183,18 @@ def test_outputs_pass_verls_v1_storage_and_the_trainers_metrics_step(tokenizer: 
             assert out.extra_fields["global_steps"] == server.global_steps
             assert out.metrics.num_preempted == -1  # the server never reported it
             assert len(out.routed_experts) == len(out.prompt_ids) + len(out.response_ids)
+            # a version on each generated token, -1 elsewhere: request k (0-based) ran under 3 + k // 2
+            generated = [v for v, m in zip(out.policy_versions, out.response_mask, strict=True) if m]
+            assert all(v >= 3 for v in generated) and len(generated) == sum(out.response_mask)
+            assert all(v == -1 for v, m in zip(out.policy_versions, out.response_mask, strict=True) if not m)
         episodes.append((outputs, fields))
 
     storage = Storage()
     keys = store(storage, cfg, tokenizer, episodes)
     tags = [storage.tags[("train", k)] for k in keys]
     assert all(isinstance(t["min_global_steps"], int) and isinstance(t["max_global_steps"], int) for t in tags)
+    stored = [storage.samples[("train", k)]["gem_policy_versions"].tolist() for k in keys]
+    assert stored == [v for outputs, _ in episodes for v in (o.policy_versions for o in outputs)]
 
     _, data = compute_advantage(storage, cfg, keys)
     advantages, mask = padded(data["advantages"]), padded(data["response_mask"])
