@@ -74,7 +74,8 @@ def bundled_database(name: str) -> Path:
     """The ``.sqlite`` file of bundled database ``name``, built on first use.
 
     Raises:
-        ConfigError: no bundled database has that name.
+        ConfigError: no bundled database has that name, or the cache folder cannot hold it (not
+            writable, full, not a folder); the message names the folder.
     """
     if name not in BUNDLED_DATABASES:
         raise ConfigError(f"no bundled database {name!r}; the bundled ones are {', '.join(BUNDLED_DATABASES)}")
@@ -86,21 +87,32 @@ def bundled_database(name: str) -> Path:
     with _BUILD_LOCK:
         if target.is_file():
             return target
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}-", suffix=".sqlite", dir=target.parent)
-        os.close(fd)
         try:
-            conn = sqlite3.connect(tmp)
-            try:
-                conn.executescript(text)
-            finally:
-                conn.close()
-            os.chmod(tmp, 0o444)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+            _build(text, target)
+        except (OSError, sqlite3.Error) as exc:
+            raise ConfigError(
+                f"cannot build the bundled database {name!r} in {target.parent} ({type(exc).__name__}: {exc}); "
+                "point GEM_SQL_CACHE at a writable folder with a few MB free"
+            ) from exc
     return target
+
+
+def _build(text: str, target: Path) -> None:
+    """Run ``text`` into a temporary file beside ``target``, then rename it into place (atomic)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.stem}-", suffix=".sqlite", dir=target.parent)
+    os.close(fd)
+    try:
+        conn = sqlite3.connect(tmp)
+        try:
+            conn.executescript(text)
+        finally:
+            conn.close()
+        os.chmod(tmp, 0o444)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
+import sqlite3
 import threading
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -40,7 +41,7 @@ PROMPT = (
 SQL_TOOL_DEFAULTS: dict[str, Any] = {
     "max_tool_calls": 10,
     "max_calls_per_turn": 3,
-    "answer_pattern": r"<answer>",
+    "answer_pattern": r"(?i)<answer>",  # as extract_answer reads it: any case
     "answer_with_calls": "env",
 }
 _ANSWER_RE = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.DOTALL | re.IGNORECASE)
@@ -118,9 +119,35 @@ def _questions(
     return tuple(load_bird(path, split=split, db_dir=db_dir or "dev_databases", db_ids=databases))
 
 
-_GOLD: dict[tuple[Path, str], QueryResult] = {}
+_GOLD: dict[tuple[Path, str, QueryLimits], QueryResult] = {}
 _GOLD_LOCK = threading.Lock()
 _SCHEMAS: dict[Path, str] = {}
+
+
+def _open(question: Question, limits: QueryLimits) -> Database:
+    """The question's database, or a :class:`ConfigError` naming the file when it cannot serve one."""
+    try:
+        return Database(question.db_path, limits=limits)
+    except (OSError, sqlite3.Error) as exc:
+        raise ConfigError(
+            f"question {question.id}: cannot open database {question.db_path} ({type(exc).__name__}: {exc}); "
+            "it must be a SQLite file of the data set: check the download, or leave this db_id out with databases="
+        ) from exc
+
+
+def _schema(question: Question, database: Database) -> str:
+    """The database's ``CREATE TABLE`` statements (cached per file); a file with no table is refused."""
+    if database.path not in _SCHEMAS:
+        try:
+            schema = database.schema()
+        except sqlite3.Error as exc:
+            schema, why = "", str(exc)
+        else:
+            why = "it has no tables (an empty file, or not this data set's database?)"
+        if not schema:
+            raise ConfigError(f"question {question.id}: database {question.db_path} cannot serve questions: {why}")
+        _SCHEMAS[database.path] = schema
+    return _SCHEMAS[database.path]
 
 
 class SqlEnv(Env):
@@ -151,29 +178,28 @@ class SqlEnv(Env):
     # ------------------------------------------------------------------ episode
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
         super().reset(seed=seed)
+        self._done = True  # until the new prompt is built: a failed reset leaves no episode running
         index = (options or {}).get("index")
         if index is None:
             index = self.py_random.randrange(len(self.questions))
         elif isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(self.questions):
-            raise ValueError(f"options['index'] must be an int in [0, {len(self.questions)}), got {index!r}")
+            raise ConfigError(f"options['index'] must be an int in [0, {len(self.questions)}), got {index!r}")
         question = self.questions[index]
         if self.database is None or self.database.path != question.db_path.resolve():
             if self.database is not None:
                 self.database.close()
-            self.database = Database(question.db_path, limits=self.limits)
-        self.question = question
-        self._done = False
+                self.database = None
+            self.database = _open(question, self.limits)
         evidence = f"Hint: {question.evidence}\n" if question.evidence else ""
         obs = PROMPT.format(
-            db_id=question.db_id, schema=self._schema(self.database), question=question.question, evidence=evidence
+            db_id=question.db_id, schema=_schema(question, self.database), question=question.question, evidence=evidence
         )
-        return obs, {"question_id": question.id, "db_id": question.db_id}
+        self.question = question
+        self._done = False
+        return obs, {"question_id": question.id, "db_id": question.db_id, "index": index}
 
-    @staticmethod
-    def _schema(database: Database) -> str:
-        if database.path not in _SCHEMAS:
-            _SCHEMAS[database.path] = database.schema()
-        return _SCHEMAS[database.path]
+    def __len__(self) -> int:
+        return len(self.questions)
 
     def run_query(self, sql: str) -> QueryResult:
         """Run an exploration query on this episode's database (what :class:`SqlQueryTool` calls)."""
@@ -214,7 +240,7 @@ class SqlEnv(Env):
         return f"Your query's result is {verdict}.", (1.0 if success else 0.0), True, False, info
 
     def _gold(self, question: Question, database: Database) -> QueryResult:
-        key = (database.path, question.query)
+        key = (database.path, question.query, self.answer_limits)
         with _GOLD_LOCK:
             cached = _GOLD.get(key)
         if cached is None:

@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -123,3 +124,61 @@ def test_other_split_and_db_dir(tmp_path: Path) -> None:
     (root / "train_spider.json").write_text(json.dumps([{"db_id": "pets", "question": "q", "query": "SELECT 1"}]))
     [question] = load_spider(root, split="train_spider.json", db_dir="dbs")
     assert question.id == "spider-train_spider-0" and question.db_path == root / "dbs" / "pets" / "pets.sqlite"
+
+
+def _under_a_file(tmp_path: Path) -> Path:
+    (tmp_path / "file").write_text("x")
+    return tmp_path / "file" / "cache"
+
+
+def _a_file(tmp_path: Path) -> Path:
+    (tmp_path / "cache").write_text("x")
+    return tmp_path / "cache"
+
+
+def _disk_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(data.tempfile, "mkstemp", full)
+    return tmp_path / "cache"
+
+
+def _sqlite_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    real = sqlite3.connect
+
+    class Full:
+        def __init__(self, path: str) -> None:
+            self.conn = real(path)
+
+        def executescript(self, text: str) -> None:
+            raise sqlite3.OperationalError("database or disk is full")
+
+        def close(self) -> None:
+            self.conn.close()
+
+    monkeypatch.setattr(data.sqlite3, "connect", Full)
+    return tmp_path / "cache"
+
+
+@pytest.mark.parametrize(
+    "broken_cache",
+    [
+        lambda tmp, mp: _under_a_file(tmp),
+        lambda tmp, mp: _a_file(tmp),
+        _disk_full,
+        _sqlite_full,
+    ],
+    ids=["under-a-file", "is-a-file", "disk-full-on-create", "disk-full-while-building"],
+)
+def test_a_cache_that_cannot_hold_the_build_is_a_config_error_naming_the_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, broken_cache
+) -> None:
+    cache = broken_cache(tmp_path, monkeypatch)
+    monkeypatch.setenv("GEM_SQL_CACHE", str(cache))
+    with pytest.raises(
+        ConfigError, match=rf"cannot build the bundled database 'hr' in {re.escape(str(cache))}.*GEM_SQL_CACHE"
+    ):
+        bundled_database("hr")
+    leftovers = [p.name for p in cache.iterdir()] if cache.is_dir() else []
+    assert leftovers == []  # no half-built file left to be taken for a database later
