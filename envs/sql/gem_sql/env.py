@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import random
 import re
 import sqlite3
 import threading
@@ -153,7 +154,9 @@ def _schema(question: Question, database: Database) -> str:
 class SqlEnv(Env):
     """Answer a question about a database with one SQL query; reward 1 when its result matches the gold's.
 
-    ``reset(options={"index": i})`` picks question ``i``; otherwise one is drawn from :attr:`py_random`.
+    ``reset(options={"index": i})`` picks question ``i``; ``reset(seed=s)`` picks question
+    ``s mod n`` of a fixed shuffle (so ``n`` consecutive seeds visit each of the ``n`` questions once);
+    a ``reset()`` without either draws one from :attr:`py_random`.
     The final ``step`` sets ``info``: ``success``, ``format_error``, ``parsed_action`` (the query),
     ``question_id``, ``db_id``, ``answer_error`` (why the query failed) or ``gold_error`` (the data
     set's gold query failed: scored 0, the question is broken), ``answer_rows``.
@@ -174,13 +177,19 @@ class SqlEnv(Env):
         self.question: Question | None = None
         self.database: Database | None = None
         self._done = True
+        # Seeds s, s+1, ..., s+n-1 visit every question once (a vector env's sub-envs seeded seed+i get
+        # distinct questions), in a fixed mixed order so that neighbouring seeds span the databases.
+        self._seed_order = list(range(len(self.questions)))
+        random.Random(len(self.questions)).shuffle(self._seed_order)
 
     # ------------------------------------------------------------------ episode
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
         super().reset(seed=seed)
         self._done = True  # until the new prompt is built: a failed reset leaves no episode running
         index = (options or {}).get("index")
-        if index is None:
+        if index is None and seed is not None:
+            index = self._seed_order[seed % len(self.questions)]
+        elif index is None:
             index = self.py_random.randrange(len(self.questions))
         elif isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(self.questions):
             raise ConfigError(f"options['index'] must be an int in [0, {len(self.questions)}), got {index!r}")

@@ -22,6 +22,7 @@ from gem_core.eval.run import EvalSettings, evaluate, summarize
 from gem_core.testing import check_env
 from gem_core.tools.fuzz import model_text
 from gem_sql import data
+from gem_sql.compare import gold_is_ordered, results_match
 from gem_sql.data import bundled_database, bundled_questions, load_spider
 from gem_sql.env import SqlEnv, extract_answer
 
@@ -76,9 +77,36 @@ def test_gold_scores_one_and_no_op_or_wrong_scores_zero(bundled: SqlEnv, index: 
         f"<answer>SELECT * FROM ({gold}) LIMIT 0</answer>",  # the right columns, no rows
         f"<answer>SELECT * FROM ({gold}) UNION ALL SELECT * FROM ({gold})</answer>",  # every row twice
         "<answer>DELETE FROM sqlite_master</answer>",
+        # answers that know nothing of the data: constants, and whole tables
+        *(f"<answer>SELECT {constant}</answer>" for constant in ("0", "1", "''", "1 WHERE 0", "NULL, NULL")),
+        *(f"<answer>SELECT * FROM {table}</answer>" for table in _tables(QUESTIONS[index].db_path)),
     ):
         reward, info = answer(bundled, index, wrong)
         assert (reward, info["success"]) == (0.0, False), (wrong, info)
+
+
+def _tables(path: Path) -> list[str]:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("index", range(len(QUESTIONS)), ids=[q.id for q in QUESTIONS])
+def test_gold_rows_do_not_depend_on_the_scan_order(index: int) -> None:
+    """Ties in ORDER BY, or LIMIT without it, would make the gold's rows an accident of the query plan."""
+    question = QUESTIONS[index]
+    results = []
+    for reverse in (0, 1):
+        conn = sqlite3.connect(f"file:{question.db_path}?mode=ro", uri=True)
+        try:
+            conn.execute(f"PRAGMA reverse_unordered_selects = {reverse}")
+            results.append(conn.execute(question.query).fetchall())
+        finally:
+            conn.close()
+    # Compared as the reward compares (a float sum in another order differs in its last bits: shop-7).
+    assert results_match(results[1], results[0], ordered=gold_is_ordered(question.query)), results
 
 
 @pytest.mark.parametrize("env_id", ["sql:Spider-v0", "sql:BIRD-v0"])
@@ -422,5 +450,19 @@ def test_an_answer_in_any_case_is_final_even_beside_tool_calls(tag: str) -> None
         env.reset(options={"index": 0})
         _, _, terminated, _, info = env.step(f"<sql>SELECT 1</sql> <{tag}>SELECT 1</{tag}>")
         assert terminated and info["tool_calls"] == 0 and info["parsed_action"] == "SELECT 1"
+    finally:
+        env.close()
+
+
+@settings(max_examples=20, deadline=None)
+@given(start=st.integers(0, 2**40), databases=st.sampled_from([None, ("hr",), ("shop", "school")]))
+def test_consecutive_seeds_visit_every_question_once_and_repeat_exactly(start: int, databases: Any) -> None:
+    env = SqlEnv(databases=databases) if databases else SqlEnv()
+    try:
+        n = len(env)
+        seen = [env.reset(seed=start + i)[1]["question_id"] for i in range(n)]
+        assert sorted(seen) == sorted(q.id for q in env.questions)
+        assert env.reset(seed=start)[0] == env.reset(seed=start)[0]
+        assert env.reset(seed=start)[1]["question_id"] == seen[0]
     finally:
         env.close()
