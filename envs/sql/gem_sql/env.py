@@ -45,27 +45,29 @@ SQL_TOOL_DEFAULTS: dict[str, Any] = {
     "answer_pattern": r"(?i)<answer>",  # as extract_answer reads it: any case
     "answer_with_calls": "env",
 }
-_ANSWER_RE = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.DOTALL | re.IGNORECASE)
+# The text after an <answer> up to its </answer> (or the end), never across another <answer>: a
+# response that mentions "<answer>" in prose before its real answer still yields the real one.
+_ANSWER_RE = re.compile(r"<answer>((?:(?!<answer>).)*?)(?:</answer>|$)", re.DOTALL | re.IGNORECASE)
 _FENCE_RE = re.compile(r"```[ \t]*(?:sql|sqlite)?[ \t]*\n?(.*?)```", re.DOTALL | re.IGNORECASE)
+_TRAILING = re.compile(r"[\s;]+$")
+
+
+def _clean(text: str) -> str:
+    fenced = _FENCE_RE.findall(text)
+    return _TRAILING.sub("", fenced[-1] if fenced else text).strip()
 
 
 def extract_answer(response: str) -> str | None:
     """The final query of a response, or ``None`` when there is none (or it is empty).
 
-    The last ``<answer>`` (a fenced block inside it is unwrapped), else the last ```` ```sql ```` block.
+    The last non-empty ``<answer>`` (a fenced block inside it is unwrapped), else the last
+    ```` ```sql ```` block; trailing semicolons and whitespace are dropped.
     """
-    answers = _ANSWER_RE.findall(response)
-    if answers:
-        text = answers[-1]
-        fenced = _FENCE_RE.findall(text)
-        text = fenced[-1] if fenced else text
-    else:
-        blocks = _FENCE_RE.findall(response)
-        if not blocks:
-            return None
-        text = blocks[-1]
-    text = text.strip().rstrip(";").strip()
-    return text or None
+    for text in reversed(_ANSWER_RE.findall(response)):
+        if cleaned := _clean(text):
+            return cleaned
+    blocks = [cleaned for block in _FENCE_RE.findall(response) if (cleaned := _TRAILING.sub("", block).strip())]
+    return blocks[-1] if blocks else None
 
 
 class SqlEnvConfig(BaseModel):

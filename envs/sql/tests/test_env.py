@@ -257,6 +257,30 @@ def test_extract_answer(text: str, sql: str | None) -> None:
     assert extract_answer(text) == sql
 
 
+_PROSE = st.text(st.characters(blacklist_characters="<>`"), max_size=30)
+_SQL = st.text(st.characters(blacklist_characters="<>`;"), min_size=1, max_size=30).filter(lambda t: t.strip())
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    before=_PROSE,
+    sql=_SQL,
+    after=_PROSE,
+    mention=st.sampled_from(["", "I put it in <answer> tags: ", "<answer></answer> ", "<answer> ; </answer>"]),
+    ending=st.sampled_from(["</answer>", "", ";</answer>", "; ;\n</answer>"]),
+    fence=st.booleans(),
+    trailer=st.sampled_from(["", " <answer></answer>", " <answer>\n</answer>"]),
+)
+def test_the_last_non_empty_answer_is_the_query(
+    before: str, sql: str, after: str, mention: str, ending: str, fence: bool, trailer: str
+) -> None:
+    """Prose around it, an earlier mention of the tag, an empty answer after it, a fence, semicolons."""
+    body = f"```sql\n{sql}\n```" if fence else sql
+    tail = f" {after}{trailer}" if ending.endswith("</answer>") else ""
+    response = f"{before}{mention}<answer>{body}{ending}{tail}"
+    assert extract_answer(response) == sql.strip()
+
+
 class GoldBackend(Backend):
     """Message mode, no server: explores once with the sql tool, then answers with the gold query."""
 
