@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import re
 import sqlite3
 import threading
@@ -67,8 +68,11 @@ _PRINTF_SPEC = re.compile(r"%([-+ #0,!]*)(\*|\d+)?(?:\.(\*|\d*))?(?:ll|l|h)?(.)"
 _CACHE_KIB = 8000
 #: Largest ``len(haystack) * len(needle)`` handed to SQLite's naive search (about 10 ms of work).
 _NAIVE_SEARCH_CELLS = 100_000_000
-#: How often (in SQLite virtual-machine instructions) the deadline is checked: about every 50 us.
-_PROGRESS_EVERY = 2000
+#: Seconds between two looks at the size of SQLite's temporary files during a query.
+_SCRATCH_CHECK_S = 0.05
+#: How often (in SQLite virtual-machine instructions) the deadline is checked: every few rows even when
+#: each row builds 1 MB values (at 2,000, ``randomblob(999000)`` per row ran 6 s past a 1 s limit).
+_PROGRESS_EVERY = 100
 
 
 @dataclass(frozen=True)
@@ -80,12 +84,16 @@ class QueryLimits:
         max_rows: Rows fetched; a result with more is cut there and marked truncated.
         max_value_bytes: Largest string or blob any expression may build (SQLite's length limit).
         max_sql_chars: Longest query text accepted.
+        max_scratch_bytes: Most bytes of SQLite temporary files (sorts, ``DISTINCT``, materialized
+            subqueries) that the whole process may hold while the query runs; past it the query
+            is stopped. Checked on Linux (``/proc/self/fd``), every 50 ms.
     """
 
     timeout_s: float = 2.0
     max_rows: int = 50
     max_value_bytes: int = 1_000_000
     max_sql_chars: int = 20_000
+    max_scratch_bytes: int = 2_000_000_000
 
 
 @dataclass
@@ -257,6 +265,22 @@ def _check_widths(fmt: str, args: tuple[Any, ...]) -> None:
         position += 1
 
 
+def _scratch_bytes() -> int:
+    """Bytes of SQLite's temporary files (``etilqs_*``, unlinked while open) this process holds (0 off Linux)."""
+    total = 0
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return 0
+    for fd in fds:
+        try:
+            if "etilqs_" in os.readlink(f"/proc/self/fd/{fd}"):
+                total += os.fstat(int(fd)).st_size
+        except (OSError, ValueError):
+            continue  # closed meanwhile
+    return total
+
+
 def _decode(raw: bytes) -> str:
     # Databases on disk (Spider's among them) hold some text that is not UTF-8; show it, do not fail.
     return raw.decode("utf-8", "replace")
@@ -284,6 +308,9 @@ class Database:
         uri = f"file:{quote(str(self.path))}?mode=ro" + ("&immutable=1" if immutable else "")
         self._lock = threading.Lock()
         self._deadline = math.inf
+        self._scratch_limit = self.limits.max_scratch_bytes
+        self._next_scratch_check = math.inf
+        self._scratch_exceeded = False
         self._conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
         self._functions = _GuardedFunctions(self.limits.max_value_bytes)
         try:
@@ -309,7 +336,15 @@ class Database:
         self._closed = False
 
     def _past_deadline(self) -> int:
-        return 1 if time.monotonic() > self._deadline else 0
+        now = time.monotonic()
+        if now > self._deadline:
+            return 1
+        if now >= self._next_scratch_check:  # spilled sorts grow by disk speed: GBs in a 10 s limit
+            self._next_scratch_check = now + _SCRATCH_CHECK_S
+            if _scratch_bytes() > self._scratch_limit:
+                self._scratch_exceeded = True
+                return 1
+        return 0
 
     def schema(self) -> str:
         """The ``CREATE TABLE`` statements of the database, one per line (a prompt's schema section)."""
@@ -354,6 +389,8 @@ class Database:
             if self._closed:
                 return QueryResult(error="the database connection is closed")
             self._deadline = time.monotonic() + limits.timeout_s
+            self._next_scratch_check = time.monotonic() + _SCRATCH_CHECK_S
+            self._scratch_limit, self._scratch_exceeded = limits.max_scratch_bytes, False
             self._functions.refusal = ""
             cursor = self._conn.cursor()
             try:
@@ -369,11 +406,16 @@ class Database:
             except sqlite3.Warning as exc:  # "You can only execute one statement at a time."
                 return QueryResult(error=f"{exc} Send one statement per query, without a second ';'.")
             except sqlite3.Error as exc:
+                if self._scratch_exceeded:
+                    return QueryResult(
+                        error=f"the query's temporary files (sorting, grouping) passed {limits.max_scratch_bytes:,} "
+                        "bytes and it was stopped; make it cheaper"
+                    )
                 return QueryResult(error=self._explain(exc, limits, self._functions.refusal))
             except (ValueError, OverflowError, UnicodeError, MemoryError, RecursionError) as exc:
                 return QueryResult(error=f"the query could not run: {type(exc).__name__}: {exc}")
             finally:
-                self._deadline = math.inf
+                self._deadline = self._next_scratch_check = math.inf
                 cursor.close()
 
     @staticmethod

@@ -87,6 +87,8 @@ class SqlEnvConfig(BaseModel):
         max_output_chars: Longest query output shown.
         answer_timeout_s: Time limit of the final query and of the gold query.
         answer_max_rows: Rows the final and gold queries may return; more is a failed answer.
+        max_scratch_bytes: Bytes of SQLite temporary files the process may hold during a query
+            (:attr:`gem_sql.database.QueryLimits.max_scratch_bytes`).
         format_error_reward: Reward of a response with no query in it.
         label: The env id, shown in error messages (set by the registered specs).
     """
@@ -105,6 +107,7 @@ class SqlEnvConfig(BaseModel):
     max_output_chars: int = Field(4000, ge=100)
     answer_timeout_s: float = Field(10.0, gt=0)
     answer_max_rows: int = Field(100_000, ge=1)
+    max_scratch_bytes: int = Field(2_000_000_000, ge=1)
     format_error_reward: float = 0.0
     label: str | None = None
 
@@ -174,8 +177,11 @@ class SqlEnv(Env):
         cfg = self.config
         self.questions = _questions(cfg.source, cfg.path, cfg.split, cfg.db_dir, cfg.databases)
         self.rule: MatchRule = cfg.match or ("bird" if cfg.source == "bird" else "spider")
-        self.limits = QueryLimits(timeout_s=cfg.timeout_s, max_rows=cfg.max_rows)
-        self.answer_limits = QueryLimits(timeout_s=cfg.answer_timeout_s, max_rows=cfg.answer_max_rows)
+        scratch = cfg.max_scratch_bytes
+        self.limits = QueryLimits(timeout_s=cfg.timeout_s, max_rows=cfg.max_rows, max_scratch_bytes=scratch)
+        self.answer_limits = QueryLimits(
+            timeout_s=cfg.answer_timeout_s, max_rows=cfg.answer_max_rows, max_scratch_bytes=scratch
+        )
         self.question: Question | None = None
         self.database: Database | None = None
         self._done = True

@@ -271,6 +271,30 @@ def test_guarded_functions_return_what_sqlite_returns(name: str, data: st.DataOb
         plain.close(), guarded.close(), functions.close()
 
 
+@pytest.mark.parametrize(
+    "value",
+    ["randomblob(999000)", "zeroblob(999000)", f"upper({_BIG})", f"replace({_BIG}, 'a', 'b')", f"instr({_BIG}, 'b')"],
+    ids=["randomblob", "zeroblob", "upper", "replace", "instr"],
+)
+def test_the_deadline_is_looked_at_every_few_rows_however_heavy_each_row(shop_copy: Path, value: str) -> None:
+    """A deadline already past stops the query within a few rows (counted, not timed), whatever each row costs."""
+    rows: list[int] = []
+    with Database(shop_copy, limits=QueryLimits(timeout_s=1e-9)) as db:
+        db._conn.create_function("counted", 1, lambda v: rows.append(1) or v)
+        result = db.run(f"SELECT sum(counted(length({value}))) FROM order_items a, order_items b")
+    assert result.error is not None and "longer than" in result.error, result
+    assert len(rows) <= 50, len(rows)  # about 25 at 100 instructions a look; about 450 at 2,000
+
+
+def test_scratch_files_past_their_limit_stop_the_query(shop_copy: Path) -> None:
+    """A sort of 1 MB rows spills GBs to temp files within its time limit; the scratch limit stops it first."""
+    limits = QueryLimits(timeout_s=120.0, max_scratch_bytes=30_000_000)
+    with Database(shop_copy, limits=limits) as db:
+        result = db.run("SELECT randomblob(900000) || a.id AS x FROM customers a, customers b, customers c ORDER BY x")
+        assert result.error is not None and "temporary files" in result.error and "30,000,000" in result.error, result
+        assert db.run("SELECT id FROM customers ORDER BY name LIMIT 2").ok  # small sorts still run
+
+
 def test_rows_are_capped_and_marked(shop_copy: Path) -> None:
     with Database(shop_copy, limits=QueryLimits(max_rows=7)) as db:
         result = db.run("SELECT * FROM orders")
