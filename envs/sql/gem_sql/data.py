@@ -136,7 +136,7 @@ def bundled_questions(databases: Sequence[str] | None = None) -> list[Question]:
     unknown = sorted(set(wanted) - set(BUNDLED_DATABASES))
     if unknown:
         raise ConfigError(f"no bundled database {unknown}; the bundled ones are {', '.join(BUNDLED_DATABASES)}")
-    rows = _read_jsonl(_PACKAGE / "questions.jsonl")
+    rows = _checked_question_rows(_PACKAGE / "questions.jsonl")
     paths = {name: bundled_database(name) for name in wanted}
     return [
         Question(
@@ -150,6 +150,32 @@ def bundled_questions(databases: Sequence[str] | None = None) -> list[Question]:
         for row in rows
         if row["db_id"] in paths
     ]
+
+
+def _checked_question_rows(path: Path) -> list[dict[str, Any]]:
+    """The lines of a bundled questions file, each checked (a line with a typo must not vanish silently).
+
+    Raises:
+        ConfigError: a line is not an object with text ``id``, ``db_id`` (a bundled database),
+            ``question`` and ``query``, or repeats an ``id``; the message names the line.
+    """
+    rows = _read_jsonl(path)
+    seen: set[str] = set()
+    for number, row in enumerate(rows, 1):
+        where = f"{path} question {number}"
+        if not isinstance(row, dict):
+            raise ConfigError(f"{where}: expected a JSON object")
+        bad = [key for key in ("id", "db_id", "question", "query") if not isinstance(row.get(key), str)]
+        if bad or not isinstance(row.get("difficulty", ""), str):
+            raise ConfigError(f"{where}: these fields must be text: {', '.join(bad) or 'difficulty'}")
+        if row["db_id"] not in BUNDLED_DATABASES:
+            raise ConfigError(
+                f"{where}: db_id {row['db_id']!r} is not a bundled database ({', '.join(BUNDLED_DATABASES)})"
+            )
+        if row["id"] in seen:
+            raise ConfigError(f"{where}: id {row['id']!r} appears twice")
+        seen.add(row["id"])
+    return rows
 
 
 def _load_json_list(path: Path, what: str) -> list[dict[str, Any]]:

@@ -5,10 +5,13 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gem_core.errors import ConfigError
 from gem_sql import data
@@ -182,3 +185,40 @@ def test_a_cache_that_cannot_hold_the_build_is_a_config_error_naming_the_folder(
         bundled_database("hr")
     leftovers = [p.name for p in cache.iterdir()] if cache.is_dir() else []
     assert leftovers == []  # no half-built file left to be taken for a database later
+
+
+_GOOD_LINE = {"id": "x-1", "db_id": "hr", "question": "q?", "query": "SELECT 1", "difficulty": "easy"}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    key=st.sampled_from(["id", "db_id", "question", "query", "difficulty"]),
+    value=st.one_of(st.none(), st.integers(), st.lists(st.text(max_size=3), max_size=2), st.just("hrr"), st.just(None)),
+    drop=st.booleans(),
+    position=st.integers(0, 3),
+)
+def test_a_broken_questions_line_is_a_config_error_naming_it(
+    key: str, value: object, drop: bool, position: int
+) -> None:
+    """A missing field, a non-text one, an unknown db_id: never a silently dropped question or a KeyError."""
+    broken = dict(_GOOD_LINE)
+    if drop and key != "difficulty":
+        del broken[key]
+    elif key == "db_id" or not isinstance(value, str):
+        broken[key] = value
+    else:
+        return  # any text is a valid value of the other fields
+    lines = [{**_GOOD_LINE, "id": f"ok-{i}"} for i in range(3)]
+    lines.insert(position, broken)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "questions.jsonl"
+        path.write_text("\n".join(json.dumps(line) for line in lines))
+        with pytest.raises(ConfigError, match=rf"question {position + 1}: "):
+            data._checked_question_rows(path)
+
+
+def test_a_repeated_question_id_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "questions.jsonl"
+    path.write_text(json.dumps(_GOOD_LINE) + "\n" + json.dumps(_GOOD_LINE))
+    with pytest.raises(ConfigError, match="question 2: id 'x-1' appears twice"):
+        data._checked_question_rows(path)
