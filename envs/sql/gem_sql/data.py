@@ -82,10 +82,10 @@ def bundled_database(name: str) -> Path:
     text = (_PACKAGE / "databases" / f"{name}.sql").read_text(encoding="utf-8")
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     target = cache_dir() / f"{name}-{digest}.sqlite"
-    if target.is_file():
+    if _intact(target):
         return target
     with _BUILD_LOCK:
-        if target.is_file():
+        if _intact(target):
             return target
         try:
             _build(text, target)
@@ -95,6 +95,25 @@ def bundled_database(name: str) -> Path:
                 "point GEM_SQL_CACHE at a writable folder with a few MB free"
             ) from exc
     return target
+
+
+def _intact(path: Path) -> bool:
+    """Whether ``path`` is a whole SQLite file: its header's page size times page count is its size.
+
+    A cached file cut short or scribbled over (a full disk, another tool) is then built again
+    instead of failing every episode on it.
+    """
+    try:
+        with path.open("rb") as file:
+            header = file.read(100)
+            size = os.fstat(file.fileno()).st_size
+    except OSError:
+        return False
+    if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
+        return False
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    return page_size * int.from_bytes(header[28:32], "big") == size
 
 
 def _build(text: str, target: Path) -> None:

@@ -18,6 +18,7 @@ from gem_sql import data
 from gem_sql.data import BUNDLED_DATABASES, bundled_database, bundled_questions, load_bird, load_spider
 
 SAMPLES = Path(data.__file__).parent / "samples"
+_SESSION_CACHE = os.environ["GEM_SQL_CACHE"]
 
 
 def test_bundled_questions_cover_every_database() -> None:
@@ -222,3 +223,23 @@ def test_a_repeated_question_id_is_a_config_error(tmp_path: Path) -> None:
     path.write_text(json.dumps(_GOOD_LINE) + "\n" + json.dumps(_GOOD_LINE))
     with pytest.raises(ConfigError, match="question 2: id 'x-1' appears twice"):
         data._checked_question_rows(path)
+
+
+@settings(max_examples=25, deadline=None)
+@given(cut=st.integers(0, 20_000), noise=st.binary(min_size=1, max_size=32), at=st.integers(0, 120))
+def test_a_damaged_cached_database_is_built_again(cut: int, noise: bytes, at: int) -> None:
+    """A cached file cut short or with a scribbled header is rebuilt, never served."""
+    with tempfile.TemporaryDirectory() as folder:
+        os.environ["GEM_SQL_CACHE"] = folder
+        try:
+            path = bundled_database("hr")
+            whole = path.read_bytes()
+            damaged = bytearray(whole[: min(cut, len(whole) - 1)])
+            damaged[at : at + len(noise)] = noise
+            path.chmod(0o644)
+            path.write_bytes(bytes(damaged))
+            if data._intact(path):  # the noise happened to leave a whole file: nothing to rebuild
+                return
+            assert bundled_database("hr") == path and path.read_bytes() == whole
+        finally:
+            os.environ["GEM_SQL_CACHE"] = _SESSION_CACHE
