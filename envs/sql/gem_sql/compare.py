@@ -29,19 +29,19 @@ REL_TOL = 1e-9
 ABS_TOL = 1e-12
 #: ``"spider"`` or ``"bird"``; see the module docstring.
 MatchRule = Literal["spider", "bird"]
-#: Work budget of the column-order search (row-cells projected); past it the results do not match.
-_MAX_SEARCH_CELLS = 20_000_000
+#: Column orders the search may try beyond one straight path; past it the results do not match.
+_MAX_SEARCH_STEPS = 2_000
 
 Row = tuple[Any, ...]
+
+
+def _same_counts(a: Counter[Any], b: Counter[Any]) -> bool:
+    return dict.__eq__(a, b) is True  # C-level; Counter's own == walks both in Python
 
 
 def gold_is_ordered(gold_sql: str) -> bool:
     """Spider's rule: row order matters when the gold query contains ``order by`` (any case, any spacing)."""
     return "order by" in " ".join(gold_sql.lower().split())
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not (isinstance(value, float) and math.isnan(value))
 
 
 def _close(a: int | float, b: int | float) -> bool:
@@ -55,26 +55,34 @@ def _close(a: int | float, b: int | float) -> bool:
         return False
 
 
-def _canonical_numbers(*results: Sequence[Row]) -> dict[Any, Any]:
-    """Each number of ``results`` mapped to the smallest number it is chained to by :func:`_close`.
+def _float_representatives(*results: Sequence[Row]) -> dict[Any, Any]:
+    """Numbers of ``results`` that stand for a smaller close one, mapped to it (empty without floats).
 
-    Numbers are sorted and each joins its predecessor's group when the two are close, so a value
-    and any copy of it off by rounding land in the same group, in whichever result they are.
+    Numbers are sorted and each joins its predecessor's group when the two are close (at least one
+    a float), so a value and any copy of it off by rounding land in the same group, in whichever
+    result they are; every member maps to the group's smallest.
     """
-    numbers = sorted({v for rows in results for row in rows for v in row if _is_number(v)})
-    canonical: dict[Any, Any] = {}
+    cells = [v for rows in results for row in rows for v in row]
+    if not any(type(v) is float for v in cells):
+        return {}
+    numbers = sorted({v for v in cells if type(v) in (int, float) and v == v})  # v == v drops NaN
+    representatives: dict[Any, Any] = {}
     previous: Any = None
     representative: Any = None
     for value in numbers:
         if previous is None or not _close(previous, value):
             representative = value
-        canonical[value] = representative
+        elif value != representative:
+            representatives[value] = representative
         previous = value
-    return canonical
+    return representatives
 
 
-def _normalized(rows: Sequence[Row], canonical: dict[Any, Any]) -> list[Row]:
-    return [tuple(canonical.get(v, v) if _is_number(v) else v for v in row) for row in rows]
+def _normalized(rows: Sequence[Row], representatives: dict[Any, Any]) -> list[Row]:
+    if not representatives:
+        return [tuple(row) for row in rows]
+    get = representatives.get
+    return [tuple([get(v, v) for v in row]) for row in rows]
 
 
 def _column_order_exists(answer: list[Row], gold: list[Row], *, ordered: bool) -> bool:
@@ -82,38 +90,53 @@ def _column_order_exists(answer: list[Row], gold: list[Row], *, ordered: bool) -
 
     Depth-first over gold columns; a prefix of answer columns is kept only while the answer projected
     on it equals the gold projected on its first columns (a necessary condition), and of answer
-    columns with identical values only the first is tried (they are interchangeable).
+    columns with identical values only the first is tried (they are interchangeable). A row's prefix
+    is one integer (an id per distinct ``(prefix id, value)`` of the gold), so each try costs one pass.
     """
-    width = len(gold[0])
+    width, n = len(gold[0]), len(gold)
     answer_columns = [tuple(row[j] for row in answer) for j in range(width)]
     gold_columns = [tuple(row[i] for row in gold) for i in range(width)]
     answer_bags = [Counter(column) for column in answer_columns]
-    candidates = [[j for j in range(width) if answer_bags[j] == Counter(column)] for column in gold_columns]
-    budget = [_MAX_SEARCH_CELLS]
+    gold_bags = [Counter(column) for column in gold_columns]
+    candidates = [[j for j in range(width) if _same_counts(answer_bags[j], bag)] for bag in gold_bags]
+    if any(not options for options in candidates):
+        return False
+    order = [options[0] for options in candidates]
+    if all(len(options) == 1 for options in candidates) and len(set(order)) == width:  # the order is forced
+        permuted = [tuple(row[j] for j in order) for row in answer]
+        return permuted == gold if ordered else _same_counts(Counter(permuted), Counter(gold))
+    ids: dict[tuple[Any, Any], int] = {}
+    gold_levels: list[list[int]] = [[-1] * n]  # gold prefix ids per level, built as the search goes deeper
+    budget = [_MAX_SEARCH_STEPS + width]  # one straight path always fits
 
-    def same(left: list[Row], right: list[Row]) -> bool:
-        return left == right if ordered else Counter(left) == Counter(right)
+    def gold_at(level: int) -> list[int]:
+        while len(gold_levels) <= level:
+            previous, column = gold_levels[-1], gold_columns[len(gold_levels) - 1]
+            gold_levels.append([ids.setdefault(key, len(ids)) for key in zip(previous, column, strict=True)])
+        return gold_levels[level]
 
-    def extend(used: tuple[int, ...], answer_prefix: list[Row], gold_prefix: list[Row]) -> bool:
+    def extend(used: tuple[int, ...], answer_prefix: list[int | None]) -> bool:
         level = len(used)
         if level == width:
             return True
-        gold_next = [(*g, v) for g, v in zip(gold_prefix, gold_columns[level], strict=True)]
+        gold_next = gold_at(level + 1)
+        target = gold_next if ordered else Counter(gold_next)
         tried: set[tuple[Any, ...]] = set()
         for j in candidates[level]:
             if j in used or answer_columns[j] in tried:
                 continue
             tried.add(answer_columns[j])
-            budget[0] -= len(answer) * (level + 1)
+            budget[0] -= 1
             if budget[0] < 0:
                 return False
-            answer_next = [(*a, v) for a, v in zip(answer_prefix, answer_columns[j], strict=True)]
-            if same(answer_next, gold_next) and extend((*used, j), answer_next, gold_next):
+            # None: a prefix that no gold row has
+            answer_next = [ids.get(key) for key in zip(answer_prefix, answer_columns[j], strict=True)]
+            same = answer_next == target if ordered else _same_counts(Counter(answer_next), target)  # type: ignore[arg-type]
+            if same and extend((*used, j), answer_next):
                 return True
         return False
 
-    empty: list[Row] = [() for _ in gold]
-    return extend((), list(empty), empty)
+    return extend((), [-1] * n)
 
 
 def results_match(answer: Sequence[Row], gold: Sequence[Row], *, ordered: bool, rule: MatchRule = "spider") -> bool:
@@ -125,8 +148,8 @@ def results_match(answer: Sequence[Row], gold: Sequence[Row], *, ordered: bool, 
         ordered: Row order matters (only under ``"spider"``; BIRD compares sets).
         rule: ``"spider"`` or ``"bird"``.
     """
-    canonical = _canonical_numbers(answer, gold)
-    answer_rows, gold_rows = _normalized(answer, canonical), _normalized(gold, canonical)
+    representatives = _float_representatives(answer, gold)
+    answer_rows, gold_rows = _normalized(answer, representatives), _normalized(gold, representatives)
     if rule == "bird":
         return set(answer_rows) == set(gold_rows)
     if len(answer_rows) != len(gold_rows):
@@ -136,6 +159,6 @@ def results_match(answer: Sequence[Row], gold: Sequence[Row], *, ordered: bool, 
     width = len(gold_rows[0])
     if any(len(row) != width for row in (*answer_rows, *gold_rows)):
         return False
-    if (answer_rows == gold_rows) if ordered else (Counter(answer_rows) == Counter(gold_rows)):
+    if (answer_rows == gold_rows) if ordered else _same_counts(Counter(answer_rows), Counter(gold_rows)):
         return True  # the common case: columns already in the gold's order
     return _column_order_exists(answer_rows, gold_rows, ordered=ordered)
