@@ -3,77 +3,140 @@
 * ``"spider"`` (Spider's test-suite ``exec_eval``): the results must have the same number of rows
   and columns; columns may come in any order (a permutation of the answer's columns must make the
   results equal); rows compare as a multiset (duplicates count), or as a list when the gold query
-  contains ``ORDER BY``.
+  contains ``ORDER BY``. Two empty results match, whatever their columns.
 * ``"bird"`` (BIRD's ``evaluation.py``): the sets of rows must be equal: duplicates and row order
   are ignored, column order matters.
 
 Both compare values exactly as Python does (``1 == 1.0``; ``'1' != 1``; NULL equals NULL). Where
-neither says anything, gem adds one rule: floats are rounded to :data:`FLOAT_DIGITS` decimals first,
-so ``SUM`` in another order (``0.1 + 0.2`` against ``0.3``) still matches. Strings are compared
+neither says anything, gem adds one rule: a float equals a number within a relative :data:`REL_TOL`
+(``math.isclose``'s default; :data:`ABS_TOL` near zero), so ``SUM`` in another order (``0.1 + 0.2``
+against ``0.3``, or sums of 1e12) still matches, whatever the magnitude. Strings are compared
 case-sensitively, as both do.
 """
 
 from __future__ import annotations
 
-import itertools
-import re
+import math
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
-__all__ = ["FLOAT_DIGITS", "MatchRule", "gold_is_ordered", "results_match"]
+__all__ = ["ABS_TOL", "REL_TOL", "MatchRule", "gold_is_ordered", "results_match"]
 
-#: Decimals floats are rounded to before comparing.
-FLOAT_DIGITS = 6
+#: Relative difference under which a float equals another number.
+REL_TOL = 1e-9
+#: Absolute difference under which a float equals another number (for values near zero).
+ABS_TOL = 1e-12
 #: ``"spider"`` or ``"bird"``; see the module docstring.
 MatchRule = Literal["spider", "bird"]
-#: Most columns whose permutations are searched; wider results must match in the gold order.
-_MAX_PERMUTED_COLUMNS = 8
-#: Most column orders tried (columns with equal values make many; any of them is as good).
-_MAX_TRIES = 1000
-_ORDER_BY = re.compile(r"\border\s+by\b", re.IGNORECASE)
+#: Column orders the search may try beyond one straight path; past it the results do not match.
+_MAX_SEARCH_STEPS = 2_000
 
 Row = tuple[Any, ...]
 
 
+def _same_counts(a: Counter[Any], b: Counter[Any]) -> bool:
+    return dict.__eq__(a, b) is True  # C-level; Counter's own == walks both in Python
+
+
 def gold_is_ordered(gold_sql: str) -> bool:
-    """Spider's rule: row order matters when the gold query has ``ORDER BY`` anywhere."""
-    return _ORDER_BY.search(gold_sql) is not None
+    """Spider's rule: row order matters when the gold query contains ``order by`` (any case, any spacing)."""
+    return "order by" in " ".join(gold_sql.lower().split())
 
 
-def _norm(value: Any) -> Any:
-    if isinstance(value, float):
-        rounded = round(value, FLOAT_DIGITS)
-        return int(rounded) if rounded.is_integer() else rounded
-    return value
+def _close(a: int | float, b: int | float) -> bool:
+    if a == b:
+        return True
+    if not (isinstance(a, float) or isinstance(b, float)):
+        return False  # two integers are equal or not: no tolerance
+    try:
+        return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL)
+    except OverflowError:  # an integer past the float range
+        return False
 
 
-def _normalized(rows: Sequence[Row]) -> list[Row]:
-    return [tuple(_norm(v) for v in row) for row in rows]
+def _float_representatives(*results: Sequence[Row]) -> dict[Any, Any]:
+    """Numbers of ``results`` that stand for a smaller close one, mapped to it (empty without floats).
+
+    Numbers are sorted and each joins its predecessor's group when the two are close (at least one
+    a float), so a value and any copy of it off by rounding land in the same group, in whichever
+    result they are; every member maps to the group's smallest.
+    """
+    cells = [v for rows in results for row in rows for v in row]
+    if not any(type(v) is float for v in cells):
+        return {}
+    numbers = sorted({v for v in cells if type(v) in (int, float) and v == v})  # v == v drops NaN
+    representatives: dict[Any, Any] = {}
+    previous: Any = None
+    representative: Any = None
+    for value in numbers:
+        if previous is None or not _close(previous, value):
+            representative = value
+        elif value != representative:
+            representatives[value] = representative
+        previous = value
+    return representatives
 
 
-def _column_bag(rows: Sequence[Row], index: int) -> Counter[Any]:
-    return Counter(row[index] for row in rows)
+def _normalized(rows: Sequence[Row], representatives: dict[Any, Any]) -> list[Row]:
+    if not representatives:
+        return [tuple(row) for row in rows]
+    get = representatives.get
+    return [tuple([get(v, v) for v in row]) for row in rows]
 
 
-def _permutations(answer: Sequence[Row], gold: Sequence[Row], width: int) -> Iterator[tuple[int, ...]]:
-    """Column orders of ``answer`` worth trying: answer column ``p[i]`` holds gold column ``i``'s values."""
-    if width > _MAX_PERMUTED_COLUMNS:
-        yield tuple(range(width))
-        return
-    gold_bags = [_column_bag(gold, i) for i in range(width)]
-    answer_bags = [_column_bag(answer, i) for i in range(width)]
-    candidates = [[j for j in range(width) if answer_bags[j] == gold_bags[i]] for i in range(width)]
+def _column_order_exists(answer: list[Row], gold: list[Row], *, ordered: bool) -> bool:
+    """Whether some order of ``answer``'s columns makes it equal ``gold`` (as lists or as multisets).
 
-    def extend(prefix: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
-        if len(prefix) == width:
-            yield prefix
-            return
-        for j in candidates[len(prefix)]:
-            if j not in prefix:
-                yield from extend((*prefix, j))
+    Depth-first over gold columns; a prefix of answer columns is kept only while the answer projected
+    on it equals the gold projected on its first columns (a necessary condition), and of answer
+    columns with identical values only the first is tried (they are interchangeable). A row's prefix
+    is one integer (an id per distinct ``(prefix id, value)`` of the gold), so each try costs one pass.
+    """
+    width, n = len(gold[0]), len(gold)
+    answer_columns = [tuple(row[j] for row in answer) for j in range(width)]
+    gold_columns = [tuple(row[i] for row in gold) for i in range(width)]
+    answer_bags = [Counter(column) for column in answer_columns]
+    gold_bags = [Counter(column) for column in gold_columns]
+    candidates = [[j for j in range(width) if _same_counts(answer_bags[j], bag)] for bag in gold_bags]
+    if any(not options for options in candidates):
+        return False
+    order = [options[0] for options in candidates]
+    if all(len(options) == 1 for options in candidates) and len(set(order)) == width:  # the order is forced
+        permuted = [tuple(row[j] for j in order) for row in answer]
+        return permuted == gold if ordered else _same_counts(Counter(permuted), Counter(gold))
+    ids: dict[tuple[Any, Any], int] = {}
+    gold_levels: list[list[int]] = [[-1] * n]  # gold prefix ids per level, built as the search goes deeper
+    budget = [_MAX_SEARCH_STEPS + width]  # one straight path always fits
 
-    yield from itertools.islice(extend(()), _MAX_TRIES)
+    def gold_at(level: int) -> list[int]:
+        while len(gold_levels) <= level:
+            previous, column = gold_levels[-1], gold_columns[len(gold_levels) - 1]
+            gold_levels.append([ids.setdefault(key, len(ids)) for key in zip(previous, column, strict=True)])
+        return gold_levels[level]
+
+    def extend(used: tuple[int, ...], answer_prefix: list[int | None]) -> bool:
+        level = len(used)
+        if level == width:
+            return True
+        gold_next = gold_at(level + 1)
+        target = gold_next if ordered else Counter(gold_next)
+        tried: set[tuple[Any, ...]] = set()
+        for j in candidates[level]:
+            if j in used or answer_columns[j] in tried:
+                continue
+            tried.add(answer_columns[j])
+            budget[0] -= 1
+            if budget[0] < 0:
+                return False
+            # None: a prefix that no gold row has
+            answer_next = [ids.get(key) for key in zip(answer_prefix, answer_columns[j], strict=True)]
+            same = answer_next == target if ordered else _same_counts(Counter(answer_next), target)  # type: ignore[arg-type]
+            if same and extend((*used, j), answer_next):
+                return True
+        return False
+
+    return extend((), [-1] * n)
 
 
 def results_match(answer: Sequence[Row], gold: Sequence[Row], *, ordered: bool, rule: MatchRule = "spider") -> bool:
@@ -85,7 +148,8 @@ def results_match(answer: Sequence[Row], gold: Sequence[Row], *, ordered: bool, 
         ordered: Row order matters (only under ``"spider"``; BIRD compares sets).
         rule: ``"spider"`` or ``"bird"``.
     """
-    answer_rows, gold_rows = _normalized(answer), _normalized(gold)
+    representatives = _float_representatives(answer, gold)
+    answer_rows, gold_rows = _normalized(answer, representatives), _normalized(gold, representatives)
     if rule == "bird":
         return set(answer_rows) == set(gold_rows)
     if len(answer_rows) != len(gold_rows):
@@ -93,11 +157,8 @@ def results_match(answer: Sequence[Row], gold: Sequence[Row], *, ordered: bool, 
     if not gold_rows:
         return True
     width = len(gold_rows[0])
-    if any(len(row) != width for row in answer_rows):
+    if any(len(row) != width for row in (*answer_rows, *gold_rows)):
         return False
-    gold_bag = Counter(gold_rows)
-    for perm in _permutations(answer_rows, gold_rows, width):
-        permuted = [tuple(row[j] for j in perm) for row in answer_rows]
-        if (permuted == gold_rows) if ordered else (Counter(permuted) == gold_bag):
-            return True
-    return False
+    if (answer_rows == gold_rows) if ordered else _same_counts(Counter(answer_rows), Counter(gold_rows)):
+        return True  # the common case: columns already in the gold's order
+    return _column_order_exists(answer_rows, gold_rows, ordered=ordered)

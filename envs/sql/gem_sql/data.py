@@ -74,33 +74,64 @@ def bundled_database(name: str) -> Path:
     """The ``.sqlite`` file of bundled database ``name``, built on first use.
 
     Raises:
-        ConfigError: no bundled database has that name.
+        ConfigError: no bundled database has that name, or the cache folder cannot hold it (not
+            writable, full, not a folder); the message names the folder.
     """
     if name not in BUNDLED_DATABASES:
         raise ConfigError(f"no bundled database {name!r}; the bundled ones are {', '.join(BUNDLED_DATABASES)}")
     text = (_PACKAGE / "databases" / f"{name}.sql").read_text(encoding="utf-8")
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     target = cache_dir() / f"{name}-{digest}.sqlite"
-    if target.is_file():
+    if _intact(target):
         return target
     with _BUILD_LOCK:
-        if target.is_file():
+        if _intact(target):
             return target
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}-", suffix=".sqlite", dir=target.parent)
-        os.close(fd)
         try:
-            conn = sqlite3.connect(tmp)
-            try:
-                conn.executescript(text)
-            finally:
-                conn.close()
-            os.chmod(tmp, 0o444)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+            _build(text, target)
+        except (OSError, sqlite3.Error) as exc:
+            raise ConfigError(
+                f"cannot build the bundled database {name!r} in {target.parent} ({type(exc).__name__}: {exc}); "
+                "point GEM_SQL_CACHE at a writable folder with a few MB free"
+            ) from exc
     return target
+
+
+def _intact(path: Path) -> bool:
+    """Whether ``path`` is a whole SQLite file: its header's page size times page count is its size.
+
+    A cached file cut short or scribbled over (a full disk, another tool) is then built again
+    instead of failing every episode on it.
+    """
+    try:
+        with path.open("rb") as file:
+            header = file.read(100)
+            size = os.fstat(file.fileno()).st_size
+    except OSError:
+        return False
+    if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
+        return False
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    return page_size * int.from_bytes(header[28:32], "big") == size
+
+
+def _build(text: str, target: Path) -> None:
+    """Run ``text`` into a temporary file beside ``target``, then rename it into place (atomic)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.stem}-", suffix=".sqlite", dir=target.parent)
+    os.close(fd)
+    try:
+        conn = sqlite3.connect(tmp)
+        try:
+            conn.executescript(text)
+        finally:
+            conn.close()
+        os.chmod(tmp, 0o444)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -124,7 +155,7 @@ def bundled_questions(databases: Sequence[str] | None = None) -> list[Question]:
     unknown = sorted(set(wanted) - set(BUNDLED_DATABASES))
     if unknown:
         raise ConfigError(f"no bundled database {unknown}; the bundled ones are {', '.join(BUNDLED_DATABASES)}")
-    rows = _read_jsonl(_PACKAGE / "questions.jsonl")
+    rows = _checked_question_rows(_PACKAGE / "questions.jsonl")
     paths = {name: bundled_database(name) for name in wanted}
     return [
         Question(
@@ -138,6 +169,32 @@ def bundled_questions(databases: Sequence[str] | None = None) -> list[Question]:
         for row in rows
         if row["db_id"] in paths
     ]
+
+
+def _checked_question_rows(path: Path) -> list[dict[str, Any]]:
+    """The lines of a bundled questions file, each checked (a line with a typo must not vanish silently).
+
+    Raises:
+        ConfigError: a line is not an object with text ``id``, ``db_id`` (a bundled database),
+            ``question`` and ``query``, or repeats an ``id``; the message names the line.
+    """
+    rows = _read_jsonl(path)
+    seen: set[str] = set()
+    for number, row in enumerate(rows, 1):
+        where = f"{path} question {number}"
+        if not isinstance(row, dict):
+            raise ConfigError(f"{where}: expected a JSON object")
+        bad = [key for key in ("id", "db_id", "question", "query") if not isinstance(row.get(key), str)]
+        if bad or not isinstance(row.get("difficulty", ""), str):
+            raise ConfigError(f"{where}: these fields must be text: {', '.join(bad) or 'difficulty'}")
+        if row["db_id"] not in BUNDLED_DATABASES:
+            raise ConfigError(
+                f"{where}: db_id {row['db_id']!r} is not a bundled database ({', '.join(BUNDLED_DATABASES)})"
+            )
+        if row["id"] in seen:
+            raise ConfigError(f"{where}: id {row['id']!r} appears twice")
+        seen.add(row["id"])
+    return rows
 
 
 def _load_json_list(path: Path, what: str) -> list[dict[str, Any]]:

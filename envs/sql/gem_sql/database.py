@@ -15,9 +15,11 @@ Layers, each enough on its own for the writes it covers:
 4. Connection limits: no attached databases, strings and blobs of at most ``max_value_bytes``,
    SQL text of at most ``max_sql_chars``, LIKE/GLOB patterns of at most 200 characters;
    ``query_only``; an 8 MB page cache (big sorts spill to SQLite's unlinked temp files).
-5. ``printf``/``format`` with a width or precision over :data:`MAX_PRINTF_WIDTH` are refused: one such
-   call loops inside SQLite (3.40: ``printf('%.*c', 2e9, 'x')`` runs for a minute) where the deadline
-   cannot interrupt it.
+5. Functions whose one call can outlast the deadline are replaced (:class:`_GuardedFunctions`):
+   ``printf``/``format`` with a width or precision over :data:`MAX_PRINTF_WIDTH` are refused (3.40:
+   ``printf('%.*c', 2e9, 'x')`` runs for a minute); ``instr``, ``replace`` and ``trim(X, Y)`` search
+   in linear time (SQLite's own search a 1 MB string for minutes). The progress handler that
+   enforces the deadline runs between SQLite instructions, never inside one function call.
 
 Every query runs under a deadline (a progress handler interrupts it) and returns at most
 ``max_rows`` rows; any failure becomes :attr:`QueryResult.error`, a message for the model.
@@ -25,7 +27,9 @@ Every query runs under a deadline (a progress handler interrupts it) and returns
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 import re
 import sqlite3
 import threading
@@ -62,8 +66,13 @@ MAX_PRINTF_WIDTH = 1000
 _PRINTF_SPEC = re.compile(r"%([-+ #0,!]*)(\*|\d+)?(?:\.(\*|\d*))?(?:ll|l|h)?(.)", re.DOTALL)
 #: Page cache of a connection, in KiB; what a sort holds in memory before it spills to a temp file.
 _CACHE_KIB = 8000
-#: How often (in SQLite virtual-machine instructions) the deadline is checked: about every 50 us.
-_PROGRESS_EVERY = 2000
+#: Largest ``len(haystack) * len(needle)`` handed to SQLite's naive search (about 10 ms of work).
+_NAIVE_SEARCH_CELLS = 100_000_000
+#: Seconds between two looks at the size of SQLite's temporary files during a query.
+_SCRATCH_CHECK_S = 0.05
+#: How often (in SQLite virtual-machine instructions) the deadline is checked: every few rows even when
+#: each row builds 1 MB values (at 2,000, ``randomblob(999000)`` per row ran 6 s past a 1 s limit).
+_PROGRESS_EVERY = 100
 
 
 @dataclass(frozen=True)
@@ -75,12 +84,16 @@ class QueryLimits:
         max_rows: Rows fetched; a result with more is cut there and marked truncated.
         max_value_bytes: Largest string or blob any expression may build (SQLite's length limit).
         max_sql_chars: Longest query text accepted.
+        max_scratch_bytes: Most bytes of SQLite temporary files (sorts, ``DISTINCT``, materialized
+            subqueries) that the whole process may hold while the query runs; past it the query
+            is stopped. Checked on Linux (``/proc/self/fd``), every 50 ms.
     """
 
     timeout_s: float = 2.0
     max_rows: int = 50
     max_value_bytes: int = 1_000_000
     max_sql_chars: int = 20_000
+    max_scratch_bytes: int = 2_000_000_000
 
 
 @dataclass
@@ -129,22 +142,103 @@ def _authorize(action: int, arg1: str | None, arg2: str | None, _db: str | None,
     return sqlite3.SQLITE_DENY
 
 
-class _GuardedPrintf:
-    """``printf``/``format`` that refuses huge widths, then formats with SQLite's own ``printf``.
+class _GuardedFunctions:
+    """SQLite functions whose one call can outlast any deadline, replaced by ones that cannot.
 
-    The real function runs on a private in-memory connection, so the output is exactly SQLite's.
+    ``printf``/``format`` refuse huge widths, then format with SQLite's own ``printf``. ``instr``,
+    ``replace`` and two-argument ``trim``/``ltrim``/``rtrim`` search naively inside SQLite (a 1 MB
+    string searched for a 500 KB one, or trimmed by a set of 80,000 characters, takes seconds to
+    minutes in one call); here text is searched in linear time by Python, with SQLite's results.
+    Other argument types (numbers, blobs) go to SQLite's own function on a private in-memory
+    connection when their sizes make that cheap, and are refused otherwise. A refusal raises
+    ``ValueError``; its reason is kept in :attr:`refusal` for the error message.
     """
 
     def __init__(self, max_value_bytes: int) -> None:
         self._conn = sqlite3.connect(":memory:", check_same_thread=False)
+        self._max_value_bytes = max_value_bytes
+        self.refusal = ""
         if hasattr(self._conn, "setlimit"):
             self._conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_value_bytes)
 
-    def __call__(self, fmt: Any, *args: Any) -> Any:
+    def register(self, conn: sqlite3.Connection) -> None:
+        """Install the guarded functions on ``conn`` (over SQLite's built-in ones of the same arity)."""
+        for name in ("printf", "format"):
+            conn.create_function(name, -1, self.printf)
+        conn.create_function("instr", 2, self.instr)
+        conn.create_function("replace", 3, self.replace)
+        for name in ("trim", "ltrim", "rtrim"):
+            conn.create_function(name, 2, functools.partial(self.trim, name))
+
+    def _refuse(self, reason: str) -> ValueError:
+        self.refusal = reason
+        return ValueError(reason)
+
+    def _sqlite(self, name: str, args: tuple[Any, ...]) -> Any:
+        """SQLite's own ``name(*args)``, when the arguments are small enough for its naive search."""
+        sizes = [len(a) if isinstance(a, (str, bytes)) else 32 for a in args]
+        if math.prod(sorted(sizes)[-2:]) > _NAIVE_SEARCH_CELLS:
+            raise self._refuse(f"{name}() of a blob this long is refused (limit: {_NAIVE_SEARCH_CELLS:,} byte pairs)")
+        return self._own(name, args)
+
+    def _own(self, name: str, args: tuple[Any, ...]) -> Any:
+        """SQLite's own ``name(*args)`` on the private connection, text handed back as text."""
+        call = f"{name}({', '.join('?' * len(args))})"
+        self._conn.text_factory = bytes
+        try:
+            value, kind = self._conn.execute(f"SELECT {call}, typeof({call})", args * 2).fetchone()
+        finally:
+            self._conn.text_factory = str
+        if kind != b"text":  # typeof() is text too, so bytes here
+            return value
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:  # a blob read as text; Python cannot hand such text back to SQLite
+            raise self._refuse(f"{name}() of a blob that is not UTF-8 text is refused") from None
+
+    def printf(self, fmt: Any, *args: Any) -> Any:
         if isinstance(fmt, str):
-            _check_widths(fmt, args)
-        placeholders = ", ".join("?" * (len(args) + 1))
-        return self._conn.execute(f"SELECT printf({placeholders})", (fmt, *args)).fetchone()[0]
+            try:
+                _check_widths(fmt, args)
+            except ValueError as exc:
+                raise self._refuse(str(exc)) from None
+        return self._own("printf", (fmt, *args))
+
+    def instr(self, haystack: Any, needle: Any) -> Any:
+        if haystack is None or needle is None:
+            return None
+        if type(haystack) is type(needle) and isinstance(haystack, (str, bytes)):
+            return haystack.find(needle) + 1  # characters of text, bytes of blobs, as SQLite counts
+        return self._sqlite("instr", (haystack, needle))
+
+    def replace(self, text: Any, old: Any, new: Any) -> Any:
+        if text is None or old is None:
+            return None
+        if not all(isinstance(a, str) for a in (text, old, new)):
+            return self._sqlite("replace", (text, old, new))
+        if not old:
+            return text  # before looking at ``new``, as SQLite: replace(x, '', NULL) is x
+        size = len(text) + text.count(old) * (len(new) - len(old))
+        if size > self._max_value_bytes:  # characters: a lower bound on the UTF-8 bytes SQLite would refuse
+            raise self._refuse(
+                f"replace() would build {size:,} characters; values are limited to {self._max_value_bytes:,} bytes"
+            )
+        return text.replace(old, new)
+
+    def trim(self, name: str, text: Any, chars: Any) -> Any:
+        if text is None or chars is None:
+            return None
+        if not (isinstance(text, str) and isinstance(chars, str)):
+            return self._sqlite(name, (text, chars))
+        remove = set(chars.split("\x00", 1)[0])  # SQLite reads the set up to its first NUL
+        start, end = 0, len(text)
+        if name != "rtrim":
+            while start < end and text[start] in remove:
+                start += 1
+        if name != "ltrim":
+            while end > start and text[end - 1] in remove:
+                end -= 1
+        return text[start:end]
 
     def close(self) -> None:
         self._conn.close()
@@ -169,6 +263,22 @@ def _check_widths(fmt: str, args: tuple[Any, ...]) -> None:
             if size > MAX_PRINTF_WIDTH:
                 raise ValueError(f"printf width or precision {size} is over the limit of {MAX_PRINTF_WIDTH}")
         position += 1
+
+
+def _scratch_bytes() -> int:
+    """Bytes of SQLite's temporary files (``etilqs_*``, unlinked while open) this process holds (0 off Linux)."""
+    total = 0
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return 0
+    for fd in fds:
+        try:
+            if "etilqs_" in os.readlink(f"/proc/self/fd/{fd}"):
+                total += os.fstat(int(fd)).st_size
+        except (OSError, ValueError):
+            continue  # closed meanwhile
+    return total
 
 
 def _decode(raw: bytes) -> str:
@@ -198,8 +308,11 @@ class Database:
         uri = f"file:{quote(str(self.path))}?mode=ro" + ("&immutable=1" if immutable else "")
         self._lock = threading.Lock()
         self._deadline = math.inf
+        self._scratch_limit = self.limits.max_scratch_bytes
+        self._next_scratch_check = math.inf
+        self._scratch_exceeded = False
         self._conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
-        self._printf = _GuardedPrintf(self.limits.max_value_bytes)
+        self._functions = _GuardedFunctions(self.limits.max_value_bytes)
         try:
             self._conn.text_factory = _decode
             self._conn.execute("PRAGMA query_only = 1")
@@ -213,18 +326,25 @@ class Database:
                 self._conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, self.limits.max_value_bytes)
                 self._conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, self.limits.max_sql_chars)
                 self._conn.setlimit(sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH, 200)
-            for name in ("printf", "format"):
-                self._conn.create_function(name, -1, self._printf)
+            self._functions.register(self._conn)
             self._conn.set_authorizer(_authorize)
             self._conn.set_progress_handler(self._past_deadline, _PROGRESS_EVERY)
         except BaseException:
             self._conn.close()
-            self._printf.close()
+            self._functions.close()
             raise
         self._closed = False
 
     def _past_deadline(self) -> int:
-        return 1 if time.monotonic() > self._deadline else 0
+        now = time.monotonic()
+        if now > self._deadline:
+            return 1
+        if now >= self._next_scratch_check:  # spilled sorts grow by disk speed: GBs in a 10 s limit
+            self._next_scratch_check = now + _SCRATCH_CHECK_S
+            if _scratch_bytes() > self._scratch_limit:
+                self._scratch_exceeded = True
+                return 1
+        return 0
 
     def schema(self) -> str:
         """The ``CREATE TABLE`` statements of the database, one per line (a prompt's schema section)."""
@@ -269,6 +389,9 @@ class Database:
             if self._closed:
                 return QueryResult(error="the database connection is closed")
             self._deadline = time.monotonic() + limits.timeout_s
+            self._next_scratch_check = time.monotonic() + _SCRATCH_CHECK_S
+            self._scratch_limit, self._scratch_exceeded = limits.max_scratch_bytes, False
+            self._functions.refusal = ""
             cursor = self._conn.cursor()
             try:
                 cursor.execute(sql)
@@ -283,22 +406,27 @@ class Database:
             except sqlite3.Warning as exc:  # "You can only execute one statement at a time."
                 return QueryResult(error=f"{exc} Send one statement per query, without a second ';'.")
             except sqlite3.Error as exc:
-                return QueryResult(error=self._explain(exc, limits))
+                if self._scratch_exceeded:
+                    return QueryResult(
+                        error=f"the query's temporary files (sorting, grouping) passed {limits.max_scratch_bytes:,} "
+                        "bytes and it was stopped; make it cheaper"
+                    )
+                return QueryResult(error=self._explain(exc, limits, self._functions.refusal))
             except (ValueError, OverflowError, UnicodeError, MemoryError, RecursionError) as exc:
                 return QueryResult(error=f"the query could not run: {type(exc).__name__}: {exc}")
             finally:
-                self._deadline = math.inf
+                self._deadline = self._next_scratch_check = math.inf
                 cursor.close()
 
     @staticmethod
-    def _explain(exc: sqlite3.Error, limits: QueryLimits) -> str:
+    def _explain(exc: sqlite3.Error, limits: QueryLimits, refusal: str) -> str:
         message = str(exc)
         if message == "interrupted":
             return f"the query ran longer than {limits.timeout_s:g} s and was stopped; make it cheaper"
         if "not authorized" in message:
             return "not authorized: the database is read-only (SELECT queries only; no ATTACH, PRAGMA writes, files)"
         if "user-defined function raised exception" in message:
-            return "a function refused its arguments (printf/format widths are limited to 1000)"
+            return f"a function refused its arguments: {refusal or 'see the limits of printf, instr, replace and trim'}"
         if "too big" in message:
             return f"{message}: values are limited to {limits.max_value_bytes} bytes"
         return f"{type(exc).__name__}: {message}"
@@ -309,7 +437,7 @@ class Database:
             if not self._closed:
                 self._closed = True
                 self._conn.close()
-                self._printf.close()
+                self._functions.close()
 
     def __enter__(self) -> Database:
         return self

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import random
 import re
+import sqlite3
 import threading
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -40,30 +42,32 @@ PROMPT = (
 SQL_TOOL_DEFAULTS: dict[str, Any] = {
     "max_tool_calls": 10,
     "max_calls_per_turn": 3,
-    "answer_pattern": r"<answer>",
+    "answer_pattern": r"(?i)<answer>",  # as extract_answer reads it: any case
     "answer_with_calls": "env",
 }
-_ANSWER_RE = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.DOTALL | re.IGNORECASE)
+# The text after an <answer> up to its </answer> (or the end), never across another <answer>: a
+# response that mentions "<answer>" in prose before its real answer still yields the real one.
+_ANSWER_RE = re.compile(r"<answer>((?:(?!<answer>).)*?)(?:</answer>|$)", re.DOTALL | re.IGNORECASE)
 _FENCE_RE = re.compile(r"```[ \t]*(?:sql|sqlite)?[ \t]*\n?(.*?)```", re.DOTALL | re.IGNORECASE)
+_TRAILING = re.compile(r"[\s;]+$")
+
+
+def _clean(text: str) -> str:
+    fenced = _FENCE_RE.findall(text)
+    return _TRAILING.sub("", fenced[-1] if fenced else text).strip()
 
 
 def extract_answer(response: str) -> str | None:
     """The final query of a response, or ``None`` when there is none (or it is empty).
 
-    The last ``<answer>`` (a fenced block inside it is unwrapped), else the last ```` ```sql ```` block.
+    The last non-empty ``<answer>`` (a fenced block inside it is unwrapped), else the last
+    ```` ```sql ```` block; trailing semicolons and whitespace are dropped.
     """
-    answers = _ANSWER_RE.findall(response)
-    if answers:
-        text = answers[-1]
-        fenced = _FENCE_RE.findall(text)
-        text = fenced[-1] if fenced else text
-    else:
-        blocks = _FENCE_RE.findall(response)
-        if not blocks:
-            return None
-        text = blocks[-1]
-    text = text.strip().rstrip(";").strip()
-    return text or None
+    for text in reversed(_ANSWER_RE.findall(response)):
+        if cleaned := _clean(text):
+            return cleaned
+    blocks = [cleaned for block in _FENCE_RE.findall(response) if (cleaned := _TRAILING.sub("", block).strip())]
+    return blocks[-1] if blocks else None
 
 
 class SqlEnvConfig(BaseModel):
@@ -83,6 +87,8 @@ class SqlEnvConfig(BaseModel):
         max_output_chars: Longest query output shown.
         answer_timeout_s: Time limit of the final query and of the gold query.
         answer_max_rows: Rows the final and gold queries may return; more is a failed answer.
+        max_scratch_bytes: Bytes of SQLite temporary files the process may hold during a query
+            (:attr:`gem_sql.database.QueryLimits.max_scratch_bytes`).
         format_error_reward: Reward of a response with no query in it.
         label: The env id, shown in error messages (set by the registered specs).
     """
@@ -101,6 +107,7 @@ class SqlEnvConfig(BaseModel):
     max_output_chars: int = Field(4000, ge=100)
     answer_timeout_s: float = Field(10.0, gt=0)
     answer_max_rows: int = Field(100_000, ge=1)
+    max_scratch_bytes: int = Field(2_000_000_000, ge=1)
     format_error_reward: float = 0.0
     label: str | None = None
 
@@ -118,15 +125,43 @@ def _questions(
     return tuple(load_bird(path, split=split, db_dir=db_dir or "dev_databases", db_ids=databases))
 
 
-_GOLD: dict[tuple[Path, str], QueryResult] = {}
+_GOLD: dict[tuple[Path, str, QueryLimits], QueryResult] = {}
 _GOLD_LOCK = threading.Lock()
 _SCHEMAS: dict[Path, str] = {}
+
+
+def _open(question: Question, limits: QueryLimits) -> Database:
+    """The question's database, or a :class:`ConfigError` naming the file when it cannot serve one."""
+    try:
+        return Database(question.db_path, limits=limits)
+    except (OSError, sqlite3.Error) as exc:
+        raise ConfigError(
+            f"question {question.id}: cannot open database {question.db_path} ({type(exc).__name__}: {exc}); "
+            "it must be a SQLite file of the data set: check the download, or leave this db_id out with databases="
+        ) from exc
+
+
+def _schema(question: Question, database: Database) -> str:
+    """The database's ``CREATE TABLE`` statements (cached per file); a file with no table is refused."""
+    if database.path not in _SCHEMAS:
+        try:
+            schema = database.schema()
+        except sqlite3.Error as exc:
+            schema, why = "", str(exc)
+        else:
+            why = "it has no tables (an empty file, or not this data set's database?)"
+        if not schema:
+            raise ConfigError(f"question {question.id}: database {question.db_path} cannot serve questions: {why}")
+        _SCHEMAS[database.path] = schema
+    return _SCHEMAS[database.path]
 
 
 class SqlEnv(Env):
     """Answer a question about a database with one SQL query; reward 1 when its result matches the gold's.
 
-    ``reset(options={"index": i})`` picks question ``i``; otherwise one is drawn from :attr:`py_random`.
+    ``reset(options={"index": i})`` picks question ``i``; ``reset(seed=s)`` picks question
+    ``s mod n`` of a fixed shuffle (so ``n`` consecutive seeds visit each of the ``n`` questions once);
+    a ``reset()`` without either draws one from :attr:`py_random`.
     The final ``step`` sets ``info``: ``success``, ``format_error``, ``parsed_action`` (the query),
     ``question_id``, ``db_id``, ``answer_error`` (why the query failed) or ``gold_error`` (the data
     set's gold query failed: scored 0, the question is broken), ``answer_rows``.
@@ -142,38 +177,46 @@ class SqlEnv(Env):
         cfg = self.config
         self.questions = _questions(cfg.source, cfg.path, cfg.split, cfg.db_dir, cfg.databases)
         self.rule: MatchRule = cfg.match or ("bird" if cfg.source == "bird" else "spider")
-        self.limits = QueryLimits(timeout_s=cfg.timeout_s, max_rows=cfg.max_rows)
-        self.answer_limits = QueryLimits(timeout_s=cfg.answer_timeout_s, max_rows=cfg.answer_max_rows)
+        scratch = cfg.max_scratch_bytes
+        self.limits = QueryLimits(timeout_s=cfg.timeout_s, max_rows=cfg.max_rows, max_scratch_bytes=scratch)
+        self.answer_limits = QueryLimits(
+            timeout_s=cfg.answer_timeout_s, max_rows=cfg.answer_max_rows, max_scratch_bytes=scratch
+        )
         self.question: Question | None = None
         self.database: Database | None = None
         self._done = True
+        # Seeds s, s+1, ..., s+n-1 visit every question once (a vector env's sub-envs seeded seed+i get
+        # distinct questions), in a fixed mixed order so that neighbouring seeds span the databases.
+        self._seed_order = list(range(len(self.questions)))
+        random.Random(len(self.questions)).shuffle(self._seed_order)
 
     # ------------------------------------------------------------------ episode
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
         super().reset(seed=seed)
+        self._done = True  # until the new prompt is built: a failed reset leaves no episode running
         index = (options or {}).get("index")
-        if index is None:
+        if index is None and seed is not None:
+            index = self._seed_order[seed % len(self.questions)]
+        elif index is None:
             index = self.py_random.randrange(len(self.questions))
         elif isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(self.questions):
-            raise ValueError(f"options['index'] must be an int in [0, {len(self.questions)}), got {index!r}")
+            raise ConfigError(f"options['index'] must be an int in [0, {len(self.questions)}), got {index!r}")
         question = self.questions[index]
         if self.database is None or self.database.path != question.db_path.resolve():
             if self.database is not None:
                 self.database.close()
-            self.database = Database(question.db_path, limits=self.limits)
-        self.question = question
-        self._done = False
+                self.database = None
+            self.database = _open(question, self.limits)
         evidence = f"Hint: {question.evidence}\n" if question.evidence else ""
         obs = PROMPT.format(
-            db_id=question.db_id, schema=self._schema(self.database), question=question.question, evidence=evidence
+            db_id=question.db_id, schema=_schema(question, self.database), question=question.question, evidence=evidence
         )
-        return obs, {"question_id": question.id, "db_id": question.db_id}
+        self.question = question
+        self._done = False
+        return obs, {"question_id": question.id, "db_id": question.db_id, "index": index}
 
-    @staticmethod
-    def _schema(database: Database) -> str:
-        if database.path not in _SCHEMAS:
-            _SCHEMAS[database.path] = database.schema()
-        return _SCHEMAS[database.path]
+    def __len__(self) -> int:
+        return len(self.questions)
 
     def run_query(self, sql: str) -> QueryResult:
         """Run an exploration query on this episode's database (what :class:`SqlQueryTool` calls)."""
@@ -214,7 +257,7 @@ class SqlEnv(Env):
         return f"Your query's result is {verdict}.", (1.0 if success else 0.0), True, False, info
 
     def _gold(self, question: Question, database: Database) -> QueryResult:
-        key = (database.path, question.query)
+        key = (database.path, question.query, self.answer_limits)
         with _GOLD_LOCK:
             cached = _GOLD.get(key)
         if cached is None:

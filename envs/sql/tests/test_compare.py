@@ -1,4 +1,7 @@
+import itertools
+import math
 import random
+from collections import Counter
 
 import pytest
 from hypothesis import given, settings
@@ -63,6 +66,13 @@ def test_a_match_is_symmetric_and_reflexive(rows: list, other: list) -> None:
         ([(1, 2)], [(1,)], False, "spider", False),
         ([], [], False, "spider", True),
         ([], [(1,)], False, "spider", False),
+        ([(1e12 + 1e-4,)], [(1e12,)], False, "spider", True),
+        ([(1e-7,)], [(4e-7,)], False, "spider", False),
+        ([(0.1234565,)], [(0.12345650000000001,)], False, "bird", True),
+        ([(2.0000001,)], [(2,)], False, "spider", False),
+        ([(2**53 + 1,)], [(2**53,)], False, "spider", False),
+        ([(None,)], [(0,)], False, "spider", False),
+        ([(None,)], [], False, "bird", False),
     ],
     ids=[
         "order-matters",
@@ -77,6 +87,13 @@ def test_a_match_is_symmetric_and_reflexive(rows: list, other: list) -> None:
         "width",
         "both-empty",
         "empty-answer",
+        "large-sum-off-by-rounding",
+        "small-values-differ",
+        "rounding-boundary",
+        "float-off-by-1e-7",
+        "big-integers-exact",
+        "null-is-not-zero",
+        "null-row-is-not-empty",
     ],
 )
 def test_rules(answer: list, gold: list, ordered: bool, rule: str, same: bool) -> None:
@@ -96,3 +113,81 @@ def test_many_identical_columns_stay_cheap() -> None:
 )
 def test_gold_is_ordered(sql: str, ordered: bool) -> None:
     assert gold_is_ordered(sql) is ordered
+
+
+def _reference_spider(answer: list, gold: list, *, ordered: bool) -> bool:
+    """Spider's exec_eval rule, brute force over every column order (exact values only)."""
+    if len(answer) != len(gold):
+        return False
+    if not gold:
+        return True
+    width = len(gold[0])
+    if len(answer[0]) != width:
+        return False
+    for perm in itertools.permutations(range(width)):
+        permuted = [tuple(row[j] for j in perm) for row in answer]
+        if (permuted == gold) if ordered else (Counter(permuted) == Counter(gold)):
+            return True
+    return False
+
+
+exact_values = st.one_of(st.none(), st.integers(0, 2), st.sampled_from(["a", "b"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    width=st.integers(1, 5),
+    data=st.data(),
+    ordered=st.booleans(),
+)
+def test_spider_rule_agrees_with_brute_force_over_column_orders(width: int, data: st.DataObject, ordered: bool) -> None:
+    table = st.lists(st.tuples(*[exact_values] * width), max_size=6)
+    gold = data.draw(table, label="gold")
+    answer = data.draw(st.one_of(table, st.permutations(gold)), label="answer")
+    if gold and answer and data.draw(st.booleans(), label="permute columns"):
+        perm = data.draw(st.permutations(range(width)), label="perm")
+        answer = [tuple(row[j] for j in perm) for row in answer]
+    assert results_match(answer, gold, ordered=ordered) is _reference_spider(answer, gold, ordered=ordered)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    rows=st.integers(1, 6).flatmap(
+        lambda n: st.lists(st.tuples(*[st.sampled_from([0, 1, None])] * 12), min_size=n, max_size=n)
+    ),
+    perm=st.permutations(range(12)),
+)
+def test_any_column_order_of_a_wide_result_matches(rows: list, perm: list) -> None:
+    """Wide results with look-alike columns (the same values in many columns) still find their order."""
+    answer = [tuple(row[j] for j in perm) for row in rows]
+    assert results_match(answer, rows, ordered=True)
+    assert results_match(list(reversed(answer)), rows, ordered=False)
+
+
+finite = st.floats(allow_nan=False, allow_infinity=False, min_value=-1e15, max_value=1e15)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(st.tuples(finite, st.sampled_from(["x", "y"]), finite), min_size=1, max_size=6),
+    ulps=st.lists(st.integers(-4, 4), min_size=12, max_size=12),
+    rule=st.sampled_from(["spider", "bird"]),
+)
+def test_floats_off_by_a_few_ulps_match_at_every_magnitude(rows: list, ulps: list, rule: str) -> None:
+    """A float computed another way (a sum in another order) is a few ulps off: it still matches."""
+
+    def nudge(value: float, steps: int) -> float:
+        for _ in range(abs(steps)):
+            value = math.nextafter(value, math.inf if steps > 0 else -math.inf)
+        return value
+
+    answer = [(nudge(a, ulps[2 * i % 12]), s, nudge(b, ulps[(2 * i + 1) % 12])) for i, (a, s, b) in enumerate(rows)]
+    assert results_match(answer, rows, ordered=True, rule=rule)  # type: ignore[arg-type]
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=finite, factor=st.floats(1e-6, 1.0), sign=st.sampled_from([1, -1]))
+def test_floats_apart_by_more_than_a_millionth_do_not_match(value: float, factor: float, sign: int) -> None:
+    other = value + sign * factor * max(abs(value), 1e-3)  # near zero ABS_TOL (1e-12) applies
+    for rule in ("spider", "bird"):
+        assert not results_match([(other,)], [(value,)], ordered=False, rule=rule)  # type: ignore[arg-type]

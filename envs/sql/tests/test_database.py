@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gem_sql.database import MAX_PRINTF_WIDTH, Database, QueryLimits, QueryResult, format_result
+from gem_sql.database import MAX_PRINTF_WIDTH, Database, QueryLimits, QueryResult, _GuardedFunctions, format_result
 
 FAST = QueryLimits(timeout_s=0.2, max_rows=20)
 CHECK = "SELECT count(*) FROM customers"
@@ -201,6 +201,98 @@ def test_printf_formats_as_sqlite_does(shop_copy: Path) -> None:
         assert db.run("SELECT printf('%.2f|%5d|%s', 3.14159, 42, 'hi')").rows == [("3.14|   42|hi",)]
         assert db.run(f"SELECT printf('%{MAX_PRINTF_WIDTH}d', 1)").ok
         assert not db.run(f"SELECT printf('%{MAX_PRINTF_WIDTH + 1}d', 1)").ok
+
+
+# One call of each: SQLite's own function searches naively for minutes (trim: over 5 min on this machine),
+# where the deadline, checked between SQLite instructions, cannot stop it.
+_BIG = "replace(hex(zeroblob(450000)), '0', 'a')"
+_NEEDLE = "(replace(hex(zeroblob({n})), '0', 'b') || 'a')"
+FUNCTION_BOMBS = {
+    "instr": (f"SELECT instr({_BIG}, {_NEEDLE.format(n=200000)})", [(0,)]),
+    "replace": (f"SELECT length(replace({_BIG}, {_NEEDLE.format(n=200000)}, 'x'))", [(900000,)]),
+    "trim": (f"SELECT length(trim({_BIG}, {_NEEDLE.format(n=40000)}))", [(0,)]),
+    "ltrim": (f"SELECT length(ltrim({_BIG} || 'c', {_NEEDLE.format(n=40000)}))", [(1,)]),
+    "rtrim": (f"SELECT length(rtrim('c' || {_BIG}, {_NEEDLE.format(n=40000)}))", [(1,)]),
+    "replace-grows": (f"SELECT replace({_BIG}, 'a', {_BIG})", "810,000,000,000 characters"),
+    "instr-blob": (f"SELECT instr(CAST({_BIG} AS BLOB), {_NEEDLE.format(n=200000)})", "instr() of a blob"),
+}
+
+
+@pytest.mark.parametrize(("sql", "expected"), FUNCTION_BOMBS.values(), ids=list(FUNCTION_BOMBS))
+def test_one_function_call_cannot_outlast_the_deadline(shop_copy: Path, sql: str, expected: object) -> None:
+    with Database(shop_copy, limits=QueryLimits(timeout_s=1.0)) as db:
+        result = db.run(sql)
+        if isinstance(expected, str):
+            assert result.error is not None and expected in result.error, result
+        else:
+            assert result.rows == expected, result
+        assert db.run(CHECK).rows == [(40,)]
+
+
+_ARGUMENTS = st.one_of(
+    st.none(),
+    st.text(alphabet=st.sampled_from("ab c\u00e9\u4e2d\U0001f600\x00"), max_size=8),
+    st.text(max_size=6),
+    st.binary(max_size=6),
+    st.integers(-1000, 1000),
+    st.floats(allow_nan=False, width=32),
+)
+
+
+def _is_utf8(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.sampled_from(["instr", "replace", "trim", "ltrim", "rtrim", "printf"]), data=st.data())
+def test_guarded_functions_return_what_sqlite_returns(name: str, data: st.DataObject) -> None:
+    """For any arguments (text, blobs, numbers, NULL), the guarded function and SQLite's own agree."""
+    arity = {"replace": 3, "printf": 2}.get(name, 2)
+    args = tuple(data.draw(_ARGUMENTS, label=f"arg{i}") for i in range(arity))
+    if name == "printf" and not isinstance(args[0], str):
+        args = ("%s|%d", *args[1:])
+    plain, guarded = sqlite3.connect(":memory:"), sqlite3.connect(":memory:")
+    functions = _GuardedFunctions(1_000_000)
+    functions.register(guarded)
+    plain.text_factory = guarded.text_factory = bytes  # blobs that are not UTF-8 come back as text
+    sql = f"SELECT {name}({', '.join('?' * arity)}), typeof({name}({', '.join('?' * arity)}))"
+    try:
+        expected = plain.execute(sql, args * 2).fetchone()
+        try:
+            assert guarded.execute(sql, args * 2).fetchone() == expected
+        except sqlite3.OperationalError:  # refused only for text Python cannot pass back: a non-UTF-8 blob as text
+            assert expected[1] == b"text" and not _is_utf8(expected[0])
+            assert "not UTF-8" in functions.refusal
+    finally:
+        plain.close(), guarded.close(), functions.close()
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["randomblob(999000)", "zeroblob(999000)", f"upper({_BIG})", f"replace({_BIG}, 'a', 'b')", f"instr({_BIG}, 'b')"],
+    ids=["randomblob", "zeroblob", "upper", "replace", "instr"],
+)
+def test_the_deadline_is_looked_at_every_few_rows_however_heavy_each_row(shop_copy: Path, value: str) -> None:
+    """A deadline already past stops the query within a few rows (counted, not timed), whatever each row costs."""
+    rows: list[int] = []
+    with Database(shop_copy, limits=QueryLimits(timeout_s=1e-9)) as db:
+        db._conn.create_function("counted", 1, lambda v: rows.append(1) or v)
+        result = db.run(f"SELECT sum(counted(length({value}))) FROM order_items a, order_items b")
+    assert result.error is not None and "longer than" in result.error, result
+    assert len(rows) <= 50, len(rows)  # about 25 at 100 instructions a look; about 450 at 2,000
+
+
+def test_scratch_files_past_their_limit_stop_the_query(shop_copy: Path) -> None:
+    """A sort of 1 MB rows spills GBs to temp files within its time limit; the scratch limit stops it first."""
+    limits = QueryLimits(timeout_s=120.0, max_scratch_bytes=30_000_000)
+    with Database(shop_copy, limits=limits) as db:
+        result = db.run("SELECT randomblob(900000) || a.id AS x FROM customers a, customers b, customers c ORDER BY x")
+        assert result.error is not None and "temporary files" in result.error and "30,000,000" in result.error, result
+        assert db.run("SELECT id FROM customers ORDER BY name LIMIT 2").ok  # small sorts still run
 
 
 def test_rows_are_capped_and_marked(shop_copy: Path) -> None:

@@ -2,7 +2,11 @@ import asyncio
 import hashlib
 import io
 import re
+import shutil
+import sqlite3
+import tempfile
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,10 +21,13 @@ from gem_core.eval.backends import Backend, Sampling
 from gem_core.eval.run import EvalSettings, evaluate, summarize
 from gem_core.testing import check_env
 from gem_core.tools.fuzz import model_text
-from gem_sql.data import bundled_database, bundled_questions
+from gem_sql import data
+from gem_sql.compare import gold_is_ordered, results_match
+from gem_sql.data import bundled_database, bundled_questions, load_spider
 from gem_sql.env import SqlEnv, extract_answer
 
 QUESTIONS = bundled_questions()
+SAMPLES = Path(data.__file__).parent / "samples"
 SQL_IDS = gem_core.list_envs(namespace="sql")
 
 
@@ -70,9 +77,36 @@ def test_gold_scores_one_and_no_op_or_wrong_scores_zero(bundled: SqlEnv, index: 
         f"<answer>SELECT * FROM ({gold}) LIMIT 0</answer>",  # the right columns, no rows
         f"<answer>SELECT * FROM ({gold}) UNION ALL SELECT * FROM ({gold})</answer>",  # every row twice
         "<answer>DELETE FROM sqlite_master</answer>",
+        # answers that know nothing of the data: constants, and whole tables
+        *(f"<answer>SELECT {constant}</answer>" for constant in ("0", "1", "''", "1 WHERE 0", "NULL, NULL")),
+        *(f"<answer>SELECT * FROM {table}</answer>" for table in _tables(QUESTIONS[index].db_path)),
     ):
         reward, info = answer(bundled, index, wrong)
         assert (reward, info["success"]) == (0.0, False), (wrong, info)
+
+
+def _tables(path: Path) -> list[str]:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("index", range(len(QUESTIONS)), ids=[q.id for q in QUESTIONS])
+def test_gold_rows_do_not_depend_on_the_scan_order(index: int) -> None:
+    """Ties in ORDER BY, or LIMIT without it, would make the gold's rows an accident of the query plan."""
+    question = QUESTIONS[index]
+    results = []
+    for reverse in (0, 1):
+        conn = sqlite3.connect(f"file:{question.db_path}?mode=ro", uri=True)
+        try:
+            conn.execute(f"PRAGMA reverse_unordered_selects = {reverse}")
+            results.append(conn.execute(question.query).fetchall())
+        finally:
+            conn.close()
+    # Compared as the reward compares (a float sum in another order differs in its last bits: shop-7).
+    assert results_match(results[1], results[0], ordered=gold_is_ordered(question.query)), results
 
 
 @pytest.mark.parametrize("env_id", ["sql:Spider-v0", "sql:BIRD-v0"])
@@ -223,6 +257,30 @@ def test_extract_answer(text: str, sql: str | None) -> None:
     assert extract_answer(text) == sql
 
 
+_PROSE = st.text(st.characters(blacklist_characters="<>`"), max_size=30)
+_SQL = st.text(st.characters(blacklist_characters="<>`;"), min_size=1, max_size=30).filter(lambda t: t.strip())
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    before=_PROSE,
+    sql=_SQL,
+    after=_PROSE,
+    mention=st.sampled_from(["", "I put it in <answer> tags: ", "<answer></answer> ", "<answer> ; </answer>"]),
+    ending=st.sampled_from(["</answer>", "", ";</answer>", "; ;\n</answer>"]),
+    fence=st.booleans(),
+    trailer=st.sampled_from(["", " <answer></answer>", " <answer>\n</answer>"]),
+)
+def test_the_last_non_empty_answer_is_the_query(
+    before: str, sql: str, after: str, mention: str, ending: str, fence: bool, trailer: str
+) -> None:
+    """Prose around it, an earlier mention of the tag, an empty answer after it, a fence, semicolons."""
+    body = f"```sql\n{sql}\n```" if fence else sql
+    tail = f" {after}{trailer}" if ending.endswith("</answer>") else ""
+    response = f"{before}{mention}<answer>{body}{ending}{tail}"
+    assert extract_answer(response) == sql.strip()
+
+
 class GoldBackend(Backend):
     """Message mode, no server: explores once with the sql tool, then answers with the gold query."""
 
@@ -310,3 +368,125 @@ def test_hostile_model_text_never_breaks_the_episode(responses: list[str]) -> No
     finally:
         env.close()
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+
+
+def _spider_with_pets_db(tmp_path: Path, content: bytes | None) -> Path:
+    root = tmp_path / "spider"
+    shutil.copytree(SAMPLES / "spider", root)
+    pets = root / "database" / "pets" / "pets.sqlite"
+    if content is not None:
+        pets.write_bytes(content)
+    return root
+
+
+_PETS = (SAMPLES / "spider" / "database" / "pets" / "pets.sqlite").read_bytes()
+BROKEN_DATABASES = {
+    "garbage": b"this is not a database" * 50,
+    "empty-file": b"",
+    "lfs-pointer": b"version https://git-lfs.github.com/spec/v1\noid sha256:abc\nsize 123\n",
+    "no-tables": None,  # a valid SQLite file with nothing in it, made below
+    "header-only": _PETS[:100],
+}
+
+
+@pytest.mark.parametrize("kind", list(BROKEN_DATABASES), ids=list(BROKEN_DATABASES))
+def test_a_database_file_that_cannot_serve_is_a_config_error_at_reset(tmp_path: Path, kind: str) -> None:
+    root = _spider_with_pets_db(tmp_path, BROKEN_DATABASES[kind])
+    if kind == "no-tables":
+        pets = root / "database" / "pets" / "pets.sqlite"
+        pets.unlink()
+        sqlite3.connect(pets).execute("PRAGMA user_version = 1").connection.close()
+    env = gem_core.make("sql:Spider-v0", path=str(root))
+    try:
+        pets_index = next(i for i, q in enumerate(env.unwrapped.questions) if q.db_id == "pets")
+        with pytest.raises(ConfigError, match=r"question spider-dev-\d+: .*pets\.sqlite"):
+            env.reset(options={"index": pets_index})
+        with pytest.raises(ResetNeeded):
+            env.step("<answer>SELECT 1</answer>")  # the failed reset left no episode running
+        concerts = next(i for i, q in enumerate(env.unwrapped.questions) if q.db_id == "concerts")
+        env.reset(options={"index": concerts})  # the other databases still serve
+    finally:
+        env.close()
+
+
+@settings(max_examples=30, deadline=None)
+@given(cut=st.integers(0, len(_PETS)), noise=st.binary(max_size=64), at=st.integers(0, len(_PETS)))
+def test_any_damaged_database_file_gives_a_result_or_a_config_error(cut: int, noise: bytes, at: int) -> None:
+    """A cut or scribbled-on database file: reset raises ConfigError, or every step returns normally."""
+    damaged = bytearray(_PETS[:cut])
+    damaged[at : at + len(noise)] = noise
+    with tempfile.TemporaryDirectory() as folder:
+        root = _spider_with_pets_db(Path(folder), bytes(damaged))
+        questions = load_spider(root, db_ids=["pets"])
+        env = SqlEnv(source="spider", path=str(root), databases=("pets",))
+        try:
+            for index, question in enumerate(questions):
+                try:
+                    env.reset(options={"index": index})
+                except ConfigError:
+                    continue
+                _, reward, terminated, _, info = env.step(f"<answer>{question.query}</answer>")
+                assert terminated and reward in (0.0, 1.0)
+                assert reward == 1.0 or "gold_error" in info or "answer_error" in info
+        finally:
+            env.close()
+
+
+def test_bad_index_is_a_config_error_and_reset_info_names_the_index() -> None:
+    env = SqlEnv(databases=("hr",))
+    try:
+        assert len(env) == 12
+        assert env.reset(options={"index": 3})[1]["index"] == 3
+        with pytest.raises(ConfigError, match="must be an int"):
+            env.reset(options={"index": 12})
+        with pytest.raises(ResetNeeded):
+            env.step("<answer>SELECT 1</answer>")
+    finally:
+        env.close()
+
+
+def test_gold_results_are_cached_per_row_limit() -> None:
+    """An env with a small answer_max_rows must not hand its cut gold result to one with a large limit."""
+
+    def rows(sql: str, db: Path) -> int:
+        conn = sqlite3.connect(db)
+        try:
+            return len(conn.execute(sql).fetchall())
+        finally:
+            conn.close()
+
+    index = next(i for i, q in enumerate(QUESTIONS) if rows(q.query, q.db_path) > 1)
+    small, large = SqlEnv(answer_max_rows=1), SqlEnv()
+    try:
+        small.reset(options={"index": index})
+        small.step(f"<answer>{QUESTIONS[index].query}</answer>")
+        large.reset(options={"index": index})
+        _, reward, _, _, info = large.step(f"<answer>{QUESTIONS[index].query}</answer>")
+        assert reward == 1.0, info
+    finally:
+        small.close(), large.close()
+
+
+@pytest.mark.parametrize("tag", ["answer", "ANSWER", "Answer"])
+def test_an_answer_in_any_case_is_final_even_beside_tool_calls(tag: str) -> None:
+    env = gem_core.make("sql:HR-v0")
+    try:
+        env.reset(options={"index": 0})
+        _, _, terminated, _, info = env.step(f"<sql>SELECT 1</sql> <{tag}>SELECT 1</{tag}>")
+        assert terminated and info["tool_calls"] == 0 and info["parsed_action"] == "SELECT 1"
+    finally:
+        env.close()
+
+
+@settings(max_examples=20, deadline=None)
+@given(start=st.integers(0, 2**40), databases=st.sampled_from([None, ("hr",), ("shop", "school")]))
+def test_consecutive_seeds_visit_every_question_once_and_repeat_exactly(start: int, databases: Any) -> None:
+    env = SqlEnv(databases=databases) if databases else SqlEnv()
+    try:
+        n = len(env)
+        seen = [env.reset(seed=start + i)[1]["question_id"] for i in range(n)]
+        assert sorted(seen) == sorted(q.id for q in env.questions)
+        assert env.reset(seed=start)[0] == env.reset(seed=start)[0]
+        assert env.reset(seed=start)[1]["question_id"] == seen[0]
+    finally:
+        env.close()
