@@ -149,6 +149,31 @@ def test_the_class_exposes_exactly_reset_and_the_tools(factory: Any) -> None:
     assert schema["parameters"]["required"] == ["code"]
 
 
+@pytest.mark.parametrize(
+    ("env_id", "tool", "arguments", "expected"),
+    [
+        ("math:Sample-v0-python", "python", {"code": "print(2 ** 10)"}, "1024"),
+        ("qa:Sample-v0-search", "search", {"query": "capital of France"}, "Paris"),
+    ],
+    ids=["math-python", "qa-search"],
+)
+def test_any_tool_env_gives_its_tools_schemas_to_trl(
+    env_id: str, tool: str, arguments: dict[str, Any], expected: str
+) -> None:
+    with tool_environment_factory(env_id) as factory:
+        env = factory()
+        own = env.tools[tool].parameters
+        trl = get_json_schema(getattr(env, tool))["function"]
+        assert trl["description"] == env.tools[tool].description
+        assert trl["parameters"]["required"] == own["required"]
+        for name, spec in own["properties"].items():
+            assert trl["parameters"]["properties"][name]["type"] == spec["type"]
+            assert trl["parameters"]["properties"][name]["description"] == spec["description"]
+        env.reset(seed=0)
+        assert expected in getattr(env, tool)(**arguments)
+        assert env.episode.tool_calls == [{"name": tool, "ok": True, "error": None}]
+
+
 def test_reset_needs_a_seed_and_is_deterministic(factory: Any) -> None:
     first, second = factory(), factory()
     with pytest.raises(ConfigError, match="seed"):
