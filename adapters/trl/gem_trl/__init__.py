@@ -5,6 +5,8 @@
   token out, with ``env_mask`` on the env's tokens.
 * :func:`make_prompt_dataset`: the training dataset, from env ids and seeds.
 * :class:`GemGRPOTrainer` / :class:`GemGRPOConfig`: per-turn ReBN advantages (or GRPO).
+* :func:`tool_environment_factory`: a gem tool env as TRL's own ``environment_factory``
+  (tools as methods, the env grades the final answer).
 * :func:`build_tiny_model` / :func:`build_tiny_tokenizer`: a local toy model for tests and the demo.
 * ``gem-trl`` (:mod:`gem_trl.cli`): the command that trains from a ``trl grpo`` YAML plus env keys.
 * :mod:`gem_trl.contract`: the TRL internals the adapter uses, checked at start-up.
@@ -18,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gem_trl.advantages import rebn_token_advantages
+from gem_trl.environments import tool_environment_factory
 from gem_trl.rollout import GemRollout, episode_key, episode_return_reward, make_prompt_dataset, parse_episode_key
 from gem_trl.tiny import build_tiny_model, build_tiny_tokenizer
 
@@ -38,6 +41,7 @@ __all__ = [
     "make_prompt_dataset",
     "parse_episode_key",
     "rebn_token_advantages",
+    "tool_environment_factory",
 ]
 
 

@@ -1,0 +1,123 @@
+"""A real verifiers episode loop (``Env.serving`` + ``Env.run_episode``) against a real model server.
+
+The env is the SDK-written taskset and in-process harness of ``gem_vf_toy``; the model is a tiny
+random Qwen2 served by ``transformers serve`` (an OpenAI-compatible server) on loopback. verifiers
+reaches it through its relay (eval) client, which records text, not token ids (see
+docs/verifiers.md): the episodes convert with ``require_tokens=False`` and are refused without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import verifiers.v1 as vf
+from gem_vf_toy import FOLLOW_UP
+
+from gem_core.rl.advantages import rebn_advantages
+from gem_verifiers import VerifiersTraceError, run_episodes, to_gem_episodes
+
+pytest.importorskip("torch", reason="the verifiers tox env installs torch (CPU) for transformers serve")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def model_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from gem_core.testing_models import save_tiny_model
+
+    model_dir = save_tiny_model(tmp_path_factory.mktemp("tiny-model"), hidden_size=64, num_heads=2)
+    port = _free_port()
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    cli = Path(sys.executable).parent / "transformers"
+    with open(log, "wb") as handle:
+        process = subprocess.Popen(
+            [str(cli), "serve", str(model_dir), "--host", "127.0.0.1", "--port", str(port)],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"transformers serve did not come up:\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield f"http://127.0.0.1:{port}/v1", str(model_dir)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+@pytest.fixture(scope="module")
+def played(model_server: tuple[str, str]) -> tuple[list[vf.Episode], list[list]]:
+    base_url, model = model_server
+    os.environ.setdefault("GEM_VF_KEY", "local")  # the relay client sends a bearer token; the server ignores it
+    # the agent's runtime on this host (verifiers' default is a Prime sandbox, reached through a tunnel)
+    agent = vf.AgentConfig(runtime=vf.SubprocessConfig())
+    env = vf.load_environment(vf.SingleAgentEnvConfig(taskset=vf.TasksetConfig(id="gem_vf_toy"), agent=agent))
+    tasks = list(env.taskset)[:2]
+    ctx = vf.ModelContext(model=model, client=vf.EvalClientConfig(base_url=base_url, api_key_var="GEM_VF_KEY"))
+
+    async def play() -> list[vf.Episode]:
+        async with env.serving():
+            return list(await asyncio.gather(*(env.run_episode(task, ctx) for task in tasks for _ in range(2))))
+
+    raw = asyncio.run(play())
+    converted = asyncio.run(run_episodes(env, tasks, ctx, rollouts_per_task=2, require_tokens=False))
+    return raw, converted
+
+
+def test_verifiers_runs_multi_turn_episodes_through_its_interception(played: tuple) -> None:
+    raw, _ = played
+    assert len(raw) == 4
+    for episode in raw:
+        assert episode.ok, [e.message for e in episode.errors]
+        (trace,) = episode.traces
+        assert trace.num_turns == 2
+        assert set(trace.rewards) == {"correct"} and set(trace.metrics) == {"reply_chars"}
+
+
+def test_relay_traces_are_refused_for_token_layouts(played: tuple) -> None:
+    raw, _ = played
+    with pytest.raises(VerifiersTraceError, match="relay \\(eval\\) client"):
+        to_gem_episodes(raw[0])
+
+
+def test_run_episodes_gives_gem_episodes_with_rewards_and_metrics(played: tuple) -> None:
+    _, converted = played
+    assert [len(group) for group in converted] == [1, 1, 1, 1]
+    episodes = [group[0] for group in converted]
+    for episode in episodes:
+        first, second = episode.turns
+        assert first.observation.startswith("What is ") and first.next_observation == FOLLOW_UP
+        assert second.observation == FOLLOW_UP and second.done
+        assert first.reward == 0.0
+        meta = episode.metadata["verifiers"]
+        assert second.reward == meta["reward"] == meta["rewards"]["correct"]["score"]
+        assert meta["metrics"]["reply_chars"] == float(len(second.action.strip()))
+        assert meta["ok"] and meta["task_type"] == "AdditionTask"
+    # a task's rollouts share a start state: one GRPO/ReBN group each
+    assert episodes[0].start_state_id == episodes[1].start_state_id != episodes[2].start_state_id
+    advantages = rebn_advantages(episodes, gamma=0.9)
+    assert [len(a) for a in advantages] == [2, 2, 2, 2]
