@@ -106,7 +106,8 @@ class Generation:
         finish_reason: ``"stop"`` (the model ended its turn), ``"length"`` (cut at the
             token limit) or ``"abort"`` (the server gave up, e.g. for a weight update: the
             episode ends here, without a turn; with partial rollouts, ``max_resumes``,
-            the ids generated so far are kept and the turn is resumed). vLLM and OpenAI call it ``finish_reason``, verl ``stop_reason``.
+            the ids generated so far are kept and the turn is resumed). vLLM and OpenAI
+            call it ``finish_reason``, verl ``stop_reason``.
             vLLM's ``"repetition"`` counts as a cut; ``"error"`` or any other reason is
             refused with a :class:`~gem_core.errors.GenerateContractError`.
         extra: Server-specific fields the adapter needs back (verl's ``extra_fields``),
@@ -449,19 +450,28 @@ class EpisodeSession:
         oldest = self._oldest_version
         return 0 if oldest is None else self.engine.policy_version - oldest
 
-    def enforce_policy_lag(self) -> bool:
+    def enforce_policy_lag(self, *, finished: bool = False) -> bool:
         """Check ``max_policy_lag``; whether the episode may go on (drivers call it before each request).
 
+        Args:
+            finished: Check an episode that has ended (a scheduler about to hand it out);
+                one that failed or was dropped already is left as it is.
+
         Returns:
-            ``True`` within the bound (or without one, or already done); ``False`` when the
-            episode was just dropped (``on_stale="drop"``: ``end_reason == "stale"``).
+            ``True`` within the bound (or without one); ``False`` when the episode is done
+            (when not ``finished``) or was just dropped (``on_stale="drop"``: ``end_reason == "stale"``).
 
         Raises:
             PolicyLagError: Under ``on_stale="raise"`` (the session is marked failed first).
         """
         bound = self.engine.limits.max_policy_lag
-        if self.done or bound is None or self.policy_lag <= bound:
-            return not self.done
+        if finished:
+            if not self.done or self.end_reason in ("error", "stale"):
+                return False
+        elif self.done:
+            return False
+        if bound is None or self.policy_lag <= bound:
+            return True
         problem = (
             f"episode {self.episode_id} ({self.label()}): its oldest token was sampled by policy version "
             f"{self._oldest_version}, now {self.engine.policy_version}: {self.policy_lag} versions behind, "
@@ -555,10 +565,10 @@ class EpisodeSession:
                 bad_at = next((i for i, x in enumerate(logprobs) if not math.isfinite(x)), None)
                 if bad_at is not None:
                     return f"logprob {logprobs[bad_at]} at position {bad_at} is not finite"
-        version: object = gen.policy_version
+        version: Any = gen.policy_version  # typed int, but a generate may put anything there
         if version is not None:
             try:
-                version = operator.index(version)  # type: ignore[call-overload]
+                version = operator.index(version)
             except TypeError:
                 return f"policy_version must be an int or None, got {_shown(gen.policy_version)}"
         return Generation(
@@ -567,7 +577,7 @@ class EpisodeSession:
             logprobs=logprobs,
             finish_reason=finish,
             extra=gen.extra,
-            policy_version=version,  # type: ignore[arg-type]
+            policy_version=version,
         )
 
     def _take(self, gen: Generation) -> str | None:
