@@ -401,6 +401,7 @@ class RolloutScheduler:
         version = self.engine.policy_version
         self._batch_calls += 1
         self._begin_call()
+        self._kick()  # more requests than max_batch, and room for another call: it goes out too
         try:
             outputs = await self._call_batch(requests)
         except Exception as exc:  # the whole call failed: each of its episodes fails with it, no other

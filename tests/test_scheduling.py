@@ -148,7 +148,7 @@ def run_case(
     server = ScriptedServer(case, rng, latency, abort_p=0.3 if partial else 0.0)
     engines: dict[str, dict[str, Any]] = {
         "per-request": {"generate": server.generate},
-        "batched-async": {"batch_generate": server.generate_batch},
+        "batched-async": {"batch_generate": server.generate_batch, "max_concurrent_calls": 2},
         "batched-offline": {"batch_generate": server.generate_batch_blocking, "max_batch": 2},
     }
     scheduler = RolloutScheduler(engine, max_in_flight=max_in_flight, **engines[engine_kind])
