@@ -66,7 +66,7 @@ AnyBatchGenerate = Callable[[list[TurnRequest]], Union[Sequence[Union[Generation
 #: A hook of :meth:`RolloutScheduler.update_policy`: a plain call or a coroutine function.
 Hook = Callable[[], Union[Awaitable[Any], Any]]
 
-#: How often a job whose episode was dropped as stale is replayed before it is handed out stale.
+#: A job whose episode is dropped as stale is played at most this many times; the last stale one is handed out.
 MAX_REPLAYS = 8
 
 
