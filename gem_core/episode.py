@@ -56,7 +56,7 @@ from typing import Any, Literal, Union, get_args
 
 from gem_core.chat import ChatRenderer, ChatTokenizer, Message, render_ids
 from gem_core.core import AsyncEnv, Env, to_async
-from gem_core.errors import ConfigError, GenerateContractError, TrajectoryError
+from gem_core.errors import ConfigError, GenerateContractError, PolicyLagError, TrajectoryError
 from gem_core.rl.types import Episode, PrefixView, Turn, start_state_id
 
 __all__ = [
@@ -104,12 +104,17 @@ class Generation:
             when ``None``. Required without a tokenizer (message mode).
         logprobs: Sampling log-probabilities, one per ``token_ids`` entry.
         finish_reason: ``"stop"`` (the model ended its turn), ``"length"`` (cut at the
-            token limit) or ``"abort"`` (the server gave up: the episode ends here,
-            without a turn). vLLM and OpenAI call it ``finish_reason``, verl ``stop_reason``.
+            token limit) or ``"abort"`` (the server gave up, e.g. for a weight update: the
+            episode ends here, without a turn; with partial rollouts, ``max_resumes``,
+            the ids generated so far are kept and the turn is resumed). vLLM and OpenAI
+            call it ``finish_reason``, verl ``stop_reason``.
             vLLM's ``"repetition"`` counts as a cut; ``"error"`` or any other reason is
             refused with a :class:`~gem_core.errors.GenerateContractError`.
         extra: Server-specific fields the adapter needs back (verl's ``extra_fields``),
             kept per turn in :attr:`EpisodeSession.generations`, never in the records.
+        policy_version: The version of the weights that sampled these tokens, when the
+            server knows it; ``None``: the engine's :attr:`EpisodeEngine.policy_version`
+            when the request was made.
     """
 
     token_ids: list[int] | None = None
@@ -117,6 +122,7 @@ class Generation:
     logprobs: list[float] | None = None
     finish_reason: str = "stop"
     extra: dict[str, Any] = field(default_factory=dict)
+    policy_version: int | None = None
 
 
 def cut_at_stop(
@@ -158,6 +164,10 @@ class TurnRequest:
             of the episode budget); ``None`` for no limit.
         env_id: The episode's env id (names it in errors), when known.
         seed: The episode's reset seed, when known.
+        resume_from: Partial rollouts: how many ids at the end of ``prompt_ids`` this turn
+            already generated before its request was aborted (0: a fresh turn). The server
+            continues that reply from the ids as they are (nothing re-encoded); ``max_tokens``
+            is what is left of the turn's cap.
     """
 
     episode_index: int
@@ -167,6 +177,7 @@ class TurnRequest:
     max_tokens: int | None
     env_id: str | None = None
     seed: int | None = None
+    resume_from: int = 0
 
 
 def _finish_problem(reason: str) -> str:
@@ -185,6 +196,12 @@ def _finish_problem(reason: str) -> str:
 def describe_request(request: TurnRequest) -> str:
     """The episode a request is for, as ``"env_id seed=S turn=T"`` (how contract errors name episodes)."""
     return f"{request.env_id or 'env'} seed={request.seed} turn={request.turn}"
+
+
+#: What an episode whose tokens are too many policy versions old does (``max_policy_lag``):
+#: ``"drop"`` ends it (``end_reason == "stale"``: not for training; the continuous scheduler
+#: replays its job under the current weights); ``"raise"`` raises :class:`~gem_core.errors.PolicyLagError`.
+StalePolicy = Literal["drop", "raise"]
 
 
 #: What a generate must return, per mode; quoted by every :class:`~gem_core.errors.GenerateContractError`.
@@ -257,6 +274,16 @@ class EpisodeLimits:
             :attr:`EpisodeSession.metadata`) and the driver goes on with the other
             episodes exactly as if this one had ended normally. Errors of ``generate``
             always propagate.
+        max_resumes: Partial rollouts (token mode): how many times one turn's generation
+            may come back ``"abort"`` (the server aborted it for a weight update) and be
+            resumed: the ids so far are kept and the next request continues them (prompt =
+            context + those ids, :attr:`TurnRequest.resume_from`). ``0`` (default): an abort
+            ends the episode (``end_reason == "abort"``), as does one past this bound.
+        max_policy_lag: Most policy versions an episode may fall behind: before each request
+            (and when the continuous scheduler hands a finished episode out), the current
+            :attr:`EpisodeEngine.policy_version` minus the oldest version of any token the
+            episode generated must be at most this. ``None``: no bound.
+        on_stale: What breaking ``max_policy_lag`` does (see :data:`StalePolicy`).
     """
 
     max_turns: int | None = None
@@ -266,12 +293,22 @@ class EpisodeLimits:
     on_cut: CutPolicy = "invalid"
     system_prompt: str | None = None
     on_env_error: EnvErrorPolicy = "raise"
+    max_resumes: int = 0
+    max_policy_lag: int | None = None
+    on_stale: StalePolicy = "drop"
 
     def __post_init__(self) -> None:
         for name in ("max_turns", "max_turn_tokens", "max_episode_tokens", "max_context_tokens"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ConfigError(f"{name} must be an int >= 1 or None, got {value!r}")
+        for name, value in (("max_resumes", self.max_resumes), ("max_policy_lag", self.max_policy_lag)):
+            if (value is not None or name == "max_resumes") and (
+                not isinstance(value, int) or isinstance(value, bool) or value < 0
+            ):
+                raise ConfigError(f"{name} must be an int >= 0, got {value!r}")
+        if self.on_stale not in get_args(StalePolicy):
+            raise ConfigError(f"on_stale must be one of {get_args(StalePolicy)}, got {self.on_stale!r}")
         if self.on_cut not in get_args(CutPolicy):
             raise ConfigError(f"on_cut must be one of {get_args(CutPolicy)}, got {self.on_cut!r}")
         if self.on_env_error not in get_args(EnvErrorPolicy):
@@ -313,7 +350,8 @@ class EpisodeSession:
         done: The episode ended.
         end_reason: Why it ended: ``"env"`` (terminated or truncated by the env),
             ``"max_turns"``, ``"budget"``, ``"cut"`` (``on_cut="truncate"``), ``"abort"``,
-            ``"error"`` (an exception, see :meth:`fail`).
+            ``"error"`` (an exception, see :meth:`fail`), ``"stale"`` (dropped by
+            ``max_policy_lag``: not for training).
         metadata: Extra facts copied into the episode's metadata; after :meth:`fail`:
             ``error`` (``"Type: message"``), ``error_type``, ``error_message``,
             ``error_traceback`` (the last frames, short) and ``error_phase``
@@ -356,6 +394,15 @@ class EpisodeSession:
         self._episode: Episode | None = None
         #: Seconds ``env.reset`` took (set by the drivers).
         self.reset_s = 0.0
+        # partial rollouts: what this turn generated before aborts, and where each abort happened
+        self._partial_ids: list[int] = []
+        self._partial_logprobs: list[float] | None = []
+        self._partial_versions: list[int] = []
+        self._resumed_at: list[int] = []
+        self._request_version = 0
+        self._oldest_version: int | None = None  # of any token this episode generated
+        #: Generations aborted and resumed over the episode.
+        self.resumes = 0
 
     # ------------------------------------------------------------------ the state machine
 
@@ -379,20 +426,65 @@ class EpisodeSession:
                 )
 
     def request(self) -> TurnRequest:
-        """This turn's request to the policy."""
+        """This turn's request to the policy (after an abort with ``max_resumes``: its continuation)."""
         if self.done or self._observation is None or self._pending is not None:
             raise RuntimeError(f"episode {self.episode_id} is not waiting for a generation")
-        self._requested_at = time.perf_counter()
+        if not self._resumed_at:  # a continuation's time counts from the turn's first request
+            self._requested_at = time.perf_counter()
+        self._request_version = self.engine.policy_version
         # A list for the server (vLLM and friends want one); gone after the call, unlike a record.
         return TurnRequest(
             episode_index=self.index,
             turn=len(self.turns),
-            prompt_ids=None if self.context is None else list(self.context),
+            prompt_ids=None if self.context is None else [*self.context, *self._partial_ids],
             messages=self.messages,
             max_tokens=self._max_tokens(),
             env_id=self.env_id,
             seed=self.seed,
+            resume_from=len(self._partial_ids),
         )
+
+    @property
+    def policy_lag(self) -> int:
+        """Current policy version minus the oldest version of any token this episode generated (0 before any)."""
+        oldest = self._oldest_version
+        return 0 if oldest is None else self.engine.policy_version - oldest
+
+    def enforce_policy_lag(self, *, finished: bool = False) -> bool:
+        """Check ``max_policy_lag``; whether the episode may go on (drivers call it before each request).
+
+        Args:
+            finished: Check an episode that has ended (a scheduler about to hand it out);
+                one that failed or was dropped already is left as it is.
+
+        Returns:
+            ``True`` within the bound (or without one); ``False`` when the episode is done
+            (when not ``finished``) or was just dropped (``on_stale="drop"``: ``end_reason == "stale"``).
+
+        Raises:
+            PolicyLagError: Under ``on_stale="raise"`` (the session is marked failed first).
+        """
+        bound = self.engine.limits.max_policy_lag
+        if finished:
+            if not self.done or self.end_reason in ("error", "stale"):
+                return False
+        elif self.done:
+            return False
+        if bound is None or self.policy_lag <= bound:
+            return True
+        problem = (
+            f"episode {self.episode_id} ({self.label()}): its oldest token was sampled by policy version "
+            f"{self._oldest_version}, now {self.engine.policy_version}: {self.policy_lag} versions behind, "
+            f"max_policy_lag={bound}; raise the bound, update weights less often, or on_stale='drop'"
+        )
+        if self.engine.limits.on_stale == "raise":
+            exc = PolicyLagError(problem)
+            self.fail(exc, "policy_lag")
+            raise exc
+        self._drop_partial()
+        self.metadata.update({"policy_lag": self.policy_lag, "stale": problem})
+        self._finish("stale")
+        return False
 
     def accept(self, generation: Generation | str) -> str | None:
         """Take the policy's answer; return the action for ``env.step``, or ``None`` if the episode ended instead.
@@ -473,7 +565,20 @@ class EpisodeSession:
                 bad_at = next((i for i, x in enumerate(logprobs) if not math.isfinite(x)), None)
                 if bad_at is not None:
                     return f"logprob {logprobs[bad_at]} at position {bad_at} is not finite"
-        return Generation(token_ids=ids, text=gen.text, logprobs=logprobs, finish_reason=finish, extra=gen.extra)
+        version: Any = gen.policy_version  # typed int, but a generate may put anything there
+        if version is not None:
+            try:
+                version = operator.index(version)
+            except TypeError:
+                return f"policy_version must be an int or None, got {_shown(gen.policy_version)}"
+        return Generation(
+            token_ids=ids,
+            text=gen.text,
+            logprobs=logprobs,
+            finish_reason=finish,
+            extra=gen.extra,
+            policy_version=version,
+        )
 
     def _take(self, gen: Generation) -> str | None:
         """Apply a checked answer (from :meth:`check`): the action for ``env.step``, or ``None``."""
@@ -487,11 +592,26 @@ class EpisodeSession:
             gen.finish_reason = "length"
         if not self.engine.token_mode:
             ids = None
+        version = self._request_version if gen.policy_version is None else gen.policy_version
+        if ids is not None and self._resumed_at:  # the continuation of an aborted generation: join the parts
+            ids, logprobs = self._join_partial(gen, ids, logprobs, version)
+        if gen.finish_reason == "abort" and ids is not None and len(self._resumed_at) < self.engine.limits.max_resumes:
+            if max_tokens is None or len(ids) - len(self._partial_ids) < max_tokens:
+                self._suspend(ids, logprobs, version)
+                return None
+            gen.finish_reason = "length"  # aborted just as it used the turn's cap: a cut reply
         if gen.finish_reason == "abort" or (ids is not None and not ids):
             # Nothing usable was generated: no token could carry this turn's reward.
+            self._drop_partial()
             self._policy_s.append(policy_s)
             self._finish("abort")
             return None
+        versions = None
+        if ids is not None:
+            versions = [*self._partial_versions, *[version] * (len(ids) - len(self._partial_versions))]
+            self._oldest_version = min(versions + ([] if self._oldest_version is None else [self._oldest_version]))
+        resumed_at = list(self._resumed_at) or None
+        self._drop_partial()
         text = gen.text if gen.text is not None else self.engine.decode(ids or [])
         if gen.finish_reason == "length" and ids and ids[-1] in self.engine.stop_token_ids:
             # The reply ended with its stop token exactly at the limit: complete, not cut (vLLM V1
@@ -507,6 +627,8 @@ class EpisodeSession:
             "ids": ids,
             "logprobs": logprobs,
             "finish_reason": gen.finish_reason,
+            "versions": versions,
+            "resumed_at": resumed_at,
             # Views, not copies: the context and history only grow by appending, so each
             # turn's prompt stays a prefix of them (in "rerender" mode each turn has its own context).
             "prompt_ids": None if self.context is None else PrefixView(self.context),
@@ -572,6 +694,7 @@ class EpisodeSession:
         if self.end_reason == "error":
             return
         pending, self._pending = self._pending, None
+        self._drop_partial()
         if pending is not None:  # accepted, but the env never answered: no reward, so no turn
             self.generations.pop()
             self._policy_s.pop()
@@ -628,11 +751,36 @@ class EpisodeSession:
                 "reset_s": self.reset_s,
                 "policy_s": self._policy_s,
                 "env_s": self._env_s,
+                "resumes": self.resumes,
             },
         )
         return self._episode
 
     # ------------------------------------------------------------------ internals
+
+    def _join_partial(
+        self, gen: Generation, ids: list[int], logprobs: list[float] | None, version: int
+    ) -> tuple[list[int], list[float] | None]:
+        """The ids and logprobs generated before the aborts, then ``gen``'s (written back on ``gen``)."""
+        joined = [*self._partial_ids, *ids]
+        both = self._partial_logprobs is not None and logprobs is not None
+        joined_logprobs = [*self._partial_logprobs, *logprobs] if both else None  # type: ignore[misc]
+        gen.token_ids, gen.logprobs = joined, joined_logprobs
+        return joined, joined_logprobs
+
+    def _suspend(self, ids: list[int], logprobs: list[float] | None, version: int) -> None:
+        """Keep an aborted generation (already joined to earlier parts) for its continuation."""
+        new = len(ids) - len(self._partial_versions)
+        self._partial_versions.extend([version] * new)
+        if new and (self._oldest_version is None or version < self._oldest_version):
+            self._oldest_version = version
+        self._partial_ids = ids
+        self._partial_logprobs = logprobs
+        self._resumed_at.append(len(ids))
+        self.resumes += 1
+
+    def _drop_partial(self) -> None:
+        self._partial_ids, self._partial_logprobs, self._partial_versions, self._resumed_at = [], [], [], []
 
     def _room(self) -> int | None:
         """Tokens the context may still grow by under the episode and context budgets (``None``: no budget)."""
@@ -647,11 +795,12 @@ class EpisodeSession:
         return min(rooms) if rooms else None
 
     def _max_tokens(self) -> int | None:
+        """What this request may generate: the turn's cap and the budgets, less what an aborted part already used."""
         cap = self.engine.limits.max_turn_tokens
         room = self._room()
         if room is not None:
             cap = room if cap is None else min(cap, room)
-        return cap
+        return None if cap is None else cap - len(self._partial_ids)
 
     def _record(self, reward: float, terminated: bool, truncated: bool, next_obs: str, info: dict[str, Any]) -> None:
         pending, self._pending = self._pending, None
@@ -670,6 +819,8 @@ class EpisodeSession:
                 action_token_ids=pending["ids"],
                 action_logprobs=pending["logprobs"],
                 stop_reason=pending["finish_reason"],
+                policy_versions=pending["versions"],
+                resumed_at=pending["resumed_at"],
             )
         )
 
@@ -741,6 +892,10 @@ class EpisodeEngine:
         self.renderer: ChatRenderer | None = None
         if tokenizer is not None and context == "delta":
             self.renderer = renderer or ChatRenderer(tokenizer, self.chat_template_kwargs)
+        #: The version of the weights generating now; a trainer bumps it after each weight update
+        #: (:meth:`gem_core.scheduling.RolloutScheduler.update_policy` does). Each turn records
+        #: the version per token (:attr:`~gem_core.rl.types.Turn.policy_versions`).
+        self.policy_version = 0
 
     @property
     def token_mode(self) -> bool:
@@ -840,6 +995,8 @@ class EpisodeEngine:
             while not session.done:
                 if before_generate is not None:
                     await before_generate()
+                if not session.enforce_policy_lag():
+                    break
                 request = session.request()
                 generation = await generate(request)
                 action = session.accept(generation)
@@ -891,7 +1048,7 @@ class EpisodeEngine:
             sessions.append(session)
             envs.append(env)
         while True:
-            active = [s for s in sessions if not s.done]
+            active = [s for s in sessions if not s.done and s.enforce_policy_lag()]
             if not active:
                 return sessions
             requests = [s.request() for s in active]

@@ -305,3 +305,18 @@ class ActionSchemaError(InvalidAction, ValueError):
 
 
 __all__ += ["ActionSchemaError", "EnvServerAtCapacity", "EnvServerError", "EnvServerUnavailable"]
+
+
+# --- rollouts under changing weights (docs/rl.md, "Rollout modes") ---
+
+
+class PolicyLagError(GemCoreError, RuntimeError):
+    """An episode's oldest token is more policy versions behind the current weights than ``max_policy_lag``.
+
+    Raised under ``EpisodeLimits(on_stale="raise")``; the message names the episode, its
+    oldest version, the current one and the bound. ``on_stale="drop"`` ends the episode
+    instead (``end_reason == "stale"``) and the continuous scheduler replays its job.
+    """
+
+
+__all__ += ["PolicyLagError"]

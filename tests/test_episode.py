@@ -300,6 +300,7 @@ def test_recorded_prompts_are_views_equal_to_the_copies_the_engine_used_to_keep(
         if generated is not None and tamper != "none":
             changed = {"change": [*generated[:-1], generated[-1] % 399 + 1], "drop": generated[:-1]}
             turns[0].action_token_ids = changed.get(tamper, [*generated, 7])
+            turns[0].policy_versions = [0] * len(turns[0].action_token_ids)  # one version per id, as recorded
     assert layouts(episode, tok) == layouts(copied, tok)
     line = episode.to_json()
     assert line == copied.to_json() and Episode.from_json(line) == copied

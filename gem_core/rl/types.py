@@ -187,6 +187,11 @@ class Turn:
             paused for a weight update and resumed holds more than one version; off-policy
             corrections and staleness bounds read it. ``action_logprobs`` are then the
             behaviour logprobs: each under the version that sampled its token.
+        resumed_at: Where this turn's generation was aborted (a weight update) and resumed
+            under new weights, as offsets into ``action_token_ids``, one per abort, in order
+            (non-decreasing, each in ``[0, len(action_token_ids)]``): ``[5]`` means tokens
+            0-4 came from the first request and the rest from its continuation, whose
+            prompt was the context plus those 5 ids. ``None``: never aborted (or unrecorded).
     """
 
     observation: str
@@ -202,6 +207,7 @@ class Turn:
     action_logprobs: list[float] | None = None
     stop_reason: str | None = None
     policy_versions: list[int] | None = None
+    resumed_at: list[int] | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -226,12 +232,27 @@ class Turn:
                     f"Turn has {len(self.policy_versions)} policy_versions for {len(self.action_token_ids)} "
                     "action_token_ids; they must have one version per generated token"
                 )
+        if self.resumed_at is not None:
+            self._check_resumed_at()
         if self.prompt_messages is not None:
             for i, message in enumerate(self.prompt_messages):
                 if not isinstance(message, Mapping) or "role" not in message:
                     raise TrajectoryError(
                         f"Turn.prompt_messages[{i}] must be a dict with a 'role' key, got {message!r}"
                     )
+
+    def _check_resumed_at(self) -> None:
+        assert self.resumed_at is not None
+        if self.action_token_ids is None:
+            raise TrajectoryError("Turn.resumed_at is set but action_token_ids is None; record both")
+        size, previous = len(self.action_token_ids), 0
+        for offset in self.resumed_at:
+            if not isinstance(offset, int) or isinstance(offset, bool) or not previous <= offset <= size:
+                raise TrajectoryError(
+                    f"Turn.resumed_at must hold non-decreasing int offsets in [0, {size}] (the action's "
+                    f"length), got {self.resumed_at!r}"
+                )
+            previous = offset
 
     @property
     def done(self) -> bool:
@@ -261,6 +282,7 @@ class Turn:
             "action_logprobs",
             "stop_reason",
             "policy_versions",
+            "resumed_at",
         ):
             value = getattr(self, name)
             if value is not None:

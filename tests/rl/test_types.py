@@ -41,6 +41,7 @@ def turns(draw: st.DrawFn) -> Turn:
         policy_versions=(
             draw(st.none() | st.lists(st.integers(0, 1000), min_size=n_ids, max_size=n_ids)) if with_ids else None
         ),
+        resumed_at=sorted(draw(st.lists(st.integers(0, n_ids), max_size=3))) if with_ids else None,
     )
 
 
@@ -108,6 +109,11 @@ def test_bad_line_in_a_file_names_file_and_line(tmp_path: Path) -> None:
         ({"prompt_messages": [{"content": "no role"}]}, "role"),
         ({"policy_versions": [0]}, "action_token_ids is None"),
         ({"action_token_ids": [1, 2], "policy_versions": [0]}, "one version per generated token"),
+        ({"resumed_at": [0]}, "action_token_ids is None"),
+        ({"action_token_ids": [1, 2], "resumed_at": [3]}, r"offsets in \[0, 2\]"),
+        ({"action_token_ids": [1, 2], "resumed_at": [2, 1]}, "non-decreasing"),
+        ({"action_token_ids": [1, 2], "resumed_at": [-1]}, "non-decreasing"),
+        ({"action_token_ids": [1, 2], "resumed_at": [1.0]}, "int offsets"),
     ],
     ids=[
         "nan-reward",
@@ -118,6 +124,11 @@ def test_bad_line_in_a_file_names_file_and_line(tmp_path: Path) -> None:
         "message-without-role",
         "versions-without-ids",
         "version-count",
+        "resumed-without-ids",
+        "resumed-past-the-end",
+        "resumed-out-of-order",
+        "resumed-negative",
+        "resumed-float",
     ],
 )
 def test_malformed_turns_are_rejected(kwargs: dict[str, object], message: str) -> None:
