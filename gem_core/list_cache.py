@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["AliasRow", "EnvRow", "Listing", "cache_file", "key", "listing_of", "load", "store"]
 
 #: Bumped when the stored format or the key's parts change.
-FORMAT = 1
+FORMAT = 2
 _GROUP = "gem_core"  # gem_core.plugins.ENTRY_POINT_GROUP (not imported: it pulls pluggy and pydantic)
 
 
@@ -136,8 +136,12 @@ def load(cache_key: str, environ: os._Environ[str] | dict[str, str] | None = Non
             data = json.load(fh)
         if data["key"] != cache_key:
             return None
-        envs = [EnvRow(**{**row, "tags": tuple(row["tags"])}) for row in data["envs"]]
-        aliases = [AliasRow(**row) for row in data["aliases"]]
+        rows = data["rows"]  # the rows as text, with its checksum: any damage to them shows
+        if zlib.crc32(rows.encode()) != data["crc32"]:
+            return None
+        table = json.loads(rows)
+        envs = [EnvRow(**{**row, "tags": tuple(row["tags"])}) for row in table["envs"]]
+        aliases = [AliasRow(**row) for row in table["aliases"]]
     except Exception:  # missing, corrupt, or another format: discover instead
         return None
     if not all(_valid(r) for r in envs) or not all(_valid(a) for a in aliases):
@@ -150,11 +154,8 @@ def store(cache_key: str, listing: Listing, environ: os._Environ[str] | dict[str
     import tempfile
 
     path = cache_file(environ)
-    data = {
-        "key": cache_key,
-        "envs": [asdict(r) for r in listing.envs],
-        "aliases": [asdict(a) for a in listing.aliases],
-    }
+    rows = json.dumps({"envs": [asdict(r) for r in listing.envs], "aliases": [asdict(a) for a in listing.aliases]})
+    data = {"key": cache_key, "rows": rows, "crc32": zlib.crc32(rows.encode())}
     with contextlib.suppress(OSError):
         folder = os.path.dirname(path)
         os.makedirs(folder, exist_ok=True)

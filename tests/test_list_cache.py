@@ -11,6 +11,7 @@ import io
 import json
 import os
 import sys
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -149,22 +150,32 @@ def test_an_unwritable_cache_is_skipped_silently(site: Site, monkeypatch: pytest
     garbage=st.one_of(
         st.binary(max_size=200),
         st.builds(
-            lambda rows: json.dumps({"key": None, "envs": rows, "aliases": []}).encode(),
+            lambda rows: json.dumps({"key": None, "rows": json.dumps({"envs": rows, "aliases": []})}).encode(),
             st.lists(st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=5)), max_size=3),
         ),
-    )
+    ),
+    flip=st.integers(min_value=0),
 )
-def test_a_corrupt_cache_falls_back_to_discovery(site: Site, monkeypatch: pytest.MonkeyPatch, garbage: bytes) -> None:
+def test_a_corrupt_cache_falls_back_to_discovery(
+    site: Site, monkeypatch: pytest.MonkeyPatch, garbage: bytes, flip: int
+) -> None:
     site.install("ladder", "1.0")
     expected = uncached(monkeypatch=monkeypatch)
     gem_list()
-    path = list_cache.cache_file()
-    data = json.loads(Path(path).read_text())
-    Path(path).write_bytes(garbage)
+    path = Path(list_cache.cache_file())
+    data = json.loads(path.read_text())
+    path.write_bytes(garbage)
     assert gem_list() == expected
-    # A well-formed file with the right key but rows of the wrong types is refused too.
-    data["envs"] = [{**row, "tags": 7} for row in data["envs"]]
-    Path(path).write_text(json.dumps(data))
+    # The right key, but one character of the rows changed: the checksum refuses it.
+    rows = data["rows"]
+    at = flip % len(rows)
+    data["rows"] = rows[:at] + ("x" if rows[at] != "x" else "y") + rows[at + 1 :]
+    path.write_text(json.dumps(data))
+    assert gem_list() == expected
+    # The right key and checksum, rows of the wrong types (a hand-made file): refused too.
+    data["rows"] = json.dumps({"envs": [{**row, "description": 7} for row in json.loads(rows)["envs"]], "aliases": []})
+    data["crc32"] = zlib.crc32(data["rows"].encode())
+    path.write_text(json.dumps(data))
     assert gem_list() == expected
 
 
