@@ -212,38 +212,48 @@ def _list_args(p: argparse.ArgumentParser) -> None:
 
 @command("list", "list registered env ids", _list_args)
 def cmd_list(args: argparse.Namespace, streams: Streams) -> int:
+    from gem_core import list_cache
+
     out = streams.out
-    found = _discovery()
-    registry = _registry()
-    ids = registry.env_ids(namespace=args.namespace, tag=args.tag)
-    specs = [registry.spec(i) for i in ids]
+    # The cached listing (no plugin import) while the installed plugins are unchanged; else discover.
+    found: Discovery | None = None
+    cache_key = list_cache.key()
+    listing = list_cache.load(cache_key) if cache_key is not None else None
+    if listing is None:
+        found = _discovery()
+        found.raise_if_broken()
+        listing = list_cache.listing_of(found)
+        if cache_key is not None and not found.problems:
+            list_cache.store(cache_key, listing)
+    rows = listing.env_ids(namespace=args.namespace, tag=args.tag)
     if args.json:
-        rows = [
+        entries = [
             {
-                "id": s.id,
-                "distribution": s.distribution,
-                "version": _version(found, s.plugin),
-                "tags": list(s.tags),
-                "description": s.description,
+                "id": r.id,
+                "distribution": r.distribution,
+                "version": r.version,
+                "tags": list(r.tags),
+                "description": r.description,
             }
-            for s in specs
+            for r in rows
         ]
-        json.dump(rows, out, indent=2)
+        json.dump(entries, out, indent=2)
         out.write("\n")
-        _report_problems(found, streams, needed=True)
-        return EXIT_OK
-    if not specs:
+    elif not rows:
         what = " ".join(f"{k}={v!r}" for k, v in (("namespace", args.namespace), ("tag", args.tag)) if v)
         out.write(f"no envs match {what or 'the registry'}; run 'gem plugins' to see what is installed\n")
+    else:
+        _table(
+            [("ID", "DISTRIBUTION", "DESCRIPTION")] + [(r.id, r.distribution or "-", r.description) for r in rows], out
+        )
+        ids = {r.id for r in rows}
+        aliases = [a for a in listing.aliases if a.target in ids]
+        if aliases and not args.no_aliases:
+            out.write("\naliases:\n")
+            for a in sorted(aliases, key=lambda a: a.id):
+                out.write(f"  {a.id} -> {a.target}{' (deprecated)' if a.deprecated else ''}\n")
+    if found is not None:
         _report_problems(found, streams, needed=True)
-        return EXIT_OK
-    _table([("ID", "DISTRIBUTION", "DESCRIPTION")] + [(s.id, s.distribution or "-", s.description) for s in specs], out)
-    aliases = [a for a in registry.aliases.values() if a.target in ids]
-    if aliases and not args.no_aliases:
-        out.write("\naliases:\n")
-        for a in sorted(aliases, key=lambda a: a.id):
-            out.write(f"  {a.id} -> {a.target}{' (deprecated)' if a.deprecated else ''}\n")
-    _report_problems(found, streams, needed=True)
     return EXIT_OK
 
 
@@ -559,12 +569,19 @@ def cmd_export(args: argparse.Namespace, streams: Streams) -> int:
 # ---------------------------------------------------------------------------- entry point
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser with one subparser per :data:`COMMANDS` entry."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The argparse parser with one subparser per :data:`COMMANDS` entry.
+
+    Args:
+        only: Give only this command's subparser its options (the others get their help
+            line, all ``gem --help`` shows): some commands' options import heavy modules.
+    """
     parser = argparse.ArgumentParser(prog="gem", description="Text environments for LLM agents.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for cmd in COMMANDS.values():
-        cmd.arguments(sub.add_parser(cmd.name, help=cmd.help, description=cmd.help))
+        subparser = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
+        if only is None or cmd.name == only:
+            cmd.arguments(subparser)
     return parser
 
 
@@ -588,9 +605,10 @@ def main(
 ) -> int:
     """Run the CLI; returns the exit code."""
     streams = Streams(stdout or sys.stdout, stdin or sys.stdin, stderr or sys.stderr)
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(words[0] if words and words[0] in COMMANDS else None)
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(words)
     except SystemExit as exc:
         return int(exc.code or 0) and EXIT_BAD_INPUT
     try:

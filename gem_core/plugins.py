@@ -41,7 +41,6 @@ import difflib
 import importlib
 import importlib.metadata as md
 import importlib.util
-import os
 import re
 import sys
 import threading
@@ -66,6 +65,7 @@ from gem_core.errors import (
     PluginWarning,
     RegistrationError,
 )
+from gem_core.plugin_settings import PluginSettings
 from gem_core.registry import (
     EnvAlias,
     EnvSpec,
@@ -118,38 +118,6 @@ _HOOKS: dict[str, tuple[type[BaseModel], ...]] = {
     "register_tools": (ToolSpec,),
     "register_wrappers": (WrapperSpec,),
 }
-
-
-def _csv(value: str | None) -> frozenset[str]:
-    return frozenset(p.strip() for p in (value or "").split(",") if p.strip())
-
-
-def _flag(value: str | None) -> bool:
-    return (value or "").strip().lower() in {"1", "true", "yes", "on"}
-
-
-@dataclass(frozen=True)
-class PluginSettings:
-    """How discovery behaves; :meth:`from_env` reads the ``GEM_CORE_*`` variables."""
-
-    autoload: bool = True
-    allow: frozenset[str] = frozenset()
-    block: frozenset[str] = frozenset()
-    strict: bool = False
-    trace: bool = False
-    plugin_dirs: tuple[str, ...] = ()
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> PluginSettings:
-        env = os.environ if environ is None else environ
-        return cls(
-            autoload=not _flag(env.get("GEM_CORE_DISABLE_PLUGIN_AUTOLOAD")),
-            allow=_csv(env.get("GEM_CORE_PLUGINS")),
-            block=_csv(env.get("GEM_CORE_BLOCK_PLUGINS")),
-            strict=_flag(env.get("GEM_CORE_STRICT_PLUGINS")),
-            trace=_flag(env.get("GEM_CORE_TRACE_PLUGINS")),
-            plugin_dirs=tuple(p for p in (env.get("GEM_CORE_PLUGINS_DIR") or "").split(os.pathsep) if p),
-        )
 
 
 @dataclass

@@ -76,14 +76,45 @@ class ThreadGroup(LocalGroup[Member]):
         self.abandoned: list[ThreadPoolExecutor] = []
 
     def start(self, indices: list[int], requests: Sequence[Request]) -> Pending:
-        submit, members = self.pool.submit, self.members
+        members = self.members
+        if self.timeout is None:
+            return self._batched([(members[i].handle, r) for i, r in zip(indices, requests, strict=True)])
+        submit = self.pool.submit
         futures = [submit(members[i].handle, r) for i, r in zip(indices, requests, strict=True)]
         return self._waiter(indices, futures)
 
     def start_steps(self, indices: list[int], actions: Sequence[str]) -> Pending:
-        submit, members = self.pool.submit, self.members
+        members = self.members
+        if self.timeout is None:
+            return self._batched([(members[i].step, a) for i, a in zip(indices, actions, strict=True)])
+        submit = self.pool.submit
         futures = [submit(members[i].step, a) for i, a in zip(indices, actions, strict=True)]
         return self._waiter(indices, futures)
+
+    def _batched(self, calls: list[tuple[Callable[[Any], Outcome], Any]]) -> Pending:
+        """Serve ``calls`` with one pool job per thread instead of one per env (no timeout to watch).
+
+        Each job takes the next call from a shared iterator until none is left, so a slow env
+        delays only the job that has it (the others take the rest), as with one job per env;
+        but a batch costs ``min(threads, envs)`` hand-offs between threads, not one per env.
+        """
+        outcomes: list[Outcome] = [()] * len(calls)
+        # Shared by the jobs: next() on it is one C call, atomic under the GIL.
+        work = iter(enumerate(calls))
+
+        def job() -> None:
+            for position, (call, argument) in work:
+                outcomes[position] = call(argument)
+
+        submit = self.pool.submit
+        jobs = [submit(job) for _ in range(min(self.max_workers, len(calls)))]
+
+        def wait() -> list[Outcome]:
+            for finished in jobs:
+                finished.result()
+            return outcomes
+
+        return wait
 
     def _waiter(self, indices: list[int], futures: list[Future[Outcome]]) -> Pending:
         if self.timeout is None:

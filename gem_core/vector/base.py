@@ -323,6 +323,16 @@ class VectorEnv:
         return indices, acts
 
     def _finish_step(self, indices: list[int], outcomes: list[Outcome]) -> VectorStepReturn:
+        if len(outcomes) == 1 and self.autoreset_mode is not AutoresetMode.DISABLED:
+            out = outcomes[0]  # one env: no transposing (the arrays are most of a cheap env's step)
+            if not isinstance(out, Failure):
+                return (
+                    [out[0]],
+                    np.fromiter((out[1],), np.float64, 1),
+                    np.fromiter((out[2],), np.bool_, 1),
+                    np.fromiter((out[3],), np.bool_, 1),
+                    [out[4]],
+                )
         failures: dict[int, Failure] = {}
         if Failure in map(type, outcomes):  # rare; the common case below transposes in C
             entries: list[Outcome] = []

@@ -254,6 +254,10 @@ class _Stage(enum.Enum):
     RECOVER = "recovery reset"  # on_error="reset": reset after a failure
 
 
+_STEP, _FINAL_RESET = _Stage.STEP, _Stage.FINAL_RESET
+_SAME_STEP = AutoresetMode.SAME_STEP
+
+
 class _EnvReset(NamedTuple):
     seed: int
     options: dict[str, Any] | None
@@ -410,19 +414,57 @@ class Member(_Logic[Env]):
         return self._run(self._begin(request))
 
     def step(self, action: str) -> Outcome:
-        """:meth:`handle` of ``Step(action)``, without building the request (the hot path of cheap envs)."""
+        """:meth:`handle` of ``Step(action)``, without building the request (the hot path of cheap envs).
+
+        The common case (a valid result, the episode goes on) is one env call and a few exact-type
+        checks; everything else takes the general path of :meth:`_run`.
+        """
         if self.lost is not None or self.pending_reset:
             return self._run(self._begin(Step(action)))
-        self._stage = _Stage.STEP  # also for recover(): the last call was a step
+        self._stage = _STEP  # also for recover(): the last call was a step
         try:
             value = self.env.step(action)
-            if not _is_step_result(value):  # validated inside the guard: a bad result is this env's failure
-                self._checked(action, value)
         except Exception as exc:
             return self._run(self._raised(exc))
+        if not (
+            type(value) is tuple
+            and len(value) == 5
+            and type(value[0]) is str
+            and type(value[4]) is dict
+            and type(value[1]) in _NUMBER_TYPES
+            and type(value[2]) in _FLAG_TYPES
+            and type(value[3]) in _FLAG_TYPES
+        ):
+            try:  # the slow check raises inside a guard: a bad result is this env's failure
+                self._checked(action, value)
+            except Exception as exc:
+                return self._run(self._raised(exc))
         if value[2] or value[3]:
+            if self.mode is _SAME_STEP:
+                return self._final_reset(value)
             return self._run(self._advance(value))
         return value
+
+    def _final_reset(self, last: tuple[Any, ...]) -> Outcome:
+        """SAME_STEP: reset after the final step ``last``; :meth:`_advance` then :meth:`_run`, without the loop."""
+        self._held = last
+        self._stage = _FINAL_RESET
+        self.seed = seed = self.seeds.take()
+        try:
+            value = self.env.reset(seed=seed, options=None)
+            if not (type(value) is tuple and len(value) == 2 and type(value[0]) is str and type(value[1]) is dict):
+                self._checked(_EnvReset(seed, None), value)
+        except Exception as exc:
+            return self._run(self._raised(exc))
+        self._held = None
+        self.outcome = (
+            value[0],
+            last[1],
+            last[2],
+            last[3],
+            {**value[1], "final_obs": last[0], "final_info": last[4]},
+        )
+        return self.outcome
 
     def recover(self, failure: Failure) -> Outcome:
         return self._run(self._fail(failure))

@@ -50,8 +50,9 @@ _warned: set[str] = set()
 _PIPE_BUFFER = 60_000
 _warn_lock = threading.Lock()
 _MAX_UID = 4_294_967_294
-#: Threads starting workers in parallel (at most one per warm worker).
-_SPAWNERS = 3
+#: Threads starting workers in parallel (at most one per warm worker): a start is mostly waiting on
+#: the kernel (namespaces, mounts), so every worker a burst of calls used up is started at once.
+_SPAWNERS = 8
 #: How often a running call's cgroup is checked for an OOM kill (the call then dies whole).
 _OOM_POLL_S = 0.05
 
