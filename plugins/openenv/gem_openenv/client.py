@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 import time
 from typing import Any, ClassVar, Literal
@@ -37,6 +38,79 @@ __all__ = ["ActionFormat", "OpenEnvEnv", "error_code"]
 _PROTOCOL_FIELDS = frozenset({"metadata", "done", "reward"})
 _CODE = re.compile(r"\(code: ([A-Z_]+)\)\s*$")
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+
+
+class _BadReply(Exception):
+    """The server's frame is not OpenEnv's protocol (not JSON, the wrong type, fields of the wrong kind)."""
+
+
+class _SessionLost(Exception):
+    """The socket that carried the episode closed; OpenEnv's client would reconnect to a new, empty session."""
+
+
+def check_reply(kind: str, response: Any) -> dict[str, Any]:
+    """``response`` if it is a well-formed OpenEnv answer to a ``kind`` message (``reset``/``step``/``state``).
+
+    Raises:
+        _BadReply: it is not: says what is wrong.
+    """
+    if not isinstance(response, dict):
+        raise _BadReply(f"the frame is JSON {type(response).__name__}, not an object")
+    if response.get("type") == "error":  # OpenEnv's client turns it into its RuntimeError with the code
+        if not isinstance(response.get("data", {}), dict):
+            raise _BadReply(f"the error frame's 'data' is {type(response.get('data')).__name__}, not an object")
+        return response
+    expected = "state" if kind == "state" else "observation"
+    if response.get("type") != expected:
+        raise _BadReply(f"a {kind!r} was answered with a frame of type {response.get('type')!r}, not {expected!r}")
+    data = response.get("data")
+    if not isinstance(data, dict):
+        raise _BadReply(f"the {expected} frame's 'data' is {type(data).__name__}, not an object")
+    if expected == "observation":
+        reward, done, observation = data.get("reward"), data.get("done", False), data.get("observation", {})
+        if not isinstance(observation, dict):
+            raise _BadReply(f"'observation' is {type(observation).__name__}, not an object")
+        if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float))):
+            raise _BadReply(f"'reward' is {reward!r}, not a number or null")
+        if reward is not None and not math.isfinite(reward):
+            raise _BadReply(f"'reward' is {reward!r}, not finite")
+        if not isinstance(done, bool):
+            raise _BadReply(f"'done' is {done!r}, not a boolean")
+        metadata = data.get("metadata")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise _BadReply(f"'metadata' is {type(metadata).__name__}, not an object")
+    return response
+
+
+def _strict_client(base_url: str, message_timeout_s: float) -> Any:
+    """OpenEnv's ``GenericEnvClient`` that checks every frame and never moves an episode to a new socket."""
+    from openenv.core.generic_client import GenericEnvClient
+    from websockets.protocol import State
+
+    class StrictClient(GenericEnvClient):
+        #: The socket of the current episode (set by reset); a step goes out on it or not at all.
+        episode_socket: Any = None
+        kind = ""
+
+        async def _receive(self) -> dict[str, Any]:
+            try:
+                return check_reply(self.kind, await super()._receive())
+            except json.JSONDecodeError as exc:
+                raise _BadReply(f"the frame is not JSON ({exc.msg} at char {exc.pos})") from None
+
+        async def _send_and_receive(self, message: dict[str, Any]) -> dict[str, Any]:
+            self.kind = kind = str(message.get("type"))
+            pinned = self.episode_socket
+            if kind == "step" and (pinned is None or self._ws is not pinned or pinned.state is not State.OPEN):
+                raise _SessionLost("the connection that carried this episode closed before the step was sent")
+            response = await super()._send_and_receive(message)
+            if kind == "step" and self._ws is not pinned:
+                raise _SessionLost("the step reached a new session, not this episode's")
+            if kind == "reset":
+                self.episode_socket = self._ws
+            return response
+
+    return StrictClient(base_url=base_url, message_timeout_s=message_timeout_s).sync()
 
 
 def error_code(exc: BaseException) -> str | None:
@@ -177,9 +251,7 @@ class OpenEnvEnv(Env):
 
     def _session(self) -> Any:
         if self._client is None:
-            from openenv.core.generic_client import GenericEnvClient
-
-            self._client = GenericEnvClient(base_url=self.base_url, message_timeout_s=self.message_timeout_s).sync()
+            self._client = _strict_client(self.base_url, self.message_timeout_s)
         return self._client
 
     def _drop_session(self) -> None:
@@ -192,11 +264,28 @@ class OpenEnvEnv(Env):
         """One client call; OpenEnv's and the transport's errors become gem's typed ones."""
         try:
             return fn(*args, **kwargs)
+        except _BadReply as exc:
+            self._drop_session()  # a server that broke the protocol once is not trusted with this episode
+            self._live = False
+            raise EnvServerError(
+                f"the OpenEnv server at {self.base_url} sent a malformed answer to {phase}: {exc}; this episode is "
+                "lost: check the server's version (OpenEnv 0.10 protocol) and its logs, then reset",
+                code="MALFORMED_REPLY",
+            ) from None
+        except _SessionLost as exc:
+            raise self._gone(phase, exc) from exc
         except RuntimeError as exc:
             code = error_code(exc)
             if code is None:
                 raise self._gone(phase, exc) from exc
-            raise EnvServerError(f"the OpenEnv server at {self.base_url} refused {phase}: {exc}", code=code) from exc
+            lost = phase == "step" and code != "VALIDATION_ERROR"
+            if lost:
+                self._live = False  # the server's env failed mid-step: its state is unknown, so is this episode's
+            raise EnvServerError(
+                f"the OpenEnv server at {self.base_url} refused {phase}: {exc}"
+                + ("; this episode is lost: reset" if lost else ""),
+                code=code,
+            ) from exc
         except (ConnectionError, OSError, TimeoutError) as exc:
             raise self._gone(phase, exc) from exc
         except Exception as exc:
@@ -207,14 +296,18 @@ class OpenEnvEnv(Env):
     def _gone(self, phase: str, exc: BaseException) -> EnvServerUnavailable:
         self._drop_session()
         self._live = False
+        if isinstance(exc, TimeoutError):
+            what = f"did not answer {phase} within message_timeout_s={self.message_timeout_s:g}s"
+        else:
+            what = f"went away during {phase} ({type(exc).__name__}: {exc})"
         return EnvServerUnavailable(
-            f"the OpenEnv server at {self.base_url} went away during {phase} ({type(exc).__name__}: {exc}); "
-            "this episode is lost: restart the server, then reset"
+            f"the OpenEnv server at {self.base_url} {what}; this episode is lost: check the server, then reset"
         )
 
     # ------------------------------------------------------------------ episode
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
         super().reset(seed=seed)
+        self._live = False  # until this reset answers: a failed reset leaves no episode to step
         kwargs = {**(options or {}), **({} if seed is None else {"seed": seed})}
         deadline, delay = time.monotonic() + self.capacity_wait_s, 0.05
         while True:
