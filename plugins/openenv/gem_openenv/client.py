@@ -122,6 +122,10 @@ def error_code(exc: BaseException) -> str | None:
 class ActionFormat:
     """How the model's text becomes an OpenEnv action, from the action's JSON schema.
 
+    An action with one field that takes a string (``str``, an optional ``str``, a string enum) gets
+    the model's raw text; any other action is a JSON object the model writes. Either way the action
+    is checked against the schema (``$defs`` references included) before it is sent.
+
     Args:
         schema: The ``action`` entry of the server's ``/schema``.
     """
@@ -129,34 +133,47 @@ class ActionFormat:
     def __init__(self, schema: dict[str, Any]) -> None:
         self.schema = schema
         self.fields = {k: v for k, v in schema.get("properties", {}).items() if k not in _PROTOCOL_FIELDS}
-        strings = [k for k, v in self.fields.items() if v.get("type") == "string"]
+        only = next(iter(self.fields.values())) if len(self.fields) == 1 else None
         #: The one text field that receives the raw reply, or ``None`` for JSON actions.
-        self.text_field: str | None = strings[0] if len(self.fields) == 1 and strings else None
+        self.text_field: str | None = next(iter(self.fields)) if only and "string" in self._kinds(only) else None
+
+    def _resolve(self, field: dict[str, Any]) -> dict[str, Any]:
+        """``field`` with its ``$ref`` (to the schema's ``$defs``) followed."""
+        for _ in range(32):  # a self-referencing schema stops here, unresolved
+            ref = field.get("$ref")
+            if not isinstance(ref, str):
+                break
+            target = self.schema.get("$defs", {}).get(ref.rsplit("/", 1)[-1], {})
+            field = {**target, **{k: v for k, v in field.items() if k != "$ref"}}
+        return field
+
+    def _kinds(self, field: dict[str, Any]) -> list[str]:
+        """The JSON types ``field`` accepts (``anyOf``/``oneOf`` options included)."""
+        field = self._resolve(field)
+        options = field.get("anyOf") or field.get("oneOf")
+        if options:
+            return [kind for option in options for kind in self._kinds(option)]
+        kind = field.get("type")
+        return list(kind) if isinstance(kind, list) else [kind] if isinstance(kind, str) else ["any"]
+
+    def _describe_field(self, field: dict[str, Any]) -> str:
+        field = self._resolve(field)
+        if "enum" in field:
+            return "one of " + "|".join(v if isinstance(v, str) else json.dumps(v) for v in field["enum"])
+        if "const" in field:
+            return json.dumps(field["const"])
+        return "|".join(dict.fromkeys(self._kinds(field)))
 
     def describe(self) -> str:
         """The schema as the model must write it, for messages."""
-        fields = {k: v.get("type", "any") for k, v in self.fields.items()}
         required = [r for r in self.schema.get("required", []) if r not in _PROTOCOL_FIELDS]
+        if self.text_field is not None:
+            field = self._describe_field(self.fields[self.text_field])
+            return f"the reply's raw text, sent as the field {self.text_field!r} ({field})"
+        fields = {k: self._describe_field(v) for k, v in self.fields.items()}
         return f"a JSON object with fields {json.dumps(fields)} (required: {', '.join(required) or 'none'})"
 
-    def build(self, text: str) -> dict[str, Any]:
-        """The action dict for ``text``.
-
-        Raises:
-            ActionSchemaError: ``text`` is not a JSON object that fits the schema; names the schema.
-        """
-        if self.text_field is not None:
-            return {self.text_field: text}
-        body = text.strip()
-        fenced = _FENCE.match(body)
-        try:
-            value = json.loads(fenced.group(1) if fenced else body)
-        except json.JSONDecodeError as exc:
-            raise ActionSchemaError(
-                f"the reply is not JSON ({exc.msg} at char {exc.pos}); this env's action is {self.describe()}"
-            ) from None
-        if not isinstance(value, dict):
-            raise ActionSchemaError(f"the reply is JSON {type(value).__name__}; this env's action is {self.describe()}")
+    def _check(self, value: dict[str, Any]) -> dict[str, Any]:
         import jsonschema
 
         validator = jsonschema.Draft202012Validator(self.schema)
@@ -166,28 +183,66 @@ class ActionFormat:
             raise ActionSchemaError(f"{where}: {problem.message}; this env's action is {self.describe()}")
         return value
 
+    def build(self, text: str) -> dict[str, Any]:
+        """The action dict for ``text``.
+
+        Raises:
+            ActionSchemaError: ``text`` does not fit the schema (not JSON, not an object, a value of the
+                wrong kind, outside an enum or bound); names the schema.
+        """
+        if self.text_field is not None:
+            return self._check({self.text_field: text})
+        body = text.strip()
+        fenced = _FENCE.match(body)
+        try:
+            value = json.loads(fenced.group(1) if fenced else body, parse_constant=_no_constant)
+        except (json.JSONDecodeError, ValueError) as exc:
+            why = f"{exc.msg} at char {exc.pos}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+            raise ActionSchemaError(f"the reply is not JSON ({why}); this env's action is {self.describe()}") from None
+        except RecursionError:
+            raise ActionSchemaError(f"the reply nests too deep; this env's action is {self.describe()}") from None
+        if not isinstance(value, dict):
+            raise ActionSchemaError(f"the reply is JSON {type(value).__name__}; this env's action is {self.describe()}")
+        return self._check(value)
+
     def example(self) -> str:
         """A reply that fits the schema (for smoke tests and ``gem check``)."""
         if self.text_field is not None:
-            return "hello"
-        return json.dumps({k: _example_value(v) for k, v in self.fields.items()})
+            field = self._resolve(self.fields[self.text_field])
+            for option in field.get("anyOf") or field.get("oneOf") or [field]:  # the string option, not a null default
+                value = self._example_value({k: v for k, v in self._resolve(option).items() if k != "default"})
+                if isinstance(value, str):
+                    return value
+            return "x"
+        return json.dumps({k: self._example_value(v) for k, v in self.fields.items()})
+
+    def _example_value(self, field: dict[str, Any]) -> Any:
+        """A value ``field`` accepts: its const, default, first enum member, or one built from its type and bounds."""
+        field = self._resolve(field)
+        for key in ("const", "default"):
+            if key in field:
+                return field[key]
+        if field.get("enum"):
+            return field["enum"][0]
+        options = field.get("anyOf") or field.get("oneOf")
+        if options:
+            return self._example_value(options[0])
+        kind = self._kinds(field)[0]
+        if kind in ("integer", "number"):
+            low = field.get("minimum", field.get("exclusiveMinimum", -1) + 1)
+            return int(low) if kind == "integer" else float(low)
+        if kind == "object":
+            properties = field.get("properties", {})
+            return {k: self._example_value(properties.get(k, {})) for k in field.get("required", [])}
+        if kind == "array":
+            return [self._example_value(field.get("items", {}))] * int(field.get("minItems", 0))
+        if kind == "string":
+            return "x" * max(1, int(field.get("minLength", 1)))
+        return {"boolean": False, "null": None}.get(kind, "x")
 
 
-def _example_value(field: dict[str, Any]) -> Any:
-    """A value a JSON-schema property accepts: its const, default, first enum member, or its lower bound."""
-    for key in ("const", "default"):
-        if key in field:
-            return field[key]
-    if field.get("enum"):
-        return field["enum"][0]
-    options = field.get("anyOf") or field.get("oneOf")
-    if options:
-        return _example_value(options[0])
-    kind = field.get("type", "string")
-    if kind in ("integer", "number"):
-        low = field.get("minimum", field.get("exclusiveMinimum", -1) + 1)
-        return int(low) if kind == "integer" else float(low)
-    return {"string": "x", "boolean": False, "array": [], "object": {}, "null": None}.get(kind, "x")
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 class OpenEnvEnv(Env):
