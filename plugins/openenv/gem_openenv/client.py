@@ -132,18 +132,23 @@ class ActionFormat:
 
     def __init__(self, schema: dict[str, Any]) -> None:
         self.schema = schema
-        self.fields = {k: v for k, v in schema.get("properties", {}).items() if k not in _PROTOCOL_FIELDS}
+        properties = schema.get("properties") or {}
+        # A JSON schema may be a boolean (true: anything); as a field it reads as {} here, the check keeps its meaning
+        self.fields = {k: v if isinstance(v, dict) else {} for k, v in properties.items() if k not in _PROTOCOL_FIELDS}
         only = next(iter(self.fields.values())) if len(self.fields) == 1 else None
         #: The one text field that receives the raw reply, or ``None`` for JSON actions.
         self.text_field: str | None = next(iter(self.fields)) if only and "string" in self._kinds(only) else None
 
     def _resolve(self, field: dict[str, Any]) -> dict[str, Any]:
         """``field`` with its ``$ref`` (to the schema's ``$defs``) followed."""
-        for _ in range(32):  # a self-referencing schema stops here, unresolved
+        for _ in range(32):
+            if not isinstance(field, dict):
+                return {}  # a self-referencing schema stops here, unresolved
             ref = field.get("$ref")
             if not isinstance(ref, str):
                 break
-            target = self.schema.get("$defs", {}).get(ref.rsplit("/", 1)[-1], {})
+            defs = self.schema.get("$defs")
+            target = defs.get(ref.rsplit("/", 1)[-1], {}) if isinstance(defs, dict) else {}
             field = {**target, **{k: v for k, v in field.items() if k != "$ref"}}
         return field
 
@@ -275,19 +280,53 @@ class OpenEnvEnv(Env):
     ) -> None:
         if on_bad_action not in ("observe", "raise"):
             raise ConfigError(f"on_bad_action must be 'observe' or 'raise', got {on_bad_action!r}")
+        for name, value in (("capacity_wait_s", capacity_wait_s), ("message_timeout_s", message_timeout_s)):
+            # NaN would never pass a deadline (a backoff without end); inf waits forever on a dead server
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                raise ConfigError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
+        if message_timeout_s == 0:
+            raise ConfigError("message_timeout_s must be above 0 (no answer arrives in no time)")
         self.base_url = base_url.rstrip("/")
         self.on_bad_action = on_bad_action
         self.capacity_wait_s = capacity_wait_s
         self.message_timeout_s = message_timeout_s
         schemas = self._get("/schema")
-        self.action_format = ActionFormat(schemas.get("action", {}))
+        action_schema, observation_schema = schemas.get("action"), schemas.get("observation", {})
+        if not isinstance(action_schema, dict) or not isinstance(observation_schema, dict):
+            raise EnvServerError(
+                f"the OpenEnv server at {self.base_url} sent a /schema without 'action' and 'observation' objects "
+                f"(keys: {sorted(schemas)}); is it an OpenEnv 0.10 server?",
+                code="MALFORMED_REPLY",
+            )
+        self._check_schemas(action_schema, observation_schema)
+        self.action_format = ActionFormat(action_schema)
         observed = {
-            k: v for k, v in schemas.get("observation", {}).get("properties", {}).items() if k not in _PROTOCOL_FIELDS
+            k: v
+            for k, v in (observation_schema.get("properties") or {}).items()
+            if k not in _PROTOCOL_FIELDS and isinstance(v, dict)
         }
         strings = [k for k, v in observed.items() if v.get("type") == "string"]
         self.observation_field = observation_field or (strings[0] if len(strings) == 1 else None)
         self._client: Any = None
         self._live = False
+
+    def _check_schemas(self, *schemas: dict[str, Any]) -> None:
+        """Both are JSON schemas of objects (so checks, messages and examples work on them)."""
+        import jsonschema
+        import referencing.exceptions
+
+        for schema in schemas:
+            try:
+                jsonschema.Draft202012Validator.check_schema(schema)
+                if not isinstance(schema.get("properties", {}), dict):
+                    raise jsonschema.SchemaError("'properties' is not an object")
+                list(jsonschema.Draft202012Validator(schema).iter_errors({}))  # its references resolve
+            except (jsonschema.SchemaError, referencing.exceptions.Unresolvable) as exc:
+                raise EnvServerError(
+                    f"the OpenEnv server at {self.base_url} sent a /schema that is not a JSON schema "
+                    f"({str(exc).splitlines()[0]}); is it an OpenEnv 0.10 server?",
+                    code="MALFORMED_REPLY",
+                ) from None
 
     # ------------------------------------------------------------------ transport
     def _get(self, path: str) -> dict[str, Any]:
@@ -301,7 +340,16 @@ class OpenEnvEnv(Env):
                 f"cannot read {path} of the OpenEnv server at {self.base_url}: {type(exc).__name__}: {exc}; "
                 "is it running (e.g. 'gem serve ID --port N' or the env's own server)?"
             ) from exc
-        result: dict[str, Any] = response.json()
+        try:
+            result = response.json()
+        except ValueError as exc:
+            result = exc
+        if not isinstance(result, dict):
+            raise EnvServerError(
+                f"the OpenEnv server at {self.base_url} answered {path} with {response.text[:80]!r}, not a JSON "
+                "object; is it an OpenEnv 0.10 server?",
+                code="MALFORMED_REPLY",
+            )
         return result
 
     def _session(self) -> Any:

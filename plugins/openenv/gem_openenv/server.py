@@ -179,6 +179,8 @@ class GemEnvironment(Environment[GemAction, GemObservation, GemState]):
         **kwargs: Any,
     ) -> GemObservation:
         """Start an episode; keyword arguments other than ``seed``/``episode_id`` are reset options."""
+        if options is not None and not isinstance(options, Mapping):
+            raise ConfigError(f"reset 'options' must be an object of the env's reset options, got {options!r:.200}")
         merged = {**(options or {}), **kwargs}
         if self._failed is not None:  # the old env's state is unknown (a hung step may still run in it)
             with contextlib.suppress(Exception):

@@ -112,3 +112,43 @@ def test_close_releases_the_session_on_the_server(start_server) -> None:
     finally:
         second.close()
     assert first is not None  # the first env object lives on: close(), not garbage collection, freed the slot
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    body=json_values.map(json.dumps)
+    | st.text(max_size=20)
+    | st.fixed_dictionaries(
+        {"action": st.fixed_dictionaries({}, optional={"properties": json_values, "required": json_values})},
+        optional={"observation": st.fixed_dictionaries({}, optional={"properties": json_values})},
+    ).map(json.dumps)
+)
+def test_any_schema_answer_builds_an_env_or_is_a_typed_error(monkeypatch: pytest.MonkeyPatch, body: str) -> None:
+    """``/schema`` answered with anything (not JSON, not an object, objects without the right parts)."""
+    import httpx
+
+    from gem_openenv.client import OpenEnvEnv
+
+    def get(url: str, **_: object) -> httpx.Response:
+        return httpx.Response(200, text=body, request=httpx.Request("GET", url))
+
+    monkeypatch.setattr(httpx, "get", get)
+    try:
+        env = OpenEnvEnv("http://127.0.0.1:9")
+    except EnvServerError as exc:
+        assert exc.code == "MALFORMED_REPLY" and "http://127.0.0.1:9" in str(exc)
+    else:
+        env.action_format.describe()  # usable: messages and examples never raise
+        env.action_format.example()
+        env.close()
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0, True, "5"], ids=repr)
+@pytest.mark.parametrize("name", ["capacity_wait_s", "message_timeout_s"])
+def test_waits_must_be_finite_seconds(name: str, value: object) -> None:
+    """A NaN capacity wait never passes its deadline: the backoff would retry forever."""
+    from gem_core.errors import ConfigError
+    from gem_openenv.client import OpenEnvEnv
+
+    with pytest.raises(ConfigError, match=name):
+        OpenEnvEnv("http://127.0.0.1:9", **{name: value})  # type: ignore[arg-type]
