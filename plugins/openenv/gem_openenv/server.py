@@ -179,6 +179,8 @@ class GemEnvironment(Environment[GemAction, GemObservation, GemState]):
         **kwargs: Any,
     ) -> GemObservation:
         """Start an episode; keyword arguments other than ``seed``/``episode_id`` are reset options."""
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ConfigError(f"'seed' must be an integer or null, got {seed!r:.100}")  # true would play seed 1
         if options is not None and not isinstance(options, Mapping):
             raise ConfigError(f"reset 'options' must be an object of the env's reset options, got {options!r:.200}")
         merged = {**(options or {}), **kwargs}

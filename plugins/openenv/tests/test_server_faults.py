@@ -145,3 +145,17 @@ def test_any_replay_is_the_in_process_episode_or_a_4xx(
         got = answer.json()
         obs = got["observation"]
         assert (obs["text"], got["reward"], obs["terminated"], obs["truncated"]) == expected
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=seeds | bad_seeds | st.integers(-5, -1) | st.dictionaries(st.text(max_size=2), st.integers(), max_size=1))
+def test_any_websocket_reset_seed_is_the_in_process_episode_or_an_error(game: Any, seed: Any) -> None:
+    with game.websocket_connect("/ws") as socket:
+        answer = send(socket, "reset", {"seed": seed})
+    if isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0:
+        env = gem_core.make("game:GuessTheNumber-v0-easy")
+        assert answer["data"]["observation"]["text"] == env.reset(seed=seed)[0]
+        env.close()
+    else:
+        assert answer["type"] == "error" and answer["data"]["code"] == "EXECUTION_ERROR"
+        assert "seed" in answer["data"]["message"]
