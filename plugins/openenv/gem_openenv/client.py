@@ -457,8 +457,12 @@ class OpenEnvEnv(Env):
         else:
             text = json.dumps(observation, sort_keys=True, default=repr)
         done = bool(result.done)
-        truncated = bool(observation.get("truncated", False)) and done
-        terminated = bool(observation.get("terminated", done and not truncated))
+        flags = observation.get("terminated"), observation.get("truncated")
+        if all(isinstance(flag, bool) for flag in flags) and any(flags) == done:  # a gem server: its flags as is
+            terminated, truncated = bool(flags[0]), bool(flags[1])
+        else:  # OpenEnv's done ends the episode; only a boolean 'truncated' makes it a cut, not a terminal state
+            truncated = flags[1] is True and done
+            terminated = done and not truncated
         reward = float(result.reward) if result.reward is not None else 0.0
         gem_info = observation.get("info")
         if isinstance(gem_info, dict) and "terminated" in observation:  # a gem server: its info as is
