@@ -522,6 +522,9 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="interface to listen on (0.0.0.0 for every one)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--max-sessions", type=int, default=8, help="concurrent sessions; more get CAPACITY_REACHED")
+    p.add_argument(
+        "--step-timeout", type=float, default=None, help="seconds one step may take; past it the episode is lost"
+    )
     p.add_argument("--kw", action="append", default=[], metavar="KEY=VALUE", help="constructor override")
     p.add_argument("--log-level", default="warning", help="uvicorn's log level")
 
@@ -537,6 +540,7 @@ def cmd_serve(args: argparse.Namespace, streams: Streams) -> int:
             host=args.host,
             port=args.port,
             max_sessions=args.max_sessions,
+            step_timeout_s=args.step_timeout,
             log_level=args.log_level,
             out=streams.out,
         )

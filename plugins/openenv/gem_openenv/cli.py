@@ -11,20 +11,30 @@ __all__ = ["export", "serve"]
 
 
 def serve(
-    env_id: str, kwargs: dict[str, Any], *, host: str, port: int, max_sessions: int, log_level: str, out: TextIO
+    env_id: str,
+    kwargs: dict[str, Any],
+    *,
+    host: str,
+    port: int,
+    max_sessions: int,
+    log_level: str,
+    out: TextIO,
+    step_timeout_s: float | None = None,
 ) -> int:
     """Serve ``env_id`` with OpenEnv's server factory until interrupted; the exit code."""
     from gem_core.api import make
 
     if max_sessions < 1:
         raise ConfigError(f"--max-sessions must be at least 1, got {max_sessions}")
+    if step_timeout_s is not None and not step_timeout_s > 0:
+        raise ConfigError(f"--step-timeout must be a positive number of seconds, got {step_timeout_s}")
     make(env_id, **kwargs).close()  # wrong kwargs fail here, before OpenEnv's (slow) import
 
     import uvicorn
 
     from gem_openenv.server import build_app
 
-    app = build_app(env_id, kwargs, max_sessions=max_sessions)
+    app = build_app(env_id, kwargs, max_sessions=max_sessions, step_timeout_s=step_timeout_s)
     out.write(
         f"serving {env_id} as an OpenEnv env at http://{host}:{port} "
         f"(WebSocket /ws, HTTP /reset /step /schema /mcp; up to {max_sessions} sessions)\n"

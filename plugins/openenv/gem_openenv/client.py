@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 import time
 from typing import Any, ClassVar, Literal
@@ -39,6 +40,79 @@ _CODE = re.compile(r"\(code: ([A-Z_]+)\)\s*$")
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 
 
+class _BadReply(Exception):
+    """The server's frame is not OpenEnv's protocol (not JSON, the wrong type, fields of the wrong kind)."""
+
+
+class _SessionLost(Exception):
+    """The socket that carried the episode closed; OpenEnv's client would reconnect to a new, empty session."""
+
+
+def check_reply(kind: str, response: Any) -> dict[str, Any]:
+    """``response`` if it is a well-formed OpenEnv answer to a ``kind`` message (``reset``/``step``/``state``).
+
+    Raises:
+        _BadReply: it is not: says what is wrong.
+    """
+    if not isinstance(response, dict):
+        raise _BadReply(f"the frame is JSON {type(response).__name__}, not an object")
+    if response.get("type") == "error":  # OpenEnv's client turns it into its RuntimeError with the code
+        if not isinstance(response.get("data", {}), dict):
+            raise _BadReply(f"the error frame's 'data' is {type(response.get('data')).__name__}, not an object")
+        return response
+    expected = "state" if kind == "state" else "observation"
+    if response.get("type") != expected:
+        raise _BadReply(f"a {kind!r} was answered with a frame of type {response.get('type')!r}, not {expected!r}")
+    data = response.get("data")
+    if not isinstance(data, dict):
+        raise _BadReply(f"the {expected} frame's 'data' is {type(data).__name__}, not an object")
+    if expected == "observation":
+        reward, done, observation = data.get("reward"), data.get("done", False), data.get("observation", {})
+        if not isinstance(observation, dict):
+            raise _BadReply(f"'observation' is {type(observation).__name__}, not an object")
+        if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float))):
+            raise _BadReply(f"'reward' is {reward!r}, not a number or null")
+        if reward is not None and not math.isfinite(reward):
+            raise _BadReply(f"'reward' is {reward!r}, not finite")
+        if not isinstance(done, bool):
+            raise _BadReply(f"'done' is {done!r}, not a boolean")
+        metadata = data.get("metadata")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise _BadReply(f"'metadata' is {type(metadata).__name__}, not an object")
+    return response
+
+
+def _strict_client(base_url: str, message_timeout_s: float) -> Any:
+    """OpenEnv's ``GenericEnvClient`` that checks every frame and never moves an episode to a new socket."""
+    from openenv.core.generic_client import GenericEnvClient
+    from websockets.protocol import State
+
+    class StrictClient(GenericEnvClient):
+        #: The socket of the current episode (set by reset); a step goes out on it or not at all.
+        episode_socket: Any = None
+        kind = ""
+
+        async def _receive(self) -> dict[str, Any]:
+            try:
+                return check_reply(self.kind, await super()._receive())
+            except json.JSONDecodeError as exc:
+                raise _BadReply(f"the frame is not JSON ({exc.msg} at char {exc.pos})") from None
+
+        async def _send_and_receive(self, message: dict[str, Any]) -> dict[str, Any]:
+            self.kind = kind = str(message.get("type"))
+            pinned = self.episode_socket
+            if kind == "step" and (pinned is None or self._ws is not pinned or pinned.state is not State.OPEN):
+                raise _SessionLost("the connection that carried this episode closed before the step was sent")
+            response = await super()._send_and_receive(message)
+            if kind == "step" and self._ws is not pinned:
+                raise _SessionLost("the step reached a new session, not this episode's")
+            if kind == "reset":
+                self.episode_socket = self._ws
+            return response
+
+    return StrictClient(base_url=base_url, message_timeout_s=message_timeout_s).sync()
+
+
 def error_code(exc: BaseException) -> str | None:
     """OpenEnv's error code in a client error (``RuntimeError("Server error: ... (code: X)")``), if any."""
     match = _CODE.search(str(exc))
@@ -48,41 +122,63 @@ def error_code(exc: BaseException) -> str | None:
 class ActionFormat:
     """How the model's text becomes an OpenEnv action, from the action's JSON schema.
 
+    An action with one field that takes a string (``str``, an optional ``str``, a string enum) gets
+    the model's raw text; any other action is a JSON object the model writes. Either way the action
+    is checked against the schema (``$defs`` references included) before it is sent.
+
     Args:
         schema: The ``action`` entry of the server's ``/schema``.
     """
 
     def __init__(self, schema: dict[str, Any]) -> None:
         self.schema = schema
-        self.fields = {k: v for k, v in schema.get("properties", {}).items() if k not in _PROTOCOL_FIELDS}
-        strings = [k for k, v in self.fields.items() if v.get("type") == "string"]
+        properties = schema.get("properties") or {}
+        # A JSON schema may be a boolean (true: anything); as a field it reads as {} here, the check keeps its meaning
+        self.fields = {k: v if isinstance(v, dict) else {} for k, v in properties.items() if k not in _PROTOCOL_FIELDS}
+        only = next(iter(self.fields.values())) if len(self.fields) == 1 else None
         #: The one text field that receives the raw reply, or ``None`` for JSON actions.
-        self.text_field: str | None = strings[0] if len(self.fields) == 1 and strings else None
+        self.text_field: str | None = next(iter(self.fields)) if only and "string" in self._kinds(only) else None
+
+    def _resolve(self, field: dict[str, Any]) -> dict[str, Any]:
+        """``field`` with its ``$ref`` (to the schema's ``$defs``) followed."""
+        for _ in range(32):
+            if not isinstance(field, dict):
+                return {}  # a self-referencing schema stops here, unresolved
+            ref = field.get("$ref")
+            if not isinstance(ref, str):
+                break
+            defs = self.schema.get("$defs")
+            target = defs.get(ref.rsplit("/", 1)[-1], {}) if isinstance(defs, dict) else {}
+            field = {**target, **{k: v for k, v in field.items() if k != "$ref"}}
+        return field
+
+    def _kinds(self, field: dict[str, Any]) -> list[str]:
+        """The JSON types ``field`` accepts (``anyOf``/``oneOf`` options included)."""
+        field = self._resolve(field)
+        options = field.get("anyOf") or field.get("oneOf")
+        if options:
+            return [kind for option in options for kind in self._kinds(option)]
+        kind = field.get("type")
+        return list(kind) if isinstance(kind, list) else [kind] if isinstance(kind, str) else ["any"]
+
+    def _describe_field(self, field: dict[str, Any]) -> str:
+        field = self._resolve(field)
+        if "enum" in field:
+            return "one of " + "|".join(v if isinstance(v, str) else json.dumps(v) for v in field["enum"])
+        if "const" in field:
+            return json.dumps(field["const"])
+        return "|".join(dict.fromkeys(self._kinds(field)))
 
     def describe(self) -> str:
         """The schema as the model must write it, for messages."""
-        fields = {k: v.get("type", "any") for k, v in self.fields.items()}
         required = [r for r in self.schema.get("required", []) if r not in _PROTOCOL_FIELDS]
+        if self.text_field is not None:
+            field = self._describe_field(self.fields[self.text_field])
+            return f"the reply's raw text, sent as the field {self.text_field!r} ({field})"
+        fields = {k: self._describe_field(v) for k, v in self.fields.items()}
         return f"a JSON object with fields {json.dumps(fields)} (required: {', '.join(required) or 'none'})"
 
-    def build(self, text: str) -> dict[str, Any]:
-        """The action dict for ``text``.
-
-        Raises:
-            ActionSchemaError: ``text`` is not a JSON object that fits the schema; names the schema.
-        """
-        if self.text_field is not None:
-            return {self.text_field: text}
-        body = text.strip()
-        fenced = _FENCE.match(body)
-        try:
-            value = json.loads(fenced.group(1) if fenced else body)
-        except json.JSONDecodeError as exc:
-            raise ActionSchemaError(
-                f"the reply is not JSON ({exc.msg} at char {exc.pos}); this env's action is {self.describe()}"
-            ) from None
-        if not isinstance(value, dict):
-            raise ActionSchemaError(f"the reply is JSON {type(value).__name__}; this env's action is {self.describe()}")
+    def _check(self, value: dict[str, Any]) -> dict[str, Any]:
         import jsonschema
 
         validator = jsonschema.Draft202012Validator(self.schema)
@@ -92,28 +188,66 @@ class ActionFormat:
             raise ActionSchemaError(f"{where}: {problem.message}; this env's action is {self.describe()}")
         return value
 
+    def build(self, text: str) -> dict[str, Any]:
+        """The action dict for ``text``.
+
+        Raises:
+            ActionSchemaError: ``text`` does not fit the schema (not JSON, not an object, a value of the
+                wrong kind, outside an enum or bound); names the schema.
+        """
+        if self.text_field is not None:
+            return self._check({self.text_field: text})
+        body = text.strip()
+        fenced = _FENCE.match(body)
+        try:
+            value = json.loads(fenced.group(1) if fenced else body, parse_constant=_no_constant)
+        except (json.JSONDecodeError, ValueError) as exc:
+            why = f"{exc.msg} at char {exc.pos}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+            raise ActionSchemaError(f"the reply is not JSON ({why}); this env's action is {self.describe()}") from None
+        except RecursionError:
+            raise ActionSchemaError(f"the reply nests too deep; this env's action is {self.describe()}") from None
+        if not isinstance(value, dict):
+            raise ActionSchemaError(f"the reply is JSON {type(value).__name__}; this env's action is {self.describe()}")
+        return self._check(value)
+
     def example(self) -> str:
         """A reply that fits the schema (for smoke tests and ``gem check``)."""
         if self.text_field is not None:
-            return "hello"
-        return json.dumps({k: _example_value(v) for k, v in self.fields.items()})
+            field = self._resolve(self.fields[self.text_field])
+            for option in field.get("anyOf") or field.get("oneOf") or [field]:  # the string option, not a null default
+                value = self._example_value({k: v for k, v in self._resolve(option).items() if k != "default"})
+                if isinstance(value, str):
+                    return value
+            return "x"
+        return json.dumps({k: self._example_value(v) for k, v in self.fields.items()})
+
+    def _example_value(self, field: dict[str, Any]) -> Any:
+        """A value ``field`` accepts: its const, default, first enum member, or one built from its type and bounds."""
+        field = self._resolve(field)
+        for key in ("const", "default"):
+            if key in field:
+                return field[key]
+        if field.get("enum"):
+            return field["enum"][0]
+        options = field.get("anyOf") or field.get("oneOf")
+        if options:
+            return self._example_value(options[0])
+        kind = self._kinds(field)[0]
+        if kind in ("integer", "number"):
+            low = field.get("minimum", field.get("exclusiveMinimum", -1) + 1)
+            return int(low) if kind == "integer" else float(low)
+        if kind == "object":
+            properties = field.get("properties", {})
+            return {k: self._example_value(properties.get(k, {})) for k in field.get("required", [])}
+        if kind == "array":
+            return [self._example_value(field.get("items", {}))] * int(field.get("minItems", 0))
+        if kind == "string":
+            return "x" * max(1, int(field.get("minLength", 1)))
+        return {"boolean": False, "null": None}.get(kind, "x")
 
 
-def _example_value(field: dict[str, Any]) -> Any:
-    """A value a JSON-schema property accepts: its const, default, first enum member, or its lower bound."""
-    for key in ("const", "default"):
-        if key in field:
-            return field[key]
-    if field.get("enum"):
-        return field["enum"][0]
-    options = field.get("anyOf") or field.get("oneOf")
-    if options:
-        return _example_value(options[0])
-    kind = field.get("type", "string")
-    if kind in ("integer", "number"):
-        low = field.get("minimum", field.get("exclusiveMinimum", -1) + 1)
-        return int(low) if kind == "integer" else float(low)
-    return {"string": "x", "boolean": False, "array": [], "object": {}, "null": None}.get(kind, "x")
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 class OpenEnvEnv(Env):
@@ -146,19 +280,53 @@ class OpenEnvEnv(Env):
     ) -> None:
         if on_bad_action not in ("observe", "raise"):
             raise ConfigError(f"on_bad_action must be 'observe' or 'raise', got {on_bad_action!r}")
+        for name, value in (("capacity_wait_s", capacity_wait_s), ("message_timeout_s", message_timeout_s)):
+            # NaN would never pass a deadline (a backoff without end); inf waits forever on a dead server
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                raise ConfigError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
+        if message_timeout_s == 0:
+            raise ConfigError("message_timeout_s must be above 0 (no answer arrives in no time)")
         self.base_url = base_url.rstrip("/")
         self.on_bad_action = on_bad_action
         self.capacity_wait_s = capacity_wait_s
         self.message_timeout_s = message_timeout_s
         schemas = self._get("/schema")
-        self.action_format = ActionFormat(schemas.get("action", {}))
+        action_schema, observation_schema = schemas.get("action"), schemas.get("observation", {})
+        if not isinstance(action_schema, dict) or not isinstance(observation_schema, dict):
+            raise EnvServerError(
+                f"the OpenEnv server at {self.base_url} sent a /schema without 'action' and 'observation' objects "
+                f"(keys: {sorted(schemas)}); is it an OpenEnv 0.10 server?",
+                code="MALFORMED_REPLY",
+            )
+        self._check_schemas(action_schema, observation_schema)
+        self.action_format = ActionFormat(action_schema)
         observed = {
-            k: v for k, v in schemas.get("observation", {}).get("properties", {}).items() if k not in _PROTOCOL_FIELDS
+            k: v
+            for k, v in (observation_schema.get("properties") or {}).items()
+            if k not in _PROTOCOL_FIELDS and isinstance(v, dict)
         }
         strings = [k for k, v in observed.items() if v.get("type") == "string"]
         self.observation_field = observation_field or (strings[0] if len(strings) == 1 else None)
         self._client: Any = None
         self._live = False
+
+    def _check_schemas(self, *schemas: dict[str, Any]) -> None:
+        """Both are JSON schemas of objects (so checks, messages and examples work on them)."""
+        import jsonschema
+        import referencing.exceptions
+
+        for schema in schemas:
+            try:
+                jsonschema.Draft202012Validator.check_schema(schema)
+                if not isinstance(schema.get("properties", {}), dict):
+                    raise jsonschema.SchemaError("'properties' is not an object")
+                list(jsonschema.Draft202012Validator(schema).iter_errors({}))  # its references resolve
+            except (jsonschema.SchemaError, referencing.exceptions.Unresolvable) as exc:
+                raise EnvServerError(
+                    f"the OpenEnv server at {self.base_url} sent a /schema that is not a JSON schema "
+                    f"({str(exc).splitlines()[0]}); is it an OpenEnv 0.10 server?",
+                    code="MALFORMED_REPLY",
+                ) from None
 
     # ------------------------------------------------------------------ transport
     def _get(self, path: str) -> dict[str, Any]:
@@ -172,14 +340,21 @@ class OpenEnvEnv(Env):
                 f"cannot read {path} of the OpenEnv server at {self.base_url}: {type(exc).__name__}: {exc}; "
                 "is it running (e.g. 'gem serve ID --port N' or the env's own server)?"
             ) from exc
-        result: dict[str, Any] = response.json()
+        try:
+            result = response.json()
+        except ValueError as exc:
+            result = exc
+        if not isinstance(result, dict):
+            raise EnvServerError(
+                f"the OpenEnv server at {self.base_url} answered {path} with {response.text[:80]!r}, not a JSON "
+                "object; is it an OpenEnv 0.10 server?",
+                code="MALFORMED_REPLY",
+            )
         return result
 
     def _session(self) -> Any:
         if self._client is None:
-            from openenv.core.generic_client import GenericEnvClient
-
-            self._client = GenericEnvClient(base_url=self.base_url, message_timeout_s=self.message_timeout_s).sync()
+            self._client = _strict_client(self.base_url, self.message_timeout_s)
         return self._client
 
     def _drop_session(self) -> None:
@@ -192,11 +367,28 @@ class OpenEnvEnv(Env):
         """One client call; OpenEnv's and the transport's errors become gem's typed ones."""
         try:
             return fn(*args, **kwargs)
+        except _BadReply as exc:
+            self._drop_session()  # a server that broke the protocol once is not trusted with this episode
+            self._live = False
+            raise EnvServerError(
+                f"the OpenEnv server at {self.base_url} sent a malformed answer to {phase}: {exc}; this episode is "
+                "lost: check the server's version (OpenEnv 0.10 protocol) and its logs, then reset",
+                code="MALFORMED_REPLY",
+            ) from None
+        except _SessionLost as exc:
+            raise self._gone(phase, exc) from exc
         except RuntimeError as exc:
             code = error_code(exc)
             if code is None:
                 raise self._gone(phase, exc) from exc
-            raise EnvServerError(f"the OpenEnv server at {self.base_url} refused {phase}: {exc}", code=code) from exc
+            lost = phase == "step" and code != "VALIDATION_ERROR"
+            if lost:
+                self._live = False  # the server's env failed mid-step: its state is unknown, so is this episode's
+            raise EnvServerError(
+                f"the OpenEnv server at {self.base_url} refused {phase}: {exc}"
+                + ("; this episode is lost: reset" if lost else ""),
+                code=code,
+            ) from exc
         except (ConnectionError, OSError, TimeoutError) as exc:
             raise self._gone(phase, exc) from exc
         except Exception as exc:
@@ -207,14 +399,18 @@ class OpenEnvEnv(Env):
     def _gone(self, phase: str, exc: BaseException) -> EnvServerUnavailable:
         self._drop_session()
         self._live = False
+        if isinstance(exc, TimeoutError):
+            what = f"did not answer {phase} within message_timeout_s={self.message_timeout_s:g}s"
+        else:
+            what = f"went away during {phase} ({type(exc).__name__}: {exc})"
         return EnvServerUnavailable(
-            f"the OpenEnv server at {self.base_url} went away during {phase} ({type(exc).__name__}: {exc}); "
-            "this episode is lost: restart the server, then reset"
+            f"the OpenEnv server at {self.base_url} {what}; this episode is lost: check the server, then reset"
         )
 
     # ------------------------------------------------------------------ episode
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
         super().reset(seed=seed)
+        self._live = False  # until this reset answers: a failed reset leaves no episode to step
         kwargs = {**(options or {}), **({} if seed is None else {"seed": seed})}
         deadline, delay = time.monotonic() + self.capacity_wait_s, 0.05
         while True:
@@ -261,8 +457,12 @@ class OpenEnvEnv(Env):
         else:
             text = json.dumps(observation, sort_keys=True, default=repr)
         done = bool(result.done)
-        truncated = bool(observation.get("truncated", False)) and done
-        terminated = bool(observation.get("terminated", done and not truncated))
+        flags = observation.get("terminated"), observation.get("truncated")
+        if all(isinstance(flag, bool) for flag in flags) and any(flags) == done:  # a gem server: its flags as is
+            terminated, truncated = bool(flags[0]), bool(flags[1])
+        else:  # OpenEnv's done ends the episode; only a boolean 'truncated' makes it a cut, not a terminal state
+            truncated = flags[1] is True and done
+            terminated = done and not truncated
         reward = float(result.reward) if result.reward is not None else 0.0
         gem_info = observation.get("info")
         if isinstance(gem_info, dict) and "terminated" in observation:  # a gem server: its info as is

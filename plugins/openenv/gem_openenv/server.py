@@ -14,8 +14,10 @@ stateless client gets the same episode as a WebSocket session.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -25,7 +27,7 @@ from openenv.core.env_server.types import Action, EnvironmentMetadata, Observati
 from pydantic import Field
 
 from gem_core.core import Env, to_sync
-from gem_core.errors import ConfigError, GemCoreError, ResetNeeded
+from gem_core.errors import ConfigError, EnvStepTimeout, GemCoreError, ResetNeeded
 from gem_core.loop import LoopThread
 from gem_core.tools.base import Tool
 from gem_core.tools.safety import UnsafeValue, clean_arguments
@@ -131,9 +133,15 @@ def _tool_call(tool: Tool, loop: LoopThread | None) -> Callable[..., Awaitable[d
 class GemEnvironment(Environment[GemAction, GemObservation, GemState]):
     """An OpenEnv environment playing one gem id; OpenEnv builds one per session.
 
+    A step that raises or runs past ``step_timeout_s`` (or the request's ``timeout_s``) ends the
+    episode: the client gets OpenEnv's ``EXECUTION_ERROR`` naming the env and the cause, every later
+    step is refused until a reset, and that reset runs on a new env (a hung step may still be running
+    in the old one).
+
     Args:
         env_id: The registered gem id.
         make_kwargs: Constructor overrides for ``gem_core.make``.
+        step_timeout_s: The longest one ``step`` may take; ``None``: no limit.
 
     Raises:
         GemCoreError: the id or kwargs are wrong (OpenEnv reports ``FACTORY_ERROR``).
@@ -142,17 +150,26 @@ class GemEnvironment(Environment[GemAction, GemObservation, GemState]):
     # Each session builds its own gem env; gem envs keep no shared mutable state.
     SUPPORTS_CONCURRENT_SESSIONS = True
 
-    def __init__(self, env_id: str, make_kwargs: Mapping[str, Any] | None = None) -> None:
-        from gem_core.api import make
-
+    def __init__(
+        self, env_id: str, make_kwargs: Mapping[str, Any] | None = None, step_timeout_s: float | None = None
+    ) -> None:
         super().__init__()
         self.env_id = env_id
-        self.env: Env = to_sync(make(env_id, **dict(make_kwargs or {})))
-        tools, loop = _tool_host(self.env)
-        # OpenEnv's /mcp and WebSocket "mcp" messages read this attribute (tools/list, tools/call).
-        self.mcp_server = _mcp_server(env_id, tools, loop) if tools else None
+        self.make_kwargs = dict(make_kwargs or {})
+        self.step_timeout_s = step_timeout_s
+        self._build()
         self._state = GemState(env_id=env_id)
         self._reset_done = False
+        #: Why the last step failed; the next reset builds a new env.
+        self._failed: str | None = None
+
+    def _build(self) -> None:
+        from gem_core.api import make
+
+        self.env: Env = to_sync(make(self.env_id, **self.make_kwargs))
+        tools, loop = _tool_host(self.env)
+        # OpenEnv's /mcp and WebSocket "mcp" messages read this attribute (tools/list, tools/call).
+        self.mcp_server = _mcp_server(self.env_id, tools, loop) if tools else None
 
     def reset(
         self,
@@ -162,7 +179,17 @@ class GemEnvironment(Environment[GemAction, GemObservation, GemState]):
         **kwargs: Any,
     ) -> GemObservation:
         """Start an episode; keyword arguments other than ``seed``/``episode_id`` are reset options."""
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ConfigError(f"'seed' must be an integer or null, got {seed!r:.100}")  # true would play seed 1
+        if options is not None and not isinstance(options, Mapping):
+            raise ConfigError(f"reset 'options' must be an object of the env's reset options, got {options!r:.200}")
         merged = {**(options or {}), **kwargs}
+        if self._failed is not None:  # the old env's state is unknown (a hung step may still run in it)
+            with contextlib.suppress(Exception):
+                self.env.close()
+            self._build()
+            self._failed = None
+        self._reset_done = False
         obs, info = self.env.reset(seed=seed, options=merged or None)
         self._state = GemState(env_id=self.env_id, episode_id=episode_id, seed=seed)
         self._reset_done = True
@@ -176,15 +203,28 @@ class GemEnvironment(Environment[GemAction, GemObservation, GemState]):
         history: list[str] | None = None,
         **kwargs: Any,
     ) -> GemObservation:
-        """One turn; ``seed`` and ``history`` (plain HTTP only) replay the episode first on a fresh env."""
+        """One turn; ``seed`` and ``history`` (plain HTTP only) replay the episode first on a fresh env.
+
+        Raises:
+            ConfigError: an argument other than OpenEnv's ``request_id``, or a malformed ``seed``/``history``.
+            ResetNeeded: no episode (no reset, the episode ended, or the last step failed).
+            EnvStepTimeout: the step ran past its time limit (the episode is lost).
+        """
+        kwargs.pop("request_id", None)
+        if kwargs:  # a misspelt 'history' would otherwise replay nothing: a silently different episode
+            raise ConfigError(f"/step takes 'action', 'seed', 'history' and 'timeout_s'; unknown: {sorted(kwargs)}")
         if history is not None or seed is not None:
-            self._replay(seed, history or [])
+            self._replay(seed, history)
+        elif self._failed is not None:
+            raise ResetNeeded(f"this episode was lost ({self._failed}); reset to start a new one")
         elif not self._reset_done:
             raise ResetNeeded(
                 "this session has no episode: send reset first (WebSocket), or, over OpenEnv's stateless "
                 "HTTP /step, send 'seed' and 'history' (the earlier actions) next to the action"
             )
-        obs, reward, terminated, truncated, info = self.env.step(action.text)
+        elif self._state.done:
+            raise ResetNeeded(f"{self.env_id}: the episode is over; send reset to start a new one")
+        obs, reward, terminated, truncated, info = self._timed_step(action.text, timeout_s)
         state = self._state
         self._state = GemState(
             env_id=self.env_id,
@@ -203,9 +243,46 @@ class GemEnvironment(Environment[GemAction, GemObservation, GemState]):
             info=json_safe(info),
         )
 
-    def _replay(self, seed: int | None, history: list[str]) -> None:
+    def _timed_step(self, text: str, timeout_s: float | None) -> Any:
+        """``env.step(text)`` within the tighter of ``step_timeout_s`` and ``timeout_s``; a failure ends the episode."""
+        limits = [t for t in (self.step_timeout_s, timeout_s) if t is not None]
+        try:
+            if not limits:
+                return self.env.step(text)
+            outcome: dict[str, Any] = {}
+
+            def run() -> None:
+                try:
+                    outcome["result"] = self.env.step(text)
+                except BaseException as exc:  # handed to the waiting thread as is
+                    outcome["error"] = exc
+
+            worker = threading.Thread(target=run, name=f"gem-serve-step-{self.env_id}", daemon=True)
+            worker.start()
+            worker.join(min(limits))
+            if worker.is_alive():  # Python cannot stop the thread: the env is abandoned, the next reset builds anew
+                raise EnvStepTimeout(
+                    f"{self.env_id}: step ran past {min(limits):g}s; the episode is lost: reset (a new env is built)"
+                )
+            if "error" in outcome:
+                raise outcome["error"]
+            return outcome["result"]
+        except Exception as exc:
+            self._failed = f"step raised {type(exc).__name__}: {exc}"
+            self._reset_done = False
+            if isinstance(exc, GemCoreError):
+                raise
+            raise RuntimeError(f"{self.env_id}: {self._failed}; the episode is lost: reset to start a new one") from exc
+
+    def _replay(self, seed: Any, history: Any) -> None:
         if seed is None:
             raise ConfigError("replaying an episode over HTTP needs its 'seed' next to 'history'")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ConfigError(f"'seed' must be an integer, got {seed!r}")
+        if history is None:
+            history = []
+        if not isinstance(history, list) or not all(isinstance(earlier, str) for earlier in history):
+            raise ConfigError(f"'history' must be a list of the earlier actions' texts, got {history!r:.200}")
         self.reset(seed=seed)
         for earlier in history:
             result = self.step(GemAction(text=earlier))
@@ -237,15 +314,23 @@ def _gem_version() -> str:
         return "0"
 
 
-def build_app(env_id: str, make_kwargs: Mapping[str, Any] | None = None, *, max_sessions: int = 8) -> Any:
+def build_app(
+    env_id: str,
+    make_kwargs: Mapping[str, Any] | None = None,
+    *,
+    max_sessions: int = 8,
+    step_timeout_s: float | None = None,
+) -> Any:
     """OpenEnv's FastAPI app (``create_app``) serving ``env_id``, at most ``max_sessions`` sessions at once.
+
+    ``step_timeout_s`` bounds each step (see :class:`GemEnvironment`).
 
     Raises:
         GemCoreError: ``env_id`` or ``make_kwargs`` do not build (checked once here, before serving).
     """
     probe = GemEnvironment(env_id, make_kwargs)  # a wrong id or kwargs fails here, not per session
     probe.close()
-    factory = functools.partial(GemEnvironment, env_id, dict(make_kwargs or {}))
+    factory = functools.partial(GemEnvironment, env_id, dict(make_kwargs or {}), step_timeout_s)
     app = create_app(
         factory,
         GemAction,
@@ -263,4 +348,6 @@ def build_app(env_id: str, make_kwargs: Mapping[str, Any] | None = None, *, max_
 async def _gem_error_response(request: Any, exc: Exception) -> Any:
     from fastapi.responses import JSONResponse
 
-    return JSONResponse(status_code=409, content={"detail": str(exc), "error": type(exc).__name__})
+    # A malformed request is 422, a timed-out step 504, a request the episode's state refuses 409.
+    status = 422 if isinstance(exc, ConfigError) else 504 if isinstance(exc, EnvStepTimeout) else 409
+    return JSONResponse(status_code=status, content={"detail": str(exc), "error": type(exc).__name__})

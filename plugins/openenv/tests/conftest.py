@@ -56,10 +56,11 @@ def start(
     app_dir: Path | None = None,
     sessions: int = 4,
     kw: tuple[str, ...] = (),
+    port: int | None = None,
 ) -> Server:
     """Start ``gem serve ID`` (``gem=ID``), a native OpenEnv server (``native=KIND``) or an exported
-    package's ``server.app:app`` (``app_dir=``) on a free port."""
-    port = free_port()
+    package's ``server.app:app`` (``app_dir=``) on ``port`` (default: a free one)."""
+    port = port or free_port()
     if app_dir is not None:
         argv = [sys.executable, "-m", "uvicorn", "server.app:app", "--app-dir", str(app_dir), "--port", str(port)]
     elif gem is not None:

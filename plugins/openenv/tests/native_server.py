@@ -1,15 +1,19 @@
 """Two OpenEnv envs written with OpenEnv's own SDK (no gem code), served by its own ``create_app``.
 
 ``python native_server.py KIND PORT MAX_SESSIONS``; KIND is ``target`` (a JSON action with two
-fields) or ``echo`` (a one-field text action). They stand for any env published for OpenEnv.
+fields) or ``echo`` (a one-field text action); they stand for any env published for OpenEnv. ``mirror``
+is a hostile server that breaks the protocol on request (see :func:`mirror_app`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import sys
 from typing import Any, Literal
 
 import uvicorn
+from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, Observation, State
@@ -87,9 +91,52 @@ class ShoutEnvironment(Environment[ShoutAction, ShoutObservation, State]):
         return self._state
 
 
+def mirror_app() -> Any:
+    """A hostile server (not OpenEnv's factory): it answers a step with the action's ``message`` verbatim as the
+    frame (any text: malformed JSON, wrong types, error frames), or, for ``sleep``, a frame 3 s late."""
+    app = FastAPI()
+    schema = {
+        "action": {"properties": {"message": {"type": "string"}}, "required": ["message"], "type": "object"},
+        "observation": {"properties": {"reply": {"type": "string"}}, "type": "object"},
+    }
+
+    def observation(reply: str) -> str:
+        return json.dumps({"type": "observation", "data": {"observation": {"reply": reply}, "reward": 0.0}})
+
+    @app.get("/health")
+    def health() -> dict[str, str]:
+        return {"status": "healthy"}
+
+    @app.get("/schema")
+    def get_schema() -> dict[str, Any]:
+        return schema
+
+    @app.websocket("/ws")
+    async def session(socket: WebSocket) -> None:
+        await socket.accept()
+        try:
+            while True:
+                message = json.loads(await socket.receive_text())
+                if message["type"] == "reset":
+                    await socket.send_text(observation("ready"))
+                elif message["type"] == "step" and message["data"]["message"] == "sleep":
+                    await asyncio.sleep(3)
+                    await socket.send_text(observation("stale"))
+                elif message["type"] == "step":
+                    await socket.send_text(message["data"]["message"])
+                else:
+                    break
+        except WebSocketDisconnect:
+            pass
+
+    return app
+
+
 if __name__ == "__main__":
     kind, port, sessions = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    if kind == "target":
+    if kind == "mirror":
+        app = mirror_app()
+    elif kind == "target":
         app = create_app(TargetEnvironment, MoveAction, TargetObservation, max_concurrent_envs=sessions)
     else:
         app = create_app(ShoutEnvironment, ShoutAction, ShoutObservation, max_concurrent_envs=sessions)

@@ -24,6 +24,14 @@ def test_max_sessions_must_be_positive() -> None:
     assert "--max-sessions" in err.getvalue()
 
 
+@pytest.mark.parametrize("value", ["0", "-1", "nan"])
+def test_step_timeout_must_be_positive(value: str) -> None:
+    err = io.StringIO()
+    argv = ["serve", "core:NumberGuess-v0", f"--step-timeout={value}"]
+    assert main(argv, stdout=io.StringIO(), stderr=err) == 2
+    assert "--step-timeout" in err.getvalue()
+
+
 def test_serve_and_export_are_commands() -> None:
     from gem_core.cli import COMMANDS
 

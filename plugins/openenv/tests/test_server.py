@@ -120,13 +120,15 @@ def test_many_sessions_at_once_each_get_their_own_episode(start_server) -> None:
         assert (first, steps) == (plans[seed][0], plans[seed][2]), f"seed {seed}"
 
 
-def test_a_session_that_disconnects_mid_episode_frees_its_env(start_server) -> None:
+@pytest.mark.parametrize("steps", [0, 1], ids=["between-reset-and-step", "mid-episode"])
+def test_a_session_that_disconnects_frees_its_env(start_server, steps: int) -> None:
     server = start_server(gem="game:GuessTheNumber-v0-easy", sessions=1)
 
     async def scenario() -> None:
         holder = GenericEnvClient(base_url=server.url)
         await holder.reset(seed=1)
-        await holder.step({"text": "3"})
+        for _ in range(steps):
+            await holder.step({"text": "3"})
         refused = GenericEnvClient(base_url=server.url)
         with pytest.raises(RuntimeError, match=r"code: CAPACITY_REACHED"):
             await refused.reset(seed=2)

@@ -1,0 +1,161 @@
+"""``gem serve``'s environment under faults, in-process through OpenEnv's own ``create_app`` (Starlette's test
+client): an env that raises or hangs in step, step after done, reset twice, max sessions exact, and any
+malformed HTTP replay (``seed``/``history``) is a 4xx, never a silently different episode."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from starlette.testclient import TestClient
+
+import gem_core
+from gem_core.core import Env
+from gem_openenv.server import build_app
+
+BUILT = itertools.count()
+
+
+class Faulty(Env):
+    """Echoes the reply (reward 1 a turn, done after 3); ``raise`` raises, ``hang`` blocks until released."""
+
+    release = threading.Event()
+
+    def __init__(self) -> None:
+        self.serial = next(BUILT)
+        self.turns = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.turns = 0
+        return f"env {self.serial} ready", {}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if action == "raise":
+            raise ValueError("boom")
+        if action == "hang":
+            self.release.wait(30)
+        self.turns += 1
+        return f"env {self.serial} turn {self.turns}: {action}", 1.0, self.turns >= 3, False, {}
+
+
+gem_core.register("test:Faulty-v0", Faulty, override=True)
+
+
+@pytest.fixture(scope="module")
+def client() -> Any:
+    with TestClient(build_app("test:Faulty-v0", max_sessions=2, step_timeout_s=0.5)) as test_client:
+        yield test_client
+    Faulty.release.set()
+
+
+def send(socket: Any, kind: str, data: dict[str, Any] | None = None) -> dict[str, Any]:
+    socket.send_json({"type": kind, "data": data or {}})
+    answer: dict[str, Any] = socket.receive_json()
+    return answer
+
+
+@pytest.mark.parametrize("fault", ["raise", "hang"])
+def test_a_step_that_raises_or_hangs_loses_the_episode_and_reset_builds_a_new_env(client: Any, fault: str) -> None:
+    with client.websocket_connect("/ws") as socket:
+        first = send(socket, "reset", {"seed": 1})["data"]["observation"]["text"]
+        failed = send(socket, "step", {"text": fault})
+        assert failed["type"] == "error" and failed["data"]["code"] == "EXECUTION_ERROR"
+        assert "test:Faulty-v0" in failed["data"]["message"] and "reset" in failed["data"]["message"]
+        assert ("boom" if fault == "raise" else "ran past 0.5s") in failed["data"]["message"]
+        refused = send(socket, "step", {"text": "go on"})  # never a step on an env in an unknown state
+        assert refused["data"]["code"] == "EXECUTION_ERROR" and "lost" in refused["data"]["message"]
+        again = send(socket, "reset", {"seed": 1})["data"]["observation"]["text"]
+        assert again != first  # a new env, not the one a hung step may still run in
+        assert send(socket, "step", {"text": "x"})["data"]["observation"]["text"].endswith("turn 1: x")
+
+
+def test_step_after_done_and_reset_twice(client: Any) -> None:
+    with client.websocket_connect("/ws") as socket:
+        send(socket, "reset")
+        send(socket, "reset")  # twice: the second episode starts from turn 0
+        answers = [send(socket, "step", {"text": str(n)}) for n in range(4)]
+        assert [a["data"]["done"] for a in answers[:3]] == [False, False, True]
+        assert answers[3]["data"]["code"] == "EXECUTION_ERROR" and "episode is over" in answers[3]["data"]["message"]
+        assert send(socket, "reset")["type"] == "observation"
+
+
+def test_max_sessions_is_exact(client: Any) -> None:
+    with client.websocket_connect("/ws") as one, client.websocket_connect("/ws") as two:
+        assert send(one, "reset")["type"] == send(two, "reset")["type"] == "observation"
+        with client.websocket_connect("/ws") as three:
+            assert send(three, "reset")["data"]["code"] == "CAPACITY_REACHED"
+    with client.websocket_connect("/ws") as again:  # both closed: a slot is free again
+        assert send(again, "reset")["type"] == "observation"
+
+
+@pytest.fixture(scope="module")
+def game() -> Any:
+    with TestClient(build_app("game:GuessTheNumber-v0-easy", max_sessions=2)) as test_client:
+        yield test_client
+
+
+def in_process(seed: int, history: list[str], action: str) -> tuple[str, float, bool, bool] | None:
+    """The step after ``history``, or ``None`` when the episode ends within ``history``."""
+    env = gem_core.make("game:GuessTheNumber-v0-easy")
+    try:
+        env.reset(seed=seed)
+        for earlier in history:
+            _, _, terminated, truncated, _ = env.step(earlier)
+            if terminated or truncated:
+                return None
+        obs, reward, terminated, truncated, _ = env.step(action)
+        return obs, reward, terminated, truncated
+    finally:
+        env.close()
+
+
+guesses = st.integers(0, 12).map(lambda n: f"\\boxed{{{n}}}") | st.text(max_size=6)
+seeds = st.integers(0, 2**31 - 1)
+bad_seeds = st.text(max_size=3) | st.floats() | st.booleans() | st.lists(st.integers(), max_size=2)
+bad_histories = st.text(min_size=1, max_size=4) | st.lists(st.integers() | st.none(), min_size=1, max_size=3)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    seed=seeds | bad_seeds,
+    history=st.lists(guesses, max_size=6) | bad_histories | st.none(),
+    action=guesses,
+    extra=st.dictionaries(st.sampled_from(["histroy", "sead", "options"]), st.integers(), max_size=1),
+)
+def test_any_replay_is_the_in_process_episode_or_a_4xx(
+    game: Any, seed: Any, history: Any, action: str, extra: Any
+) -> None:
+    body = {"action": {"text": action}, "seed": seed, **({} if history is None else {"history": history}), **extra}
+    answer = game.post("/step", json=body)
+    well_formed = isinstance(seed, int) and not isinstance(seed, bool) and not extra
+    well_formed = well_formed and (
+        history is None or (isinstance(history, list) and all(isinstance(h, str) for h in history))
+    )
+    expected = in_process(seed, history or [], action) if well_formed else None
+    if expected is None:  # malformed, or the history runs past the episode's end
+        assert 400 <= answer.status_code < 500, answer.text
+        assert answer.json()["detail"]
+    else:
+        assert answer.status_code == 200, answer.text
+        got = answer.json()
+        obs = got["observation"]
+        assert (obs["text"], got["reward"], obs["terminated"], obs["truncated"]) == expected
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=seeds | bad_seeds | st.integers(-5, -1) | st.dictionaries(st.text(max_size=2), st.integers(), max_size=1))
+def test_any_websocket_reset_seed_is_the_in_process_episode_or_an_error(game: Any, seed: Any) -> None:
+    with game.websocket_connect("/ws") as socket:
+        answer = send(socket, "reset", {"seed": seed})
+    if isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0:
+        env = gem_core.make("game:GuessTheNumber-v0-easy")
+        assert answer["data"]["observation"]["text"] == env.reset(seed=seed)[0]
+        env.close()
+    else:
+        assert answer["type"] == "error" and answer["data"]["code"] == "EXECUTION_ERROR"
+        assert "seed" in answer["data"]["message"]
