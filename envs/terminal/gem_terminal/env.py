@@ -142,6 +142,11 @@ def task_layer(task: TerminalTask, uid: int) -> Path:
 
 #: Where checkers find pytest in the sandbox (``$GEM_PYTEST``; Terminal-Bench's checkers are pytest files).
 PYTEST_IN_SANDBOX = "/opt/gem/pytest"
+#: The checker's environment over the episode's. The checker runs as the agent's uid, so no Python
+#: start-up hook the agent can write (``usercustomize``, ``sitecustomize`` or a ``.pth`` in its user site)
+#: may run in it. Checkers call ``python3 -P`` where they import nothing of the agent's: then a
+#: ``unittest.py`` or ``urllib/`` in the work dir cannot shadow the standard library either.
+CHECKER_ENV = {"GEM_PYTEST": PYTEST_IN_SANDBOX, "PYTHONNOUSERSITE": "1"}
 
 
 def pytest_folder() -> Path | None:
@@ -319,7 +324,7 @@ class TerminalEnv(Env):
         result = sandbox.run(
             "bash /tests/run-tests.sh",
             timeout_s=task.test_timeout_s,
-            env={"GEM_PYTEST": PYTEST_IN_SANDBOX},
+            env=CHECKER_ENV,
             charge_episode=False,
         )
         # pytest's "2 passed in 0.03s" would make info differ between identical episodes.

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gem_terminal.env import TASKS_DIR, TerminalEnv, reference_action
 from gem_terminal.loader import TerminalTask, load_tasks
@@ -36,5 +40,72 @@ def test_reference_solution_scores_one_and_a_no_op_zero(task: TerminalTask) -> N
         env.reset(seed=0)
         obs, reward, terminated, truncated, info = env.step("<done></done>")
         assert (reward, terminated, info["success"]) == (0.0, True, False), info["checker_output"]
+    finally:
+        env.close()
+
+
+#: Files an agent could plant so that code it wrote runs inside the checker (each exits 0 at once):
+#: Python's start-up hooks in the agent's home, and standard-library or pytest names in every folder of
+#: the work dir (the checker may ``cd`` into any of them and run ``python3 -m ...`` or ``python3 -c``).
+_EXIT = "import os; os._exit(0)\n"
+_USER_SITES = " ".join(f"~/.local/lib/python3.{minor}/site-packages" for minor in range(8, 15))
+HIJACKS = {
+    "usercustomize": f"for d in {_USER_SITES}; do mkdir -p $d && printf '{_EXIT}' > $d/usercustomize.py; done",
+    "sitecustomize": f"for d in {_USER_SITES}; do mkdir -p $d && printf '{_EXIT}' > $d/sitecustomize.py; done",
+    "pth": f"for d in {_USER_SITES}; do mkdir -p $d && printf '{_EXIT}' > $d/zz.pth; done",
+    "shadow-modules": (
+        "find . -name .git -prune -o -type d -print | while read -r d; do "
+        "for m in unittest json subprocess pytest urllib sys_hooks argparse; do "
+        f"printf '{_EXIT}' > \"$d/$m.py\"; done; "
+        f'mkdir -p "$d/urllib" && printf \'{_EXIT}\' > "$d/urllib/__init__.py"; done'
+    ),
+    # The generic cheat on a checker that imports the agent's code: every Python file exits 0 at once.
+    "exit-on-import": (
+        "find . -name .git -prune -o -name '*.py' -print | "
+        "while read -r f; do sed -i '1i import os; os._exit(0)' \"$f\"; done"
+    ),
+    "gitconfig": "printf '[core]\\n\\tpager = true\\n[alias]\\n\\tst = status\\n' > ~/.gitconfig",
+}
+
+
+def _plant_and_finish(task: TerminalTask, hijacks: list[str]) -> tuple[float, dict[str, object]]:
+    env = TerminalEnv(task=task.name)
+    try:
+        env.reset(seed=0)
+        for name in hijacks:
+            obs, *_ = env.step(reference_action_for(HIJACKS[name]))
+            assert "[exit code] 0" in obs, obs
+        _, reward, terminated, _, info = env.step("<done></done>")
+        assert terminated
+        return reward, info
+    finally:
+        env.close()
+
+
+def reference_action_for(command: str) -> str:
+    return f"<tool_call>{json.dumps({'name': 'bash', 'arguments': {'command': command}})}</tool_call>"
+
+
+@needs_sandbox
+@pytest.mark.parametrize("task", TASKS, ids=[t.name for t in TASKS])
+def test_code_planted_for_the_checker_never_runs_in_it(task: TerminalTask) -> None:
+    """A no-op plus every hijack at once scores 0 for every task: the checker runs none of the agent's files."""
+    reward, info = _plant_and_finish(task, sorted(HIJACKS))
+    assert (reward, info["success"]) == (0.0, False), info["checker_output"]
+
+
+@needs_sandbox
+@settings(max_examples=10, deadline=None)
+@given(task=st.sampled_from(TASKS), hijacks=st.sets(st.sampled_from(sorted(HIJACKS)), min_size=1))
+def test_hijacks_planted_after_the_work_leave_the_verdict_alone(task: TerminalTask, hijacks: set[str]) -> None:
+    """The reference solution, then start-up hooks in the home: the checker still judges the work (1)."""
+    env = TerminalEnv(task=task.name)
+    try:
+        env.reset(seed=0)
+        env.step(reference_action(task))
+        for name in sorted(hijacks - {"shadow-modules", "exit-on-import"}):  # those would break the agent's own code
+            env.step(reference_action_for(HIJACKS[name]))
+        _, reward, _, _, info = env.step("<done></done>")
+        assert (reward, info["success"]) == (1.0, True), info["checker_output"]
     finally:
         env.close()
