@@ -594,8 +594,19 @@ class EpisodeSandbox:
         self._closed = True
         sock = getattr(self, "_sock", None)
         if sock is not None:
+            # A command or write may be waiting on the socket in another thread: shut it down first (that
+            # thread sees the episode end and returns ``closed``), and close the descriptor only once it has
+            # let go, so it never selects on a closed (or reused) descriptor.
             with contextlib.suppress(OSError):
-                sock.close()
+                sock.shutdown(socket.SHUT_RDWR)
+            lock = getattr(self, "_lock", None)
+            held = lock.acquire(timeout=15.0) if lock is not None else False
+            try:
+                with contextlib.suppress(OSError):
+                    sock.close()
+            finally:
+                if held and lock is not None:
+                    lock.release()
         alive = getattr(self, "_alive", None)
         if alive is not None:
             # The keeper holds the pipe's write end until init, and with it the pid namespace, is gone.

@@ -285,3 +285,53 @@ def test_a_server_started_in_one_command_answers_on_loopback_in_the_next() -> No
         )
         assert sandbox.run(fetch).stdout == "200\n"
         assert other.run(fetch).stdout == "200\n"
+
+
+#: What may be under way in another thread when ``close()`` comes: commands of each kind, and a write.
+UNDER_WAY = {
+    "hang": "sleep 60",
+    "busy": "while :; do :; done",
+    "flood": "yes | head -c 3000; sleep 60",
+    "background-children": "sleep 300 & setsid sleep 300 & sleep 60",
+    "write": None,
+}
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=st.sampled_from(sorted(UNDER_WAY)), delay_s=st.sampled_from([0.0, 0.05, 0.3]))
+def test_close_from_another_thread_ends_whatever_is_under_way_with_a_typed_result(kind: str, delay_s: float) -> None:
+    """``run`` answers ``closed`` (``write_file`` a ToolError), never another exception, and nothing is left."""
+    import threading
+    import time
+
+    sandbox = EpisodeSandbox(**{**LIMITS, "command_timeout_s": 30.0})
+    group = sandbox._group_name
+    outcome: list[object] = []
+
+    def under_way() -> None:
+        try:
+            command = UNDER_WAY[kind]
+            if command is None:
+                for _ in range(200):
+                    sandbox.write_file("/tests/big", b"x" * 200_000)
+            else:
+                outcome.append(sandbox.run(command))
+        except ToolError as exc:
+            outcome.append(exc)
+        except BaseException as exc:  # what the test is about: nothing else may escape
+            outcome.append(("unexpected", repr(exc)))
+
+    worker = threading.Thread(target=under_way)
+    worker.start()
+    time.sleep(delay_s)
+    sandbox.close()
+    worker.join(30)
+    assert not worker.is_alive()
+    (result,) = outcome if outcome else (None,)
+    if kind == "write":
+        assert result is None or isinstance(result, ToolError), result
+    else:
+        assert getattr(result, "status", None) == "closed", result
+    assert sandbox.run("true").status == "closed"
+    sandbox.close()  # twice: a no-op
+    assert_nothing_left(sandbox, group)
