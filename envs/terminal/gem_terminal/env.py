@@ -326,6 +326,7 @@ class TerminalEnv(Env):
             timeout_s=task.test_timeout_s,
             env=CHECKER_ENV,
             charge_episode=False,
+            checker=True,
         )
         # pytest's "2 passed in 0.03s" would make info differ between identical episodes.
         return result.ok, re.sub(r" in \d+(?:\.\d+)?s\b", " in <time>", result.render(2000))

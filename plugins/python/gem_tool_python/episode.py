@@ -388,6 +388,7 @@ class EpisodeSandbox:
         cwd: str | None = None,
         env: dict[str, str] | None = None,
         charge_episode: bool = True,
+        checker: bool = False,
     ) -> CommandResult:
         """Run ``command`` with ``bash -c`` in the episode's root; never raises for what the command does.
 
@@ -398,6 +399,9 @@ class EpisodeSandbox:
             env: Environment variables of this command only, over the episode's.
             charge_episode: Count the command against the episode's time and output budgets (set-up and
                 checker commands do not).
+            checker: Run it out of reach of every other command's processes: they cannot ptrace it or
+                read or write its memory (each other command runs in a Landlock domain; where the kernel
+                has no Landlock, this is not enforced).
         """
         with self._lock:
             if self._closed:
@@ -422,7 +426,7 @@ class EpisodeSandbox:
                 budget = min(budget, self.remaining_s)
             started = time.monotonic()
             try:
-                result = self._run(clean_text(command), budget, cwd, env or {})
+                result = self._run(clean_text(command), budget, cwd, env or {}, checker)
             finally:
                 if charge_episode:
                     self._spent_s += time.monotonic() - started
@@ -437,13 +441,15 @@ class EpisodeSandbox:
                 self._spent_bytes += len(result.stdout) + len(result.stderr)
             return result
 
-    def _run(self, command: str, budget: float, cwd: str | None, env: dict[str, str]) -> CommandResult:
+    def _run(self, command: str, budget: float, cwd: str | None, env: dict[str, str], checker: bool) -> CommandResult:
         self._next_id += 1
         request = self._next_id
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
-            message = json.dumps({"op": "run", "id": request, "cmd": command, "cwd": cwd, "env": env}).encode()
+            message = json.dumps(
+                {"op": "run", "id": request, "cmd": command, "cwd": cwd, "env": env, "checker": checker}
+            ).encode()
             try:
                 socket.send_fds(self._sock, [message], [out_w, err_w])
             except OSError as exc:

@@ -335,3 +335,52 @@ def test_close_from_another_thread_ends_whatever_is_under_way_with_a_typed_resul
     assert sandbox.run("true").status == "closed"
     sandbox.close()  # twice: a no-op
     assert_nothing_left(sandbox, group)
+
+
+#: A spy the agent leaves running: it waits for the checker's shell and tries to reach into it.
+_SPY = r"""
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+attack = sys.argv[1]
+deadline = time.time() + 20
+while time.time() < deadline:
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            line = open(f"/proc/{pid}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if b"CHECKER" + b"-MARK" in line:
+            if attack == "ptrace":
+                ok = libc.ptrace(16, int(pid), 0, 0) == 0  # PTRACE_ATTACH
+            elif attack == "seize":
+                ok = libc.ptrace(0x4206, int(pid), 0, 0) == 0  # PTRACE_SEIZE
+            else:
+                try:
+                    os.close(os.open(f"/proc/{pid}/{attack}", os.O_RDWR if attack == "mem" else os.O_RDONLY))
+                    ok = True
+                except OSError:
+                    ok = False
+            open("/tmp/spy.log", "w").write("reached" if ok else "denied")
+            sys.exit(0)
+    time.sleep(0.01)
+"""
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    attack=st.sampled_from(["ptrace", "seize", "mem", "environ"]),
+    launch=st.sampled_from(["{} &", "setsid {} &", "( ( {} & ) & )", "nohup {} >/dev/null 2>&1 &"]),
+    turns_before=st.integers(0, 2),
+)
+def test_nothing_the_agent_left_running_can_reach_into_the_checker(attack: str, launch: str, turns_before: int) -> None:
+    """However the agent starts a process, it cannot ptrace the checker or open its memory or environment."""
+    with EpisodeSandbox(**LIMITS) as sandbox:
+        assert sandbox.run(f"cat > /tmp/spy.py <<'EOF'\n{_SPY}\nEOF").ok
+        assert sandbox.run(launch.format(f"python3 /tmp/spy.py {attack}")).ok
+        for _ in range(turns_before):
+            assert sandbox.run("true").ok
+        checked = sandbox.run(
+            ": CHECKER-MARK; for i in $(seq 100); do [ -e /tmp/spy.log ] && break; sleep 0.05; done", checker=True
+        )
+        assert checked.ok, checked
+        assert sandbox.run("cat /tmp/spy.log").stdout == "denied"
