@@ -416,6 +416,11 @@ class EpisodeSandbox:
                     "episode_limit",
                     error=f"the episode's {self.config.max_episode_output_bytes} bytes of output are spent",
                 )
+            # Any str is a result, never an exception: lone surrogates become U+FFFD, NUL is refused by name.
+            command = clean_text(command)
+            env = {clean_text(k): clean_text(v) for k, v in (env or {}).items()}
+            if "\x00" in command or "\x00" in (cwd or ""):
+                return CommandResult("exit", exit_code=2, error="the command or its folder holds a NUL character")
             if len(command.encode()) > _MESSAGE_BYTES - 1000:
                 return CommandResult(
                     "exit", exit_code=2, error=f"the command is longer than {_MESSAGE_BYTES - 1000} bytes"
@@ -426,7 +431,7 @@ class EpisodeSandbox:
                 budget = min(budget, self.remaining_s)
             started = time.monotonic()
             try:
-                result = self._run(clean_text(command), budget, cwd, env or {}, checker)
+                result = self._run(command, budget, cwd and clean_text(cwd), env, checker)
             finally:
                 if charge_episode:
                     self._spent_s += time.monotonic() - started

@@ -384,3 +384,28 @@ def test_nothing_the_agent_left_running_can_reach_into_the_checker(attack: str, 
         )
         assert checked.ok, checked
         assert sandbox.run("cat /tmp/spy.log").stdout == "denied"
+
+
+#: Any code point, with the awkward ones (lone surrogates, NUL, quotes, "=") drawn often.
+_ANY_CHAR = st.sampled_from(["\ud800", "\udfff", "\x00", "=", "'", '"', " ", "\n", "\x1b", "\u2028"]) | st.characters(
+    min_codepoint=0, max_codepoint=0x10FFFF, exclude_categories=()
+)
+
+
+def _any_text(max_size: int) -> st.SearchStrategy[str]:
+    return st.lists(_ANY_CHAR, max_size=max_size).map("".join)  # st.text() would leave surrogates out
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    command=_any_text(40),
+    env=st.dictionaries(_any_text(4), _any_text(6), max_size=2),
+    cwd=st.none() | _any_text(8),
+)
+def test_any_text_is_a_result_never_an_exception(command: str, env: dict[str, str], cwd: str | None) -> None:
+    """Lone surrogates, NUL, odd variable names or folders: ``run`` answers with a result and the episode goes on."""
+    with EpisodeSandbox(**LIMITS) as sandbox:
+        result = sandbox.run(command, env=env, cwd=cwd)
+        assert result.status in ("ok", "exit", "killed", "timeout", "output_limit"), result
+        assert result.ok or result.error or result.stderr or result.exit_code, result
+        assert sandbox.run("echo still").stdout == "still\n"
