@@ -109,3 +109,49 @@ def test_hijacks_planted_after_the_work_leave_the_verdict_alone(task: TerminalTa
         assert (reward, info["success"]) == (1.0, True), info["checker_output"]
     finally:
         env.close()
+
+
+def _checker_lines(checker: str) -> list[int]:
+    """Indexes of the checker's own command lines (no comments, blanks, ``set``, heredoc bodies)."""
+    lines, inside, terminator = [], False, ""
+    for index, line in enumerate(checker.splitlines()):
+        stripped = line.strip()
+        if inside:
+            inside = stripped != terminator
+            continue
+        if "<<'" in stripped:
+            inside, terminator = True, stripped.split("<<'", 1)[1].split("'", 1)[0]
+        if stripped and not stripped.startswith(("#", "set ", "cd ")):
+            lines.append(index)
+    return lines
+
+
+def _failed(line: str) -> str:
+    """``line`` as if its check had failed: a negated check's command succeeds, any other fails."""
+    indent = line[: len(line) - len(line.lstrip())]
+    return indent + ("! true" if line.lstrip().startswith("! ") else "false")
+
+
+@needs_sandbox
+@pytest.mark.parametrize("task", TASKS, ids=[t.name for t in TASKS])
+def test_every_check_of_the_checker_can_fail_it(task: TerminalTask) -> None:
+    """After the reference solution, making any one line's check fail makes the checker fail.
+
+    Catches checks that cannot fail: ``! cmd`` under ``set -e`` (bash ignores a negated command's
+    status there), ``|| true``, a check whose status is lost in a pipeline.
+    """
+    env = TerminalEnv(task=task.name)
+    try:
+        env.reset(seed=0)
+        env.step(reference_action(task))
+        sandbox = env._sandbox
+        lines = task.checker.splitlines()
+        for index in _checker_lines(task.checker):
+            if lines[index].lstrip().startswith(("out=$(", "for ", "if ")) and "<<'" in lines[index]:
+                continue  # a heredoc's opening: its failure is the marker line's
+            mutated = "\n".join([*lines[:index], _failed(lines[index]), *lines[index + 1 :]])
+            sandbox.write_file("/tests/mutated.sh", mutated.encode(), mode=0o755)
+            result = sandbox.run("bash /tests/mutated.sh", charge_episode=False, checker=True)
+            assert not result.ok, f"line {index + 1} cannot fail the checker: {lines[index]!r}"
+    finally:
+        env.close()
