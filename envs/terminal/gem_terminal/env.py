@@ -186,8 +186,8 @@ class TerminalEnv(Env):
 
     Reward: 1 when the task's checker (``run-tests.sh``) exits 0 in the episode's root after the
     last turn, else 0; plus ``shaping`` per turn whose commands all succeed (0 by default).
-    ``info`` gets ``task``, ``commands`` (run this turn), ``format_error``, and at the end ``success``
-    and ``checker_output`` (its tail).
+    ``info`` gets ``task``, ``commands`` (run this turn), ``format_error``, and at the end ``success``,
+    ``checker_output`` (its tail) and ``ended_by`` (``done``, ``turns``, ``time``, ``output`` or ``closed``).
     """
 
     metadata: ClassVar[dict[str, Any]] = {"multi_turn": True}
@@ -299,11 +299,12 @@ class TerminalEnv(Env):
         if not parsed:
             outputs.append("No command found. Run one as <bash>COMMAND</bash>, or reply <done></done> when finished.")
         reward = self.config.shaping if commands and all_ok else 0.0
-        out_of_time = self._sandbox.remaining_s <= 0 or self._sandbox.closed
-        if done or self._turn >= self.config.max_turns or out_of_time:
+        spent = self._sandbox.spent  # the time or output budget, or the sandbox itself: no command can run
+        if done or self._turn >= self.config.max_turns or spent:
             passed, checker_output = self._check()
             reward += 1.0 if passed else 0.0
-            info.update(success=passed, checker_output=checker_output)
+            ended_by = "done" if done else spent or "turns"
+            info.update(success=passed, checker_output=checker_output, ended_by=ended_by)
             outputs.append(f"[episode over] the task's tests {'passed' if passed else 'failed'}.")
             self._close_sandbox()
             return self._cap("\n\n".join(outputs)), reward, done, not done, info

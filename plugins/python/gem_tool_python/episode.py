@@ -380,6 +380,17 @@ class EpisodeSandbox:
         """Command time left in the episode's budget."""
         return max(self.config.episode_timeout_s - self._spent_s, 0.0)
 
+    @property
+    def spent(self) -> str | None:
+        """Which of the episode's budgets is spent (``time``, ``output``), ``closed``, or ``None``."""
+        if self._closed:
+            return "closed"
+        if self.remaining_s <= 0:
+            return "time"
+        if self._spent_bytes >= self.config.max_episode_output_bytes:
+            return "output"
+        return None
+
     def run(
         self,
         command: str,
