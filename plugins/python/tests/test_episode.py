@@ -304,7 +304,8 @@ def test_close_from_another_thread_ends_whatever_is_under_way_with_a_typed_resul
     import threading
     import time
 
-    sandbox = EpisodeSandbox(**{**LIMITS, "command_timeout_s": 30.0})
+    # A uid of its own: episodes of other tests or processes (the default uid) cannot show up as leaks.
+    sandbox = EpisodeSandbox(**{**LIMITS, "command_timeout_s": 30.0, "uid": 1_400_000_271})
     group = sandbox._group_name
     outcome: list[object] = []
 
