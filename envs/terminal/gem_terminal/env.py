@@ -146,7 +146,18 @@ PYTEST_IN_SANDBOX = "/opt/gem/pytest"
 #: start-up hook the agent can write (``usercustomize``, ``sitecustomize`` or a ``.pth`` in its user site)
 #: may run in it. Checkers call ``python3 -P`` where they import nothing of the agent's: then a
 #: ``unittest.py`` or ``urllib/`` in the work dir cannot shadow the standard library either.
-CHECKER_ENV = {"GEM_PYTEST": PYTEST_IN_SANDBOX, "PYTHONNOUSERSITE": "1"}
+#: Likewise git: the agent's ``~/.gitconfig`` is not read, and settings that change what ``git status``
+#: reports (hidden untracked files, an fsmonitor hook that says nothing changed) are pinned over the
+#: repository's own config.
+_GIT_PINNED = {"status.showUntrackedFiles": "normal", "core.fsmonitor": "false", "core.untrackedCache": "false"}
+CHECKER_ENV = {
+    "GEM_PYTEST": PYTEST_IN_SANDBOX,
+    "PYTHONNOUSERSITE": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_CONFIG_COUNT": str(len(_GIT_PINNED)),
+    **{f"GIT_CONFIG_KEY_{i}": key for i, key in enumerate(_GIT_PINNED)},
+    **{f"GIT_CONFIG_VALUE_{i}": value for i, value in enumerate(_GIT_PINNED.values())},
+}
 
 
 def pytest_folder() -> Path | None:

@@ -64,7 +64,14 @@ HIJACKS = {
         "find . -name .git -prune -o -name '*.py' -print | "
         "while read -r f; do sed -i '1i import os; os._exit(0)' \"$f\"; done"
     ),
-    "gitconfig": "printf '[core]\\n\\tpager = true\\n[alias]\\n\\tst = status\\n' > ~/.gitconfig",
+    "gitconfig": "printf '[core]\\n\\tpager = true\\n[status]\\n\\tshowUntrackedFiles = no\\n' > ~/.gitconfig",
+    # Every repository hides what git status would show: untracked files, changes (an fsmonitor saying none).
+    "git-hide": (
+        "find / -name .git -type d 2>/dev/null | while read -r g; do d=${g%/.git}; "
+        'git -C "$d" config status.showUntrackedFiles no; '
+        'printf \'#!/bin/sh\\nexit 0\\n\' > "$g/fsm" && chmod +x "$g/fsm" && '
+        'git -C "$d" config core.fsmonitor "$g/fsm"; done'
+    ),
 }
 
 
@@ -103,7 +110,9 @@ def test_hijacks_planted_after_the_work_leave_the_verdict_alone(task: TerminalTa
     try:
         env.reset(seed=0)
         env.step(reference_action(task))
-        for name in sorted(hijacks - {"shadow-modules", "exit-on-import"}):  # those would break the agent's own code
+        for name in sorted(
+            hijacks - {"shadow-modules", "exit-on-import", "git-hide"}
+        ):  # those would break the agent's own code
             env.step(reference_action_for(HIJACKS[name]))
         _, reward, _, _, info = env.step("<done></done>")
         assert (reward, info["success"]) == (1.0, True), info["checker_output"]
@@ -153,5 +162,22 @@ def test_every_check_of_the_checker_can_fail_it(task: TerminalTask) -> None:
             sandbox.write_file("/tests/mutated.sh", mutated.encode(), mode=0o755)
             result = sandbox.run("bash /tests/mutated.sh", charge_episode=False, checker=True)
             assert not result.ok, f"line {index + 1} cannot fail the checker: {lines[index]!r}"
+    finally:
+        env.close()
+
+
+@needs_sandbox
+@pytest.mark.parametrize("hide", ["repo-config", "home-gitconfig"])
+def test_a_clean_git_status_cannot_be_faked_by_config(hide: str) -> None:
+    """An empty .gitignore committed, the build output only hidden by config: the checker sees it (0)."""
+    commit = "cd /app/proj && touch .gitignore && git add .gitignore && git commit -qm ignore"
+    setting = "git config status.showUntrackedFiles no" if hide == "repo-config" else HIJACKS["gitconfig"]
+    env = TerminalEnv(task="git-ignore-build")
+    try:
+        env.reset(seed=0)
+        obs, *_ = env.step(reference_action_for(f'{commit} && {setting} && test -z "$(git status --porcelain)"'))
+        assert "[exit code] 0" in obs, obs  # the agent's own git status is fooled
+        _, reward, _, _, info = env.step("<done></done>")
+        assert (reward, info["success"]) == (0.0, False), info["checker_output"]
     finally:
         env.close()
