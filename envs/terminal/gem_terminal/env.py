@@ -142,6 +142,22 @@ def task_layer(task: TerminalTask, uid: int) -> Path:
 
 #: Where checkers find pytest in the sandbox (``$GEM_PYTEST``; Terminal-Bench's checkers are pytest files).
 PYTEST_IN_SANDBOX = "/opt/gem/pytest"
+#: The checker's environment over the episode's. The checker runs as the agent's uid, so no Python
+#: start-up hook the agent can write (``usercustomize``, ``sitecustomize`` or a ``.pth`` in its user site)
+#: may run in it. Checkers call ``python3 -P`` where they import nothing of the agent's: then a
+#: ``unittest.py`` or ``urllib/`` in the work dir cannot shadow the standard library either.
+#: Likewise git: the agent's ``~/.gitconfig`` is not read, and settings that change what ``git status``
+#: reports (hidden untracked files, an fsmonitor hook that says nothing changed) are pinned over the
+#: repository's own config.
+_GIT_PINNED = {"status.showUntrackedFiles": "normal", "core.fsmonitor": "false", "core.untrackedCache": "false"}
+CHECKER_ENV = {
+    "GEM_PYTEST": PYTEST_IN_SANDBOX,
+    "PYTHONNOUSERSITE": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_CONFIG_COUNT": str(len(_GIT_PINNED)),
+    **{f"GIT_CONFIG_KEY_{i}": key for i, key in enumerate(_GIT_PINNED)},
+    **{f"GIT_CONFIG_VALUE_{i}": value for i, value in enumerate(_GIT_PINNED.values())},
+}
 
 
 def pytest_folder() -> Path | None:
@@ -181,8 +197,8 @@ class TerminalEnv(Env):
 
     Reward: 1 when the task's checker (``run-tests.sh``) exits 0 in the episode's root after the
     last turn, else 0; plus ``shaping`` per turn whose commands all succeed (0 by default).
-    ``info`` gets ``task``, ``commands`` (run this turn), ``format_error``, and at the end ``success``
-    and ``checker_output`` (its tail).
+    ``info`` gets ``task``, ``commands`` (run this turn), ``format_error``, and at the end ``success``,
+    ``checker_output`` (its tail) and ``ended_by`` (``done``, ``turns``, ``time``, ``output`` or ``closed``).
     """
 
     metadata: ClassVar[dict[str, Any]] = {"multi_turn": True}
@@ -294,11 +310,12 @@ class TerminalEnv(Env):
         if not parsed:
             outputs.append("No command found. Run one as <bash>COMMAND</bash>, or reply <done></done> when finished.")
         reward = self.config.shaping if commands and all_ok else 0.0
-        out_of_time = self._sandbox.remaining_s <= 0 or self._sandbox.closed
-        if done or self._turn >= self.config.max_turns or out_of_time:
+        spent = self._sandbox.spent  # the time or output budget, or the sandbox itself: no command can run
+        if done or self._turn >= self.config.max_turns or spent:
             passed, checker_output = self._check()
             reward += 1.0 if passed else 0.0
-            info.update(success=passed, checker_output=checker_output)
+            ended_by = "done" if done else spent or "turns"
+            info.update(success=passed, checker_output=checker_output, ended_by=ended_by)
             outputs.append(f"[episode over] the task's tests {'passed' if passed else 'failed'}.")
             self._close_sandbox()
             return self._cap("\n\n".join(outputs)), reward, done, not done, info
@@ -319,8 +336,9 @@ class TerminalEnv(Env):
         result = sandbox.run(
             "bash /tests/run-tests.sh",
             timeout_s=task.test_timeout_s,
-            env={"GEM_PYTEST": PYTEST_IN_SANDBOX},
+            env=CHECKER_ENV,
             charge_episode=False,
+            checker=True,
         )
         # pytest's "2 passed in 0.03s" would make info differ between identical episodes.
         return result.ok, re.sub(r" in \d+(?:\.\d+)?s\b", " in <time>", result.render(2000))

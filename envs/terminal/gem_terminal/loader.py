@@ -208,7 +208,7 @@ def _load(path: Path) -> TerminalTask | SkippedTask:
                 return SkippedTask(name, path, f"{script} installs packages or downloads; the sandbox has no network")
     elif "test_outputs.py" in tests:
         # Terminal-Bench's default: pytest on test_outputs.py (the env binds pytest at $GEM_PYTEST).
-        checker = "PYTHONPATH=$GEM_PYTEST python3 -m pytest -q -p no:cacheprovider $TEST_DIR/test_outputs.py"
+        checker = "PYTHONPATH=$GEM_PYTEST python3 -P -m pytest -q -p no:cacheprovider $TEST_DIR/test_outputs.py"
         if not _host_has_pytest():
             return SkippedTask(name, path, "its tests need pytest, which is not installed beside gem-terminal")
     else:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import gem_core
 from gem_core.cli import main
@@ -88,6 +89,35 @@ def test_a_spent_episode_budget_ends_the_episode_with_the_checker() -> None:
         env.reset(seed=0)
         obs, _reward, _terminated, truncated, info = env.step("<bash>sleep 3</bash>")
         assert "[timeout]" in obs and truncated and info["success"] is False
+    finally:
+        env.close()
+
+
+#: Each budget, the env settings that make it small, and a command that spends it (or not, for turns).
+BUDGETS = {
+    "turns": ({"max_turns": 2}, "true"),
+    "time": ({"episode_timeout_s": 0.5, "command_timeout_s": 5.0}, "sleep 1"),
+    "output": ({"sandbox": {"max_episode_output_bytes": 300, "max_output_bytes": 256}}, "head -c 200 /dev/zero"),
+}
+
+
+@settings(max_examples=9, deadline=None)
+@given(budget=st.sampled_from(sorted(BUDGETS)), per_reply=st.integers(1, 3))
+def test_every_budget_ends_the_episode_the_turn_it_is_spent_and_says_which(budget: str, per_reply: int) -> None:
+    """Turns, command time or output: once spent the episode ends (checker run), ``info["ended_by"]`` names it."""
+    settings_, command = BUDGETS[budget]
+    env = TerminalEnv(task="text-sort-uniq", **settings_)
+    try:
+        env.reset(seed=0)
+        turns = 0
+        while turns < 8:
+            turns += 1
+            obs, _reward, terminated, truncated, info = env.step(f"<bash>{command}</bash>" * per_reply)
+            if terminated or truncated:
+                break
+            assert "[episode_limit]" not in obs  # a refused command means the episode should have ended
+        assert truncated and not terminated and info["ended_by"] == budget and info["success"] is False, info
+        assert turns <= 2
     finally:
         env.close()
 

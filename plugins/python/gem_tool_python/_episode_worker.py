@@ -16,7 +16,7 @@ one-shot sandbox's :mod:`_worker`, imported from this folder. Process tree::
                                   seccomp; exec ``/bin/bash -c CMD`` with the host's pipes as stdout/stderr
 
 Requests and replies are one JSON object per SOCK_SEQPACKET message on the episode's socket:
-``{"op": "run", "id", "cmd", "cwd", "env"}`` (two descriptors attached: stdout and stderr),
+``{"op": "run", "id", "cmd", "cwd", "env", "checker"}`` (two descriptors attached: stdout and stderr),
 ``{"op": "kill", "id"}``, ``{"op": "kill_all"}``, ``{"op": "write", "path", "data" (base64), "mode", "append"}``.
 Replies: ``{"event": "keeper", "pid"}`` (its host pid), ``{"event": "ready"}``, ``{"event": "failed", "error"}``,
 ``{"event": "exit", "id", "code"}``,
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import ctypes
 import fcntl
 import json
 import os
@@ -163,6 +164,30 @@ def _loopback_up() -> None:
         fcntl.ioctl(probe, siocsifflags, struct.pack("16sH", b"lo", flags | iff_up))
 
 
+#: Landlock syscalls (the same numbers on x86_64 and aarch64) and the one access right the domain handles.
+_LANDLOCK_CREATE_RULESET, _LANDLOCK_RESTRICT_SELF = 444, 446
+_LANDLOCK_ACCESS_FS_MAKE_BLOCK = 1 << 11
+
+
+def _landlock_domain() -> bool:
+    """Put this process in a Landlock domain: out of it, it cannot ptrace or open ``/proc/PID/mem`` of anything.
+
+    The domain handles only ``mknod`` of block devices (which the uid cannot do anyway), so files work as
+    before; what matters is Landlock's rule that a confined process may trace only its own domain's
+    descendants. Every agent command gets one; the checker runs outside all of them, so nothing the agent
+    left running can rewrite the checker's memory or exit code. False where the kernel has no Landlock.
+    """
+    attr = ctypes.c_uint64(_LANDLOCK_ACCESS_FS_MAKE_BLOCK)
+    libc = _worker._libc
+    ruleset = libc.syscall(_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.sizeof(attr), 0)
+    if ruleset < 0:
+        return False
+    try:
+        return bool(libc.syscall(_LANDLOCK_RESTRICT_SELF, ruleset, 0) == 0)
+    finally:
+        os.close(ruleset)
+
+
 def _devices(new: str) -> None:
     """A read-only /dev with the harmless devices only (as the one-shot sandbox's)."""
     _worker._mount_tmpfs(new + "/dev", "mode=755,size=64k")
@@ -276,6 +301,8 @@ def _start(cfg: dict[str, Any], request: dict[str, Any], fds: list[int], sock: s
         os.setresuid(uid, uid, uid)
         _worker._fresh_keyrings(True)
         _worker._check(_worker._libc.prctl(_worker.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
+        if not request.get("checker"):
+            _landlock_domain()
         _worker._install_seccomp()
         try:
             os.chdir(request.get("cwd") or cfg["workdir"])

@@ -380,6 +380,17 @@ class EpisodeSandbox:
         """Command time left in the episode's budget."""
         return max(self.config.episode_timeout_s - self._spent_s, 0.0)
 
+    @property
+    def spent(self) -> str | None:
+        """Which of the episode's budgets is spent (``time``, ``output``), ``closed``, or ``None``."""
+        if self._closed:
+            return "closed"
+        if self.remaining_s <= 0:
+            return "time"
+        if self._spent_bytes >= self.config.max_episode_output_bytes:
+            return "output"
+        return None
+
     def run(
         self,
         command: str,
@@ -388,6 +399,7 @@ class EpisodeSandbox:
         cwd: str | None = None,
         env: dict[str, str] | None = None,
         charge_episode: bool = True,
+        checker: bool = False,
     ) -> CommandResult:
         """Run ``command`` with ``bash -c`` in the episode's root; never raises for what the command does.
 
@@ -398,6 +410,9 @@ class EpisodeSandbox:
             env: Environment variables of this command only, over the episode's.
             charge_episode: Count the command against the episode's time and output budgets (set-up and
                 checker commands do not).
+            checker: Run it out of reach of every other command's processes: they cannot ptrace it or
+                read or write its memory (each other command runs in a Landlock domain; where the kernel
+                has no Landlock, this is not enforced).
         """
         with self._lock:
             if self._closed:
@@ -412,6 +427,11 @@ class EpisodeSandbox:
                     "episode_limit",
                     error=f"the episode's {self.config.max_episode_output_bytes} bytes of output are spent",
                 )
+            # Any str is a result, never an exception: lone surrogates become U+FFFD, NUL is refused by name.
+            command = clean_text(command)
+            env = {clean_text(k): clean_text(v) for k, v in (env or {}).items()}
+            if "\x00" in command or "\x00" in (cwd or ""):
+                return CommandResult("exit", exit_code=2, error="the command or its folder holds a NUL character")
             if len(command.encode()) > _MESSAGE_BYTES - 1000:
                 return CommandResult(
                     "exit", exit_code=2, error=f"the command is longer than {_MESSAGE_BYTES - 1000} bytes"
@@ -422,7 +442,7 @@ class EpisodeSandbox:
                 budget = min(budget, self.remaining_s)
             started = time.monotonic()
             try:
-                result = self._run(clean_text(command), budget, cwd, env or {})
+                result = self._run(command, budget, cwd and clean_text(cwd), env, checker)
             finally:
                 if charge_episode:
                     self._spent_s += time.monotonic() - started
@@ -437,13 +457,15 @@ class EpisodeSandbox:
                 self._spent_bytes += len(result.stdout) + len(result.stderr)
             return result
 
-    def _run(self, command: str, budget: float, cwd: str | None, env: dict[str, str]) -> CommandResult:
+    def _run(self, command: str, budget: float, cwd: str | None, env: dict[str, str], checker: bool) -> CommandResult:
         self._next_id += 1
         request = self._next_id
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
-            message = json.dumps({"op": "run", "id": request, "cmd": command, "cwd": cwd, "env": env}).encode()
+            message = json.dumps(
+                {"op": "run", "id": request, "cmd": command, "cwd": cwd, "env": env, "checker": checker}
+            ).encode()
             try:
                 socket.send_fds(self._sock, [message], [out_w, err_w])
             except OSError as exc:
@@ -594,8 +616,19 @@ class EpisodeSandbox:
         self._closed = True
         sock = getattr(self, "_sock", None)
         if sock is not None:
+            # A command or write may be waiting on the socket in another thread: shut it down first (that
+            # thread sees the episode end and returns ``closed``), and close the descriptor only once it has
+            # let go, so it never selects on a closed (or reused) descriptor.
             with contextlib.suppress(OSError):
-                sock.close()
+                sock.shutdown(socket.SHUT_RDWR)
+            lock = getattr(self, "_lock", None)
+            held = lock.acquire(timeout=15.0) if lock is not None else False
+            try:
+                with contextlib.suppress(OSError):
+                    sock.close()
+            finally:
+                if held and lock is not None:
+                    lock.release()
         alive = getattr(self, "_alive", None)
         if alive is not None:
             # The keeper holds the pipe's write end until init, and with it the pid namespace, is gone.

@@ -285,3 +285,128 @@ def test_a_server_started_in_one_command_answers_on_loopback_in_the_next() -> No
         )
         assert sandbox.run(fetch).stdout == "200\n"
         assert other.run(fetch).stdout == "200\n"
+
+
+#: What may be under way in another thread when ``close()`` comes: commands of each kind, and a write.
+UNDER_WAY = {
+    "hang": "sleep 60",
+    "busy": "while :; do :; done",
+    "flood": "yes | head -c 3000; sleep 60",
+    "background-children": "sleep 300 & setsid sleep 300 & sleep 60",
+    "write": None,
+}
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=st.sampled_from(sorted(UNDER_WAY)), delay_s=st.sampled_from([0.0, 0.05, 0.3]))
+def test_close_from_another_thread_ends_whatever_is_under_way_with_a_typed_result(kind: str, delay_s: float) -> None:
+    """``run`` answers ``closed`` (``write_file`` a ToolError), never another exception, and nothing is left."""
+    import threading
+    import time
+
+    # A uid of its own: episodes of other tests or processes (the default uid) cannot show up as leaks.
+    sandbox = EpisodeSandbox(**{**LIMITS, "command_timeout_s": 30.0, "uid": 1_400_000_271})
+    group = sandbox._group_name
+    outcome: list[object] = []
+
+    def under_way() -> None:
+        try:
+            command = UNDER_WAY[kind]
+            if command is None:
+                for _ in range(200):
+                    sandbox.write_file("/tests/big", b"x" * 200_000)
+            else:
+                outcome.append(sandbox.run(command))
+        except ToolError as exc:
+            outcome.append(exc)
+        except BaseException as exc:  # what the test is about: nothing else may escape
+            outcome.append(("unexpected", repr(exc)))
+
+    worker = threading.Thread(target=under_way)
+    worker.start()
+    time.sleep(delay_s)
+    sandbox.close()
+    worker.join(30)
+    assert not worker.is_alive()
+    (result,) = outcome if outcome else (None,)
+    if kind == "write":
+        assert result is None or isinstance(result, ToolError), result
+    else:
+        assert getattr(result, "status", None) == "closed", result
+    assert sandbox.run("true").status == "closed"
+    sandbox.close()  # twice: a no-op
+    assert_nothing_left(sandbox, group)
+
+
+#: A spy the agent leaves running: it waits for the checker's shell and tries to reach into it.
+_SPY = r"""
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+attack = sys.argv[1]
+deadline = time.time() + 20
+while time.time() < deadline:
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            line = open(f"/proc/{pid}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if b"CHECKER" + b"-MARK" in line:
+            if attack == "ptrace":
+                ok = libc.ptrace(16, int(pid), 0, 0) == 0  # PTRACE_ATTACH
+            elif attack == "seize":
+                ok = libc.ptrace(0x4206, int(pid), 0, 0) == 0  # PTRACE_SEIZE
+            else:
+                try:
+                    os.close(os.open(f"/proc/{pid}/{attack}", os.O_RDWR if attack == "mem" else os.O_RDONLY))
+                    ok = True
+                except OSError:
+                    ok = False
+            open("/tmp/spy.log", "w").write("reached" if ok else "denied")
+            sys.exit(0)
+    time.sleep(0.01)
+"""
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    attack=st.sampled_from(["ptrace", "seize", "mem", "environ"]),
+    launch=st.sampled_from(["{} &", "setsid {} &", "( ( {} & ) & )", "nohup {} >/dev/null 2>&1 &"]),
+    turns_before=st.integers(0, 2),
+)
+def test_nothing_the_agent_left_running_can_reach_into_the_checker(attack: str, launch: str, turns_before: int) -> None:
+    """However the agent starts a process, it cannot ptrace the checker or open its memory or environment."""
+    with EpisodeSandbox(**LIMITS) as sandbox:
+        assert sandbox.run(f"cat > /tmp/spy.py <<'EOF'\n{_SPY}\nEOF").ok
+        assert sandbox.run(launch.format(f"python3 /tmp/spy.py {attack}")).ok
+        for _ in range(turns_before):
+            assert sandbox.run("true").ok
+        checked = sandbox.run(
+            ": CHECKER-MARK; for i in $(seq 100); do [ -e /tmp/spy.log ] && break; sleep 0.05; done", checker=True
+        )
+        assert checked.ok, checked
+        assert sandbox.run("cat /tmp/spy.log").stdout == "denied"
+
+
+#: Any code point, with the awkward ones (lone surrogates, NUL, quotes, "=") drawn often.
+_ANY_CHAR = st.sampled_from(["\ud800", "\udfff", "\x00", "=", "'", '"', " ", "\n", "\x1b", "\u2028"]) | st.characters(
+    min_codepoint=0, max_codepoint=0x10FFFF, exclude_categories=()
+)
+
+
+def _any_text(max_size: int) -> st.SearchStrategy[str]:
+    return st.lists(_ANY_CHAR, max_size=max_size).map("".join)  # st.text() would leave surrogates out
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    command=_any_text(40),
+    env=st.dictionaries(_any_text(4), _any_text(6), max_size=2),
+    cwd=st.none() | _any_text(8),
+)
+def test_any_text_is_a_result_never_an_exception(command: str, env: dict[str, str], cwd: str | None) -> None:
+    """Lone surrogates, NUL, odd variable names or folders: ``run`` answers with a result and the episode goes on."""
+    with EpisodeSandbox(**LIMITS) as sandbox:
+        result = sandbox.run(command, env=env, cwd=cwd)
+        assert result.status in ("ok", "exit", "killed", "timeout", "output_limit"), result
+        assert result.ok or result.error or result.stderr or result.exit_code, result
+        assert sandbox.run("echo still").stdout == "still\n"

@@ -5,4 +5,4 @@ cd /app
 cd proj
 test -z "$(git status --porcelain)"
 git ls-files | grep -qx .gitignore
-! git ls-files | grep -q '\.o$'
+if git ls-files | grep -q '\.o$'; then exit 1; fi  # not `! cmd`: set -e ignores a negated command
