@@ -36,6 +36,7 @@ from gem_core.wrappers.base import Wrapper
 __all__ = [
     "FAULTS",
     "FUZZ_ACTIONS",
+    "REPLY_ENDINGS",
     "EchoTool",
     "FaultyEnv",
     "GenericTestEnv",
@@ -43,7 +44,9 @@ __all__ = [
     "NumberGuessEnv",
     "Unloadable",
     "check_env",
+    "engine_reading",
     "faulty_number_guess",
+    "sampled_reply",
 ]
 
 
@@ -495,3 +498,40 @@ def _diff_message(what: str, a: list[tuple[Any, ...]], b: list[tuple[Any, ...]])
                 "Draw all randomness from self.np_random / self.py_random, seeded by super().reset(seed=seed)"
             )
     return f"not deterministic across {what}: episodes have different lengths ({len(a)} vs {len(b)})"
+
+
+# ---------------------------------------------------------------------- finish reasons: how the engine reads a reply
+
+#: How a server can end a reply of at most ``max_tokens`` tokens: its stop token before the
+#: limit, its stop token as the last token allowed, cut at the limit, or aborted.
+REPLY_ENDINGS = ("stop", "stop-at-limit", "cut", "abort")
+
+
+def sampled_reply(ending: str, max_tokens: int, stop_id: int, filler_id: int) -> list[int]:
+    """The ids a server samples for a reply that ends as ``ending`` (one of :data:`REPLY_ENDINGS`)."""
+    if max_tokens < 2:
+        raise ValueError(f"max_tokens must be >= 2 to tell the endings apart, got {max_tokens}")
+    return {
+        "stop": [filler_id] * (max_tokens // 2 - 1) + [stop_id],
+        "stop-at-limit": [filler_id] * (max_tokens - 1) + [stop_id],
+        "cut": [filler_id] * max_tokens,
+        "abort": [filler_id] * (max_tokens // 2),
+    }[ending]
+
+
+def engine_reading(generation: Any, tokenizer: Any, max_tokens: int) -> str:
+    """How the episode engine (token mode, ``on_cut="invalid"``) takes one reply: ``"stop"``, ``"cut"`` or ``"abort"``.
+
+    For property tests of an adapter's finish-reason mapping: whatever the server said, a
+    reply cut at its limit must read as ``"cut"``, never ``"stop"``.
+    """
+    from gem_core.episode import INVALID_ACTION, EpisodeEngine, EpisodeLimits
+
+    engine = EpisodeEngine(tokenizer, EpisodeLimits(max_turn_tokens=max_tokens))
+    session = engine.session(env_id="test:finish", seed=0)
+    session.begin("Say something.")
+    session.request()
+    action = session.accept(generation)
+    if action is None:
+        return str(session.end_reason)
+    return "cut" if action == INVALID_ACTION else "stop"

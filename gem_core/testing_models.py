@@ -1,4 +1,8 @@
-"""A tiny causal LM that real inference engines (vLLM on the CPU included) load, built in code.
+"""Tiny causal LMs built in code: one builder for every test's model, and a model folder inference engines load.
+
+:func:`build_tiny_model` is the one way the tests build a random tiny model in memory
+(the adapters' trainer steps, TRL's demo model); :func:`save_tiny_model` saves one that
+real inference engines (vLLM on the CPU included) load.
 
 No hub access: a randomly initialised Qwen2 sized for the ChatML test tokenizer of
 :mod:`gem_core.testing_tokenizers` is saved, with that tokenizer, as a model folder
@@ -7,15 +11,69 @@ No hub access: a randomly initialised Qwen2 sized for the ChatML test tokenizer 
 
 vLLM's CPU attention refuses heads narrower than 32, so the default is hidden 128 with
 4 heads (head_dim 32); 2 layers keep it at ~0.5 M parameters (a few MB on disk).
-Needs ``torch`` and ``transformers``, imported inside :func:`save_tiny_model`.
+Needs ``torch`` and ``transformers``, imported inside the functions.
 """
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-__all__ = ["save_tiny_model"]
+__all__ = ["build_tiny_model", "save_tiny_model"]
+
+#: The smallest decoder the tests train: one layer of width 32, two heads sharing one key/value head.
+TINY_SIZES: dict[str, int] = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+}
+
+
+def build_tiny_model(
+    tokenizer: Any,
+    *,
+    architecture: Literal["qwen2", "llama"] = "qwen2",
+    seed: int = 0,
+    restore_rng: bool = True,
+    attention: str | None = None,
+    dtype: Any = None,
+    generation_tokens: bool = False,
+    **config: Any,
+) -> Any:
+    """A randomly initialised causal LM over ``tokenizer``'s vocabulary, in memory.
+
+    Args:
+        tokenizer: Gives the vocabulary size (``len(tokenizer)``) unless ``vocab_size`` is given.
+        architecture: ``"qwen2"`` or ``"llama"`` (the config class).
+        seed: ``torch.manual_seed`` right before the weights are drawn: same arguments, same weights.
+        restore_rng: Put torch's global RNG back afterwards; ``False`` leaves it seeded by
+            ``seed`` and advanced by the initialisation, as a test that seeds torch and then
+            builds its model (its later draws then depend on that).
+        attention: ``config._attn_implementation`` (``"sdpa"``, ``"eager"``), else the default.
+        dtype: Passed to ``from_config`` (``torch.float32``), else the default.
+        generation_tokens: Copy the tokenizer's eos and pad ids into the model's generation config.
+        **config: Config fields over :data:`TINY_SIZES` (``hidden_size=64``,
+            ``max_position_embeddings=512``, ``tie_word_embeddings=True``, ``eos_token_id=...``).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+
+    kind = {"qwen2": Qwen2Config, "llama": LlamaConfig}[architecture]
+    model_config = kind(**{"vocab_size": len(tokenizer), **TINY_SIZES, **config})
+    if attention is not None:
+        model_config._attn_implementation = attention
+    loader: Any = AutoModelForCausalLM  # transformers' stubs leave from_config untyped
+    options = {} if dtype is None else {"dtype": dtype}
+    with torch.random.fork_rng(devices=[]) if restore_rng else contextlib.nullcontext():
+        torch.manual_seed(seed)
+        model = loader.from_config(model_config, **options)
+    if generation_tokens:
+        model.generation_config.eos_token_id = tokenizer.eos_token_id
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
 
 
 def save_tiny_model(
@@ -45,9 +103,6 @@ def save_tiny_model(
         ValueError: A head narrower than 32 (vLLM's CPU backend refuses it) or a width that the
             heads do not divide.
     """
-    import torch
-    from transformers import AutoModelForCausalLM, Qwen2Config
-
     from gem_core.testing_tokenizers import build_chat_tokenizer
 
     if hidden_size % num_heads or hidden_size // num_heads < 32 or num_heads % 2:
@@ -56,8 +111,10 @@ def save_tiny_model(
             "into heads of at least 32 (vLLM's CPU attention refuses narrower ones)"
         )
     tokenizer = tokenizer if tokenizer is not None else build_chat_tokenizer()
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
+    model = build_tiny_model(
+        tokenizer,
+        seed=seed,
+        generation_tokens=True,
         hidden_size=hidden_size,
         intermediate_size=2 * hidden_size,
         num_hidden_layers=num_layers,
@@ -70,12 +127,6 @@ def save_tiny_model(
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=None,
     )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        loader: Any = AutoModelForCausalLM  # transformers' stubs leave from_config untyped
-        model = loader.from_config(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)

@@ -16,6 +16,7 @@ an :class:`EvalBackendError` that names the reason.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import random
@@ -190,9 +191,12 @@ class OpenAIBackend(Backend):
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "EMPTY")
-        self._client = httpx.AsyncClient(
-            base_url=self.base_url, timeout=timeout_s, headers={"Authorization": f"Bearer {key}"}
+        self._new_client = functools.partial(
+            httpx.AsyncClient, base_url=self.base_url, timeout=timeout_s, headers={"Authorization": f"Bearer {key}"}
         )
+        self._channel = _Channel(self._new_client())
+        self._retired: set[_Channel] = set()  # replaced, closed once their requests in flight end
+        self.channels = 1  # connection pools opened so far (a failed request's pool is replaced)
         self.retries = 0  # transient failures retried so far (reported in the summary)
 
     def describe(self) -> dict[str, Any]:
@@ -257,11 +261,17 @@ class OpenAIBackend(Backend):
 
         delay = self.backoff_s
         for attempt in range(self.max_retries + 1):
+            channel = self._channel
+            channel.in_flight += 1
             try:
-                response = await self._client.post(path, json=body)
+                response = await channel.client.post(path, json=body)
             except (httpx.TransportError, httpx.TimeoutException) as exc:
                 problem = f"{type(exc).__name__}: {exc}"
                 retry_after = None
+                await self._replace(channel)
+            except BaseException:  # cancelled (or worse) mid-request: the connection's state is unknown
+                await self._replace(channel)
+                raise
             else:
                 if response.status_code < 400:
                     data: dict[str, Any] = response.json()
@@ -272,6 +282,9 @@ class OpenAIBackend(Backend):
                 if response.status_code not in TRANSIENT_STATUSES:
                     raise EvalBackendError(f"{self.base_url}{path} refused the request ({problem}); not retried")
                 retry_after = _retry_after(response.headers.get("retry-after"))
+            finally:
+                channel.in_flight -= 1
+                await self._close_if_drained(channel)
             if attempt == self.max_retries:
                 raise EvalBackendError(f"{self.base_url}{path}: {problem}; gave up after {attempt + 1} attempts")
             self.retries += 1
@@ -280,8 +293,36 @@ class OpenAIBackend(Backend):
             delay = min(delay * 2, 30.0)
         raise AssertionError("unreachable")
 
+    async def _replace(self, channel: _Channel) -> None:
+        """Send no more requests on ``channel``: a request on it failed mid-way, so a reply may still come.
+
+        Requests in flight on it finish there (each reads only its own connection); the pool is
+        closed once they have, and later requests, retries included, go out on a new pool.
+        """
+        if channel is self._channel:
+            self._retired.add(channel)
+            self._channel = _Channel(self._new_client())
+            self.channels += 1
+
+    async def _close_if_drained(self, channel: _Channel) -> None:
+        if channel in self._retired and channel.in_flight == 0:
+            self._retired.discard(channel)
+            await asyncio.shield(channel.client.aclose())
+
     async def aclose(self) -> None:
-        await self._client.aclose()
+        for channel in [self._channel, *self._retired]:
+            await channel.client.aclose()
+        self._retired.clear()
+
+
+class _Channel:
+    """One HTTP connection pool of :class:`OpenAIBackend` and how many requests are on it now."""
+
+    __slots__ = ("client", "in_flight")
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.in_flight = 0
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -18,6 +18,7 @@ interface, for code that takes envs rather than vector envs, such as the episode
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import mmap
@@ -30,11 +31,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gem_core.core import AsyncEnv, Env, ResetReturn, StepReturn, to_sync
-from gem_core.errors import ConfigError, EnvWorkerCrashed, PlacementError
+from gem_core.errors import ConfigError, EnvResultError, EnvStepTimeout, EnvWorkerCrashed, PlacementError
 from gem_core.registry import EnvSpec
 from gem_core.vector.base import VectorEnv, check_timeout
 from gem_core.vector.hosted import HOST_TAG, Host, HostDied, HostedGroup, MemberHost, kill_tagged
-from gem_core.vector.member import AutoresetMode, OnError, portable
+from gem_core.vector.member import AutoresetMode, OnError, portable, reset_result_problem, step_result_problem
 from gem_core.vector.process import split_evenly
 
 __all__ = ["RayEnv", "RayVectorEnv", "pack_envs", "ray_env_factory"]
@@ -101,13 +102,15 @@ class _EnvActor:
     def open(self, factory: Callable[[], Env | AsyncEnv]) -> None:
         self.env = to_sync(factory())
 
-    def reset(self, seed: int | None, options: dict[str, Any] | None) -> ResetReturn:
-        assert self.env is not None
-        return self.env.reset(seed=seed, options=options)
+    def reset(self, seed: int | None, options: dict[str, Any] | None) -> bytes:
+        env = self.env
+        assert env is not None
+        return _frame(lambda: env.reset(seed=seed, options=options))
 
-    def step(self, action: str) -> StepReturn:
-        assert self.env is not None
-        return self.env.step(action)
+    def step(self, action: str) -> bytes:
+        env = self.env
+        assert env is not None
+        return _frame(lambda: env.step(action))
 
 
 @functools.cache
@@ -331,15 +334,34 @@ class RayEnv(AsyncEnv):
     """One env living in a Ray actor, driven as an :class:`~gem_core.AsyncEnv`.
 
     The actor starts at once; the env is built there, and a constructor error is raised by
-    the first ``reset``. If the actor dies, the call in flight raises
-    :class:`~gem_core.errors.EnvWorkerCrashed` and the next ``reset`` starts a new actor.
+    the first ``reset`` (the next ``reset`` builds the env again, in a new actor). Every
+    result arrives correct or as a typed error whose message names the env id, the seed
+    and the call:
+
+    * the env raised: that exception, as itself;
+    * its result breaks the ``reset``/``step`` contract, or does not pickle in the actor or
+      unpickle here: :class:`~gem_core.errors.EnvResultError` (the actor is kept: it answered);
+    * no reply within ``step_timeout``: :class:`~gem_core.errors.EnvStepTimeout`;
+    * the actor died: :class:`~gem_core.errors.EnvWorkerCrashed`;
+    * the awaiting task was cancelled (an ``asyncio`` timeout, a runner closing): the
+      ``CancelledError`` goes on.
+
+    In the last three cases the actor's state is unknown, so it is killed, never reused: a
+    late reply of the abandoned call cannot be taken for a later call's. ``step`` then raises
+    :class:`~gem_core.errors.EnvWorkerCrashed` until ``reset`` starts a new actor.
 
     Args:
         factory: Builds the env inside the actor.
         num_cpus: CPUs the actor reserves.
         actor_options: More ``ray.remote`` options.
         address: Passed to ``ray.init`` when Ray is not initialized yet.
-        spec: The env's spec, if it came from the registry (for names in records).
+        spec: The env's spec, if it came from the registry (for names in records and errors).
+        step_timeout: Seconds a ``reset``/``step`` may take once the env is built; ``None``: no limit.
+        placement_timeout: Seconds to wait for the actor to be placed and the env built before
+            :class:`~gem_core.errors.PlacementError`; ``None`` waits forever.
+
+    Raises:
+        ConfigError: Ray is not installed, or a timeout is not a positive number of seconds.
     """
 
     def __init__(
@@ -350,52 +372,138 @@ class RayEnv(AsyncEnv):
         actor_options: dict[str, Any] | None = None,
         address: str | None = None,
         spec: EnvSpec | None = None,
+        step_timeout: float | None = None,
+        placement_timeout: float | None = 120.0,
     ) -> None:
+        check_timeout("step_timeout", step_timeout)
+        check_timeout("placement_timeout", placement_timeout)
         _ensure_ray(address)
         self.spec = spec
         self.factory = factory
         self.num_cpus = num_cpus
         self.actor_options = actor_options
+        self.step_timeout = step_timeout
+        self.placement_timeout = placement_timeout
+        self._seed: int | None = None
         self._start()
 
     def _start(self) -> None:
-        self.actor = _new_actor(self.num_cpus, self.actor_options)
+        self.token = uuid.uuid4().hex  # tags what the env starts, so killing the actor reaps it too
+        self.actor = _new_actor(self.num_cpus, self.actor_options, self.token)
         self._opened: Any = self.actor.open.remote(self.factory)
-        self._dead = False
+        self._lost: str | None = None  # why the actor was discarded; None while it may be used
 
-    async def _call(self, ref: Any) -> Any:
+    def _where(self, phase: str) -> str:
+        env_id = self.spec.id if self.spec is not None else "id unknown"
+        seed = "seed unknown" if self._seed is None else f"seed {self._seed}"
+        return f"RayEnv ({env_id}, {seed}, phase {phase})"
+
+    def _discard(self, why: str) -> None:
+        """Kill the actor and what its env started: its state is unknown, nothing may be read from it again."""
+        self._lost = why
+        _kill(self.actor)
+        with contextlib.suppress(Exception):
+            kill_tagged(self.token)
+
+    async def _call(self, phase: str, method: str, *args: Any) -> Any:
         ray = _ray()
+        where = self._where(phase)
         try:
             if self._opened is not None:
                 opened, self._opened = self._opened, None
-                await opened
-            return await ref
+                try:
+                    await asyncio.wait_for(opened, self.placement_timeout)
+                except asyncio.TimeoutError:
+                    self._discard("it was not placed in time")
+                    raise self._placement_error(where) from None
+            try:
+                frame = await asyncio.wait_for(getattr(self.actor, method).remote(*args), self.step_timeout)
+            except asyncio.TimeoutError:
+                self._discard(f"its {phase} ran past step_timeout")
+                raise EnvStepTimeout(
+                    f"{where}: no reply within step_timeout={self.step_timeout:g}s; the actor was killed "
+                    "(its late reply can never be read), reset() starts a new one"
+                ) from None
         except ray.exceptions.RayActorError as exc:
-            self._dead = True
+            self._discard(f"it died in {phase}")
             raise EnvWorkerCrashed(
-                f"the Ray actor of {self!r} died ({type(exc).__name__}); reset() starts a new one"
+                f"{where}: the Ray actor died ({_first_line(exc)}); reset() starts a new one"
             ) from None
-        except ray.exceptions.RayTaskError as exc:
+        except ray.exceptions.RayTaskError as exc:  # the env's constructor raised: the next reset builds it again
+            self._discard("the env's constructor raised")
             raise exc.as_instanceof_cause() from None
+        except asyncio.CancelledError:
+            self._discard(f"a {phase} call was cancelled before its reply")
+            raise
+        return _unpack(frame, where, phase)
+
+    def _placement_error(self, where: str) -> PlacementError:
+        total, available = _cluster_cpus()
+        return PlacementError(
+            f"{where}: Ray did not place the actor ({self.num_cpus:g} CPUs) and build the env within "
+            f"{self.placement_timeout:g}s; the cluster has {total:g} CPUs, {available:g} free now. Lower num_cpus, "
+            "free the cluster, add nodes, or raise placement_timeout (also if the env's constructor is slow)"
+        )
 
     async def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
-        if self._dead:
-            _kill(self.actor)
+        if self._lost is not None:
             self._start()
-        result: ResetReturn = await self._call(self.actor.reset.remote(seed, options))
+        self._seed = seed
+        result: ResetReturn = await self._call("reset", "reset", seed, options)
         return result
 
     async def step(self, action: str) -> StepReturn:
-        if self._dead:
-            raise EnvWorkerCrashed(f"the Ray actor of {self!r} died; reset() starts a new one")
-        result: StepReturn = await self._call(self.actor.step.remote(action))
+        if self._lost is not None:
+            raise EnvWorkerCrashed(
+                f"{self._where('step')}: the Ray actor was discarded ({self._lost}); reset() starts a new one"
+            )
+        result: StepReturn = await self._call("step", "step", action)
         return result
 
     async def close(self) -> None:
-        actor, self._dead = self.actor, True
-        with contextlib.suppress(Exception):
-            await actor.shutdown.remote(None)
-        _kill(actor)
+        if self._lost is None:
+            # an actor never placed has no env to close; one busy past 30 s is killed all the same
+            placed = self._opened is None or bool(_ray().wait([self._opened], timeout=0)[0])
+            if placed:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self.actor.shutdown.remote(None), 30)
+        self._discard("closed")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _frame(call: Callable[[], Any]) -> bytes:
+    """The actor's reply: ``("ok", result)``, ``("raised", exception)`` or ``("unpicklable", why)``, pickled.
+
+    Pickled here, not by Ray, so a result that cannot travel is told apart from a Ray failure.
+    """
+    try:
+        result = call()
+    except Exception as exc:
+        return pickle.dumps(("raised", portable(exc)))
+    try:
+        return pickle.dumps(("ok", result))
+    except Exception as exc:
+        return pickle.dumps(("unpicklable", f"{type(exc).__name__}: {exc}"))
+
+
+def _unpack(frame: bytes, where: str, phase: str) -> Any:
+    """The result in an actor's reply (see :func:`_frame`), or the typed error naming what was wrong."""
+    try:
+        tag, value = pickle.loads(frame)
+    except Exception as exc:
+        raise EnvResultError(f"{where}: its result does not unpickle here ({type(exc).__name__}: {exc})") from None
+    if tag == "raised":
+        raise value
+    if tag == "unpicklable":
+        raise EnvResultError(f"{where}: its result does not pickle, so it cannot leave the actor ({value})")
+    problem = step_result_problem(value) if phase == "step" else reset_result_problem(value)
+    if problem is not None:
+        raise EnvResultError(f"{where}: {problem}")
+    return value
 
 
 def ray_env_factory(
@@ -404,6 +512,8 @@ def ray_env_factory(
     wrappers: Sequence[Any] = (),
     num_cpus: float | None = None,
     actor_options: dict[str, Any] | None = None,
+    step_timeout: float | None = None,
+    placement_timeout: float | None = 120.0,
     **kwargs: Any,
 ) -> Callable[[], RayEnv]:
     r"""A factory of :class:`RayEnv`\\ s of a registered env, for the episode runner and other env consumers.
@@ -416,7 +526,13 @@ def ray_env_factory(
         wrappers: Wrappers applied to each env, outside the spec's own.
         num_cpus: CPUs per env; default the spec's ``num_cpus``.
         actor_options: More ``ray.remote`` options.
+        step_timeout: Seconds each ``reset``/``step`` may take (see :class:`RayEnv`); ``None``: no limit.
+        placement_timeout: Seconds to place each actor and build its env (see :class:`RayEnv`).
         **kwargs: Constructor kwargs (over the spec's defaults).
+
+    Raises:
+        EnvNotFound: ``env_id`` is not registered.
+        ConfigError: A timeout is not a positive number of seconds.
     """
     from gem_core.plugins import get_registry
     from gem_core.vector.building import build_env
@@ -424,4 +540,14 @@ def ray_env_factory(
     spec, _ = get_registry().resolve(env_id)
     build = functools.partial(build_env, spec, kwargs, tuple(wrappers))
     cpus = spec.num_cpus if num_cpus is None else num_cpus
-    return functools.partial(RayEnv, build, num_cpus=cpus, actor_options=actor_options, spec=spec)
+    check_timeout("step_timeout", step_timeout)  # now, not in the first env the consumer builds
+    check_timeout("placement_timeout", placement_timeout)
+    return functools.partial(
+        RayEnv,
+        build,
+        num_cpus=cpus,
+        actor_options=actor_options,
+        spec=spec,
+        step_timeout=step_timeout,
+        placement_timeout=placement_timeout,
+    )

@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import operator
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from hypothesis import Phase, example, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("httpx", reason="the eval extra installs httpx")
 
@@ -201,3 +205,76 @@ def test_a_null_content_cut_at_the_limit_is_an_empty_cut_reply(server: ScriptedS
         backend_for(server), env_ids=["core:NumberGuess-v0"], num_episodes=1, limits=EpisodeLimits(max_turns=1)
     )
     assert record["error"] is None and record["turns"][0]["stop_reason"] == "length"
+
+
+# ---------------------------------------------------------------------- a request given up: no late reply is read
+
+
+PROMPT = operator.itemgetter(0)
+
+
+class SlowFirstServer:
+    """A real HTTP server on loopback echoing each chat request's prompt; a prompt's first attempt may come late."""
+
+    def __init__(self, late_s: float) -> None:
+        self.attempts: dict[str, int] = {}
+        self.slow: set[str] = set()
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
+                prompt = body["messages"][-1]["content"]
+                owner.attempts[prompt] = owner.attempts.get(prompt, 0) + 1
+                if prompt in owner.slow and owner.attempts[prompt] == 1:
+                    time.sleep(late_s)  # the reply comes after the client gave up and retried
+                payload = json.dumps(_completion(f"echo {prompt} #{owner.attempts[prompt]}")).encode()
+                with contextlib.suppress(OSError):  # the client may have closed this connection
+                    self.send_response(200)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@settings(max_examples=4, deadline=None, phases=[Phase.explicit, Phase.generate])
+@example(plan=[("a", True), ("b", False), ("c", True)])
+@given(plan=st.lists(st.tuples(st.sampled_from("abcdefgh"), st.booleans()), min_size=1, max_size=5, unique_by=PROMPT))
+def test_a_timed_out_request_never_lends_its_late_reply_to_another(plan: list[tuple[str, bool]]) -> None:
+    from gem_core.episode import TurnRequest
+
+    server = SlowFirstServer(late_s=2.0)
+    server.slow = {prompt for prompt, slow in plan if slow}
+    backend = OpenAIBackend("m", server.url, api_key="k", backoff_s=0.01, timeout_s=0.5, max_retries=3)
+
+    def request(prompt: str) -> TurnRequest:
+        return TurnRequest(0, 0, None, [{"role": "user", "content": prompt}], 8)
+
+    async def main() -> list[str | None]:
+        try:  # all at once: retries and answered requests share the pool the timeouts retire
+            generations = await asyncio.gather(*(backend.generate(request(p), p) for p, _ in plan))
+            return [g.text for g in generations]
+        finally:
+            await backend.aclose()
+
+    try:
+        texts = asyncio.run(main())
+    finally:
+        server.close()
+    # each reply is its own prompt's, and a slow prompt's is its retry's, never the late first attempt's
+    assert texts == [f"echo {p} #{2 if slow else 1}" for p, slow in plan]
+    assert (backend.channels > 1) == any(slow for _, slow in plan)  # a timeout retires its pool
+    assert not backend._retired  # every retired pool was closed once its requests ended

@@ -255,3 +255,68 @@ def test_errors_name_the_registered_env_id(backend: str) -> None:
             vec.step(["1", "2"])
         assert isinstance(caught.value.failures[1], EnvResultError)
         assert "step() must return a 5-tuple" in str(caught.value.failures[1])
+
+
+# ---------------------------------------------------------------------- RayEnv, the runner's single-env handle
+# The same faults on one env in an actor (gem_core.vector.ray.RayEnv): each call's outcome is the
+# local replay's, or a typed error where the replay raises; no call ever gets another call's reply.
+
+RAY_ENV_ERRORS = {"raise": "RuntimeError", "exit": "EnvWorkerCrashed", "segfault": "EnvWorkerCrashed"}
+RAY_ENV_ERRORS["hang"] = "EnvStepTimeout"
+
+
+def outcome(loop: Any, call: Any, children: list[int]) -> tuple[Any, str | None, str]:
+    """``(result, None, "")`` without the fault's payload, or ``(None, error type, message)``, of an env call."""
+    try:
+        result = loop.run_until_complete(call)
+    except Exception as error:
+        return None, type(error).__name__, str(error)
+    *head, info = result
+    children += [info["child_pid"]] if "child_pid" in info else []
+    return (*head, {k: v for k, v in info.items() if k not in ("payload", "child_pid")}), None, ""
+
+
+@pytest.mark.usefixtures("ray_instance")
+@pytest.mark.parametrize("phase", ["reset", "step"])
+@pytest.mark.parametrize("fault", HOSTED_FAULTS)
+def test_ray_env_fault_matrix(fault: str, phase: str) -> None:
+    import asyncio
+
+    from gem_core.core import to_async
+    from gem_core.vector.ray import RayEnv
+
+    @settings(max_examples=1, deadline=None, derandomize=True, phases=[Phase.generate])
+    @given(fail_at=st.just(0) if phase == "reset" else st.integers(1, LENGTH - 1), seed=st.integers(0, 2**32 - 2))
+    def check(fail_at: int, seed: int) -> None:
+        faulty_env = functools.partial(make_faulty_count_env, fault, fail_at, (seed,), LENGTH, 120.0)
+        env = RayEnv(faulty_env, num_cpus=0.5, step_timeout=STEP_TIMEOUT["ray"])
+        # the replay raises where the fault strikes; a setsid child is no fault of the results
+        down = () if fault == "setsid_child" else (seed,)
+        ref = to_async(make_faulty_count_env("raise", fail_at, down, LENGTH), in_thread=False)
+        loop = asyncio.new_event_loop()
+        children: list[int] = []
+        try:
+            for episode in (seed, seed + 1):  # the faulty episode, then a whole one
+                calls = [("reset", episode)] + [("step", f"a{t}") for t in range(LENGTH)]
+                for op, arg in calls:
+                    got, expected = (
+                        outcome(loop, e.reset(seed=arg) if op == "reset" else e.step(arg), children)  # type: ignore[arg-type]
+                        for e in (env, ref)
+                    )
+                    error = None if expected[1] is None else RAY_ENV_ERRORS.get(fault, "EnvResultError")
+                    assert got[:2] == (expected[0], error), (episode, op, arg, got, expected)
+                    if error is None:
+                        continue
+                    assert fault == "raise" or f"seed {episode}, phase {op})" in got[2], got[2]
+                    if fault in ("exit", "segfault", "hang"):  # the actor was discarded: no step until reset
+                        again = outcome(loop, env.step("again"), children)
+                        assert again[1] == "EnvWorkerCrashed" and "reset() starts a new one" in again[2]
+                    break
+        finally:
+            loop.run_until_complete(env.close())
+            loop.run_until_complete(ref.close())
+            loop.close()
+        assert all(wait_until(lambda p=pid: not alive_pid(p)) for pid in children), "a child outlived close()"
+        assert fault != "setsid_child" or children
+
+    check()

@@ -152,3 +152,60 @@ def test_pack_envs_places_every_env_once_within_the_free_cpus(
         assert len(parts) == -(-len(cpus) // per_actor)
     elif max(cpus) > 0:  # as many actors as fit (at least one, to wait for)
         assert len(parts) == max(1, min(len(cpus), int(free / max(cpus) + 1e-9)))
+
+
+# ---------------------------------------------------------------------- faults: no late reply is ever read
+
+
+def test_a_cancelled_call_discards_the_actor_and_its_late_reply_is_never_read(ray_instance: Any) -> None:
+    from gem_vector_testenvs import make_count_env
+
+    from gem_core.vector.ray import RayEnv
+
+    async def main() -> None:
+        env = RayEnv(make_count_env, num_cpus=0.5)
+        first, _ = await env.reset(seed=4)
+        old = env.actor
+        with pytest.raises(asyncio.TimeoutError):  # the caller gives up; the actor still sleeps 3 s
+            await asyncio.wait_for(env.step("sleep"), 0.2)
+        with pytest.raises(EnvWorkerCrashed, match=r"phase step\): the Ray actor was discarded \(a step call was"):
+            await env.step("a")
+        assert actor_is_dead(old)
+        assert (await env.reset(seed=4))[0] == first  # a new actor, the same episode
+        obs, *_ = await env.step("b")
+        assert obs.endswith("t 1 b")  # this call's reply, never the abandoned "sleep"'s
+        await env.close()
+
+    asyncio.run(main())
+
+
+def test_the_runner_on_ray_ends_a_hanging_episode_with_a_typed_error(ray_instance: Any) -> None:
+    import functools
+
+    from gem_vector_testenvs import make_faulty_count_env
+
+    from gem_core.errors import EnvStepTimeout
+    from gem_core.seed_streams import episode_seed
+    from gem_core.vector.ray import RayEnv
+
+    async def reply(messages: list[dict[str, Any]]) -> str:
+        await asyncio.sleep(0)
+        return "a"
+
+    hung = episode_seed(5, 0, 1)  # the runner's second episode hangs at its first step
+    factory = functools.partial(make_faulty_count_env, "hang", 1, (hung,), 2, 120.0)
+
+    async def main() -> list[Any]:
+        envs = functools.partial(RayEnv, factory, num_cpus=0.5, step_timeout=10)
+        async with EpisodeRunner(
+            envs, policy=reply, max_in_flight=2, seed=5, keep_pool_full=False, on_env_error="end"
+        ) as runner:
+            return sorted(await runner.collect(3), key=lambda e: e.metadata["index"])
+
+    episodes = asyncio.run(main())
+    assert [e.metadata["end_reason"] for e in episodes] == ["env", "error", "env"]
+    failed = episodes[1].metadata
+    assert (failed["error_type"], failed["error_phase"]) == (EnvStepTimeout.__name__, "step")
+    assert f"seed {hung}, phase step): no reply within step_timeout=10s" in failed["error"]
+    assert [len(e.turns) for e in episodes] == [2, 0, 2]
+    assert all([t.reward for t in e.turns] == [1.0, 2.0] for e in (episodes[0], episodes[2]))  # counted, fresh

@@ -23,6 +23,8 @@ from typing import Any
 import pytest
 import torch
 
+from gem_core.testing_models import build_tiny_model
+
 STANDINS = Path(__file__).parent / "standins"
 # The stand-in vLLM is the tests' model (a registered policy), so it is used even where vLLM is installed.
 sys.path.insert(0, str(STANDINS / "inference"))
@@ -151,23 +153,18 @@ def _make_learner(**overrides: Any) -> Any:
 
 
 def tiny_policy_dir(tokenizer: Any, path: Path) -> str:
-    """A one-layer Llama with the tokenizer's vocabulary, saved where oat's ``LLM`` can load it."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
+    """A one-layer Llama with the tokenizer's vocabulary, saved where oat's ``LLM`` can load it (torch left seeded)."""
+    model = build_tiny_model(
+        tokenizer,
+        architecture="llama",
+        seed=0,
+        restore_rng=False,
         num_key_value_heads=2,
         max_position_embeddings=512,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    LlamaForCausalLM(config).save_pretrained(str(path))
+    model.save_pretrained(str(path))
     tokenizer.save_pretrained(str(path))
     return str(path)
 

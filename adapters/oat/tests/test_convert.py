@@ -6,10 +6,14 @@ from typing import Any
 
 import pytest
 from gem_oat.convert import generation_from_vllm
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from vllm.outputs import CompletionOutput, RequestOutput
 from vllm.sequence import Logprob
 
 from gem_core.errors import TrajectoryError
+from gem_core.testing import REPLY_ENDINGS, engine_reading, sampled_reply
+from gem_core.testing_tokenizers import build_chat_tokenizer
 
 EOS = 99
 
@@ -68,3 +72,17 @@ def test_an_actor_without_logprobs_gets_a_typed_error(tmp_path: Any, make_actor:
     actor.sampling_params.logprobs = None
     with pytest.raises(TrajectoryError, match="no logprobs"):
         actor.collect_experience()
+
+
+# vLLM V1's finish reasons for each way a reply ends (it tests the length before the stop token).
+VLLM_SAID = {"stop": "stop", "stop-at-limit": "length", "cut": "length", "abort": "abort"}
+
+
+@settings(max_examples=40, deadline=None)
+@given(ending=st.sampled_from(REPLY_ENDINGS), max_tokens=st.integers(2, 24))
+def test_no_cut_is_read_as_a_stop(ending: str, max_tokens: int) -> None:
+    tokenizer = build_chat_tokenizer("chatml")
+    eos = int(tokenizer.eos_token_id)
+    ids = sampled_reply(ending, max_tokens, eos, filler_id=47)
+    generation = generation_from_vllm(output(ids, VLLM_SAID[ending]), stop_ids={eos})
+    assert engine_reading(generation, tokenizer, max_tokens) == {"stop-at-limit": "stop"}.get(ending, ending)

@@ -37,6 +37,8 @@ from openrlhf.trainer.ppo_trainer import BasePPOTrainer
 from openrlhf.trainer.ray import ppo_actor
 from openrlhf.trainer.ray.launcher import RayActorGroup
 
+from gem_core.testing_models import build_tiny_model
+
 __all__ = [
     "CpuStrategy",
     "InProcessHandle",
@@ -170,23 +172,17 @@ class InProcessHandle:
 
 
 def tiny_policy(tokenizer: Any, seed: int = 0) -> Any:
-    """A tiny Qwen2 causal LM over ``tokenizer``'s vocabulary, float32, SDPA attention."""
-    from transformers import AutoModelForCausalLM, Qwen2Config
-
-    torch.manual_seed(seed)
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
+    """A tiny Qwen2 causal LM over ``tokenizer``'s vocabulary, float32, SDPA attention (torch left seeded)."""
+    return build_tiny_model(
+        tokenizer,
+        seed=seed,
+        restore_rng=False,
+        attention="sdpa",
+        dtype=torch.float32,
         max_position_embeddings=2048,
         pad_token_id=tokenizer.pad_token_id,
         tie_word_embeddings=True,
     )
-    config._attn_implementation = "sdpa"
-    return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
 
 
 @dataclass

@@ -25,6 +25,7 @@ from standins import Logprob, StandInLLM
 
 from gem_core.conformance import CASES, scripted_generation
 from gem_core.errors import GenerateContractError, TrajectoryError
+from gem_core.testing import REPLY_ENDINGS, engine_reading, sampled_reply
 
 CASE = dataclasses.replace(CASES[0], reply=lambda turn, text: "My guess is 0")  # never right: several turns
 PARAMS = sampling_params(logprobs=True)
@@ -101,3 +102,24 @@ def test_a_hostile_vllm_output_is_a_typed_error_and_the_next_rollout_is_whole(
     assert after == fresh
     (response,) = after
     assert all(math.isfinite(x) for x in response["rollout_log_probs"])
+
+
+# vLLM V1's finish reasons for each way a reply ends (it tests the length before the stop token).
+VLLM_SAID = {"stop": "stop", "stop-at-limit": "length", "cut": "length", "abort": "abort"}
+
+
+@settings(max_examples=40, deadline=None)
+@given(ending=st.sampled_from(REPLY_ENDINGS), max_tokens=st.integers(2, 24))
+def test_no_cut_is_read_as_a_stop(ending: str, max_tokens: int) -> None:
+    from gem_openrlhf.executor import generation_from_request_output
+    from standins import CompletionOutput, RequestOutput
+
+    from gem_core.testing_tokenizers import build_chat_tokenizer
+
+    tokenizer = build_chat_tokenizer("chatml")
+    eos = int(tokenizer.eos_token_id)
+    ids = sampled_reply(ending, max_tokens, eos, filler_id=47)
+    logprobs = [{t: Logprob(-0.5, 1, str(t))} for t in ids]
+    completion = CompletionOutput(0, "text", ids, None, logprobs, finish_reason=VLLM_SAID[ending])
+    generation = generation_from_request_output(RequestOutput("r0", None, [1, 2], None, [completion], True))
+    assert engine_reading(generation, tokenizer, max_tokens) == {"stop-at-limit": "stop"}.get(ending, ending)

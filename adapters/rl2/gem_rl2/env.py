@@ -14,6 +14,7 @@ from typing import Any
 # Absolute import: RL2 executes this file as a module of its own ("custom_module"),
 # so the episode table lives in gem_rl2.episodes, shared with everything else.
 from gem_rl2.episodes import default_episodes
+from gem_rl2.finish import take_finish
 
 
 async def reset(extra_info: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -25,5 +26,8 @@ async def step(state: str, action: str, extra_info: dict[str, Any]) -> dict[str,
     """One turn: RL2's ``{"next_state", "reward", "score", "done", "extra_info"}``.
 
     ``next_state`` extends ``state + action``, so RL2 continues the episode's one token sequence.
+    Whether the reply stopped or was cut is SGLang's finish reason, which
+    :func:`gem_rl2.finish.install_finish_reasons` (``gem-rl2-train``) carries here.
     """
-    return await default_episodes().step(state, action, extra_info)
+    finish = take_finish()
+    return await default_episodes().step(state, action, extra_info, finish.reason, finish.last_token_id)

@@ -20,13 +20,19 @@ returns extends ``state + action`` by :meth:`gem_core.chat.ChatRenderer.bridge_t
 the same template text whose tokens the engine appends in token mode, so RL2 continues
 one sequence per episode whatever the template does to earlier turns.
 
+Stopped or cut: SGLang's own ``meta_info.finish_reason`` decides (``"stop"``, ``"length"``,
+``"abort"``), carried to ``step`` by :mod:`gem_rl2.finish` (RL2 itself passes only the
+text); a reason the engine's generate contract does not take (``None``, ``"error"``,
+anything else) is a :class:`~gem_core.errors.GenerateContractError` naming the episode.
+SGLang tests the length before the stop token, so a reply whose last allowed token is
+its stop token comes back as ``"length"``: with that last sampled id a stop token, it is
+complete (the engine's rule for token ids). An abort ends the episode without a turn.
+
 Where the stop token is: RL2 keeps the sampled ids (the stop token included) but hands
 the env only the decoded text. The launcher asks SGLang to keep special tokens in the
-text (``skip_special_tokens=false``; RL2's config already has ``no_stop_trim=true``), so
-an action that ends with the tokenizer's eos text (or the template's end-of-turn token)
-stopped, and one that does not was cut at ``max_new_tokens``. The stop is taken off the
-action before the env sees it, and left out of the bridge when the template would write
-it again (``<|im_end|>``), so it is in the sequence once, as sampled.
+text (``skip_special_tokens=false``; RL2's config already has ``no_stop_trim=true``). The
+stop is taken off the action before the env sees it, and left out of the bridge when the
+template would write it again (``<|im_end|>``), so it is in the sequence once, as sampled.
 """
 
 from __future__ import annotations
@@ -53,7 +59,7 @@ from gem_core.episode import (
     Generation,
     failed_by_env,
 )
-from gem_core.errors import ConfigError, TrajectoryError
+from gem_core.errors import ConfigError, GenerateContractError, TrajectoryError
 from gem_core.rl.types import Episode
 from gem_rl2.env_errors import ENV_ERROR_REWARD, error_reward, record
 from gem_rl2.env_errors import drain as drain_env_errors
@@ -213,6 +219,7 @@ class RL2Episodes:
         )
         self.renderer = ChatRenderer(tokenizer, settings.chat_template_kwargs)
         self.stop_texts = _stop_texts(tokenizer, self.renderer, extra_stop_texts)
+        self.stop_ids = _stop_ids(tokenizer, self.stop_texts)
         self._live: dict[str, _Live] = {}
         self.finished: OrderedDict[str, Episode] = OrderedDict()
 
@@ -249,8 +256,18 @@ class RL2Episodes:
             messages = [*messages, {"role": "user", "content": ""}]
         return self.renderer.render(messages), {**extra_info, EPISODE_KEY: session.episode_id}
 
-    async def step(self, state_text: str, action_text: str, extra_info: Mapping[str, Any]) -> dict[str, Any]:
+    async def step(
+        self,
+        state_text: str,
+        action_text: str,
+        extra_info: Mapping[str, Any],
+        finish_reason: object,
+        last_token_id: int | None = None,
+    ) -> dict[str, Any]:
         """Play one generated turn; return RL2's step dict (``next_state`` extends ``state_text + action_text``).
+
+        ``finish_reason`` is SGLang's (``meta_info.finish_reason["type"]``) and ``last_token_id``
+        the last sampled id (see :mod:`gem_rl2.finish`); the env module passes both.
 
         An env that raises (``on_env_error="end"``) ends its episode: the step returns
         ``done`` with reward :data:`ENV_ERROR_REWARD` and score 0, the error is kept in
@@ -259,8 +276,8 @@ class RL2Episodes:
         Raises:
             TrajectoryError: ``extra_info`` names no live episode (``reset`` was not called
                 through this module, or the episode already ended).
-            GenerateContractError: The server's ``text`` is not a ``str``; the episode is ended
-                and its env closed.
+            GenerateContractError: The server's ``text`` is not a ``str``, or its finish reason is
+                not one the engine takes; the episode is ended and its env closed.
         """
         episode_id = extra_info.get(EPISODE_KEY)
         live = self._live.get(episode_id) if isinstance(episode_id, str) else None
@@ -270,17 +287,18 @@ class RL2Episodes:
                 "env module (rows without a 'prompt' column), and a finished episode takes no more steps"
             )
         session = live.session
-        if not isinstance(action_text, str) and not session.done:  # the server's "text" is not a str
-            try:
-                session.request()
-                session.check(Generation(text=action_text))  # raises the contract's typed error
-            finally:  # the episode cannot go on (and has no record): close its env, keep nothing of it live
-                await self._close(self._live.pop(session.episode_id))
-        reply, stop = self._split_stop(action_text)
+        reply, stop = self._split_stop(action_text, last_token_id)
+        if finish_reason == "length" and last_token_id in self.stop_ids:
+            finish_reason = "stop"  # its stop token was the last one allowed: complete (SGLang tests length first)
         action = None
+        turns = len(session.turns)
         if not session.done:  # done already: reset failed
             session.request()
-            action = session.accept(Generation(text=reply, finish_reason="length" if stop is None else "stop"))
+            try:  # a non-str text or a reason the engine does not take: the contract's typed error
+                action = session.accept(Generation(text=reply, finish_reason=finish_reason))  # type: ignore[arg-type]
+            except GenerateContractError:  # the episode cannot go on (and has no record): close its env
+                await self._close(self._live.pop(session.episode_id))
+                raise
         if action is not None:
             try:
                 session.observe(*await live.env.step(action))
@@ -294,9 +312,9 @@ class RL2Episodes:
             await self._finish(episode_id)
             if failed_by_env(self.finished[episode_id]):
                 return _response(state_text + action_text, error_reward(), True, extra_info, score=0.0)
-            return _response(
-                state_text + action_text, session.turns[-1].reward if session.turns else 0.0, True, extra_info
-            )
+            # an abort adds no turn: this step earned nothing (the last turn's reward went out with its own step)
+            reward = session.turns[-1].reward if len(session.turns) > turns else 0.0
+            return _response(state_text + action_text, reward, True, extra_info)
         bridge = self.renderer.bridge_text([session.messages[-1]])
         if stop is not None and bridge.startswith(stop):  # the template's footer: sampled already
             bridge = bridge[len(stop) :]
@@ -313,7 +331,21 @@ class RL2Episodes:
         session.fail(exc, phase)  # one broken env must not end the others' rollouts
         log.info("gem env %s failed in %s: %s: %s", phase, session.episode_id, type(exc).__name__, exc)
 
-    def _split_stop(self, action_text: str) -> tuple[str, str | None]:
+    def _split_stop(self, action_text: object, last_token_id: int | None) -> tuple[Any, str | None]:
+        """The reply without its stop text, and the stop token's text if one was sampled last.
+
+        The last sampled id decides when known: not a stop token, no stop (whatever the text
+        ends with); a stop token whose text the server left out (special tokens skipped), the
+        reply is the whole text and the stop still keeps the bridge from writing it again.
+        Without the id, a stop text at the end of the text is taken for the stop token.
+        """
+        if not isinstance(action_text, str):
+            return action_text, None
+        if last_token_id is not None:  # the ids decide: text may spell a stop token out of ordinary tokens
+            stop = self.stop_ids.get(last_token_id)
+            if stop is None:
+                return action_text, None
+            return (action_text[: -len(stop)] if action_text.endswith(stop) else action_text), stop
         for stop in self.stop_texts:
             if action_text.endswith(stop):
                 return action_text[: -len(stop)], stop
@@ -361,6 +393,17 @@ def _stop_texts(tokenizer: Any, renderer: ChatRenderer, extra: Sequence[str]) ->
         if isinstance(first, str) and first in special:
             texts.append(first)
     return sorted(set(texts), key=lambda t: (-len(t), t))  # the longest match wins
+
+
+def _stop_ids(tokenizer: Any, texts: Sequence[str]) -> dict[int, str]:
+    """The stop texts that are single tokens, by id: a reply whose last sampled id is one of them stopped."""
+    unknown = getattr(tokenizer, "unk_token_id", None)
+    ids: dict[int, str] = {}
+    for text in texts:
+        token = tokenizer.convert_tokens_to_ids(text) if hasattr(tokenizer, "convert_tokens_to_ids") else None
+        if isinstance(token, int) and token != unknown:
+            ids[token] = text
+    return ids
 
 
 def _generation_eos_texts(path: str, tokenizer: Any) -> list[str]:

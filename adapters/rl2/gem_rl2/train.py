@@ -9,6 +9,8 @@ Before RL2's ``main`` it
 * replaces ``RL2.trainer.ppo.compute_advantages`` (imported by name into that module,
   so that is the binding the trainer calls) with one that also handles ``rebn``
   (:mod:`gem_rl2.advantages`);
+* wraps ``RL2.workers.rollout.async_generate`` so the env module gets SGLang's finish
+  reason with each reply (:mod:`gem_rl2.finish`: a cut is never read from the text);
 * sets ``rollout.env_path`` to :mod:`gem_rl2.env` when it is not given;
 * asks SGLang to keep special tokens in the generated text
   (``skip_special_tokens=false``) so the env module can tell a stopped generation
@@ -32,6 +34,7 @@ from gem_core.errors import ConfigError
 from gem_core.rl.returns import check_gamma
 from gem_rl2.advantages import ESTIMATOR, compute_advantages_with_rebn
 from gem_rl2.episodes import SETTINGS_ENV, Settings
+from gem_rl2.finish import install_finish_reasons
 
 __all__ = ["ENV_PATH", "install_rebn", "install_step_guards", "main", "prepare"]
 
@@ -180,9 +183,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     import hydra
     import RL2.trainer.ppo as ppo
     import RL2.workers.actor as actor_module
+    import RL2.workers.rollout as rollout_module
 
     install_rebn(ppo)
     install_step_guards(actor_module)
+    install_finish_reasons(rollout_module)
     config_dir = str(Path(ppo.__file__).with_name("config"))
 
     @hydra.main(config_path=config_dir, config_name="ppo", version_base=None)

@@ -19,6 +19,7 @@ from typing import Any
 
 from gem_rl2.dataset import make_rows, write_parquet
 from gem_rl2.episodes import SETTINGS_ENV, default_episodes
+from gem_rl2.finish import install_finish_reasons
 from gem_rl2.train import install_rebn, prepare
 
 
@@ -55,6 +56,7 @@ def run_rollout(
 ) -> RolloutResult:
     """One ``Rollout.__call__(data_list, train=True, step=1)`` over rows of ``env_id`` x ``seeds``, then advantages."""
     import RL2.trainer.ppo as ppo
+    import RL2.workers.rollout as rollout_module
     from omegaconf import OmegaConf
     from RL2.datasets import RLDataset, get_dataloader
     from RL2.workers.rollout import Rollout
@@ -95,6 +97,7 @@ def run_rollout(
     rollout.test_sampling_params = OmegaConf.to_container(config.rollout.test_sampling_params)
 
     install_rebn(ppo)  # as gem-rl2-train does before RL2's main
+    install_finish_reasons(rollout_module)
     tensor_dict, cu_seqs = rollout(data_list, True, 1)
     ppo.compute_advantages(config.adv, tensor_dict, cu_seqs, 1)
     default_episodes()  # the table the env module used

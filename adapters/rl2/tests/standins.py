@@ -4,8 +4,10 @@
   ``POST /generate`` (``input_ids`` + ``sampling_params`` + ``return_logprob``) the way
   SGLang does: ``text`` decoded with ``skip_special_tokens`` (default true) after
   trimming the matched stop token unless ``no_stop_trim``; ``output_ids``;
-  ``meta_info`` with ``id``, ``finish_reason`` (``{"type": "stop", "matched": <token id>}``
-  or ``{"type": "length", "length": n}``), ``prompt_tokens``, ``completion_tokens``,
+  ``meta_info`` with ``id``, ``finish_reason`` as SGLang's ``to_json`` writes it
+  (``{"type": "stop", "matched": <token id>}``, ``{"type": "length", "length": max_new_tokens}``,
+  ``{"type": "abort", "message", "status_code", "err_type"}``), decided in SGLang's order
+  (abort, then length, then the stop token), ``prompt_tokens``, ``completion_tokens``,
   ``cached_tokens``, ``e2e_latency``, ``input_token_logprobs`` (the last prompt token,
   as with the default ``logprob_start_len``) and ``output_token_logprobs``
   (``[logprob, token_id, None]`` per generated token, the stop token included). Its
@@ -84,15 +86,27 @@ class StandInSGLang:
         self.requests.append(payload)
         input_ids = [int(i) for i in payload["input_ids"]]
         params = payload.get("sampling_params") or {}
-        gen = self.policy(input_ids, params.get("max_new_tokens"))
+        limit = params.get("max_new_tokens")
+        gen = self.policy(input_ids, limit)
         ids = list(gen.token_ids or [])
         logprobs = list(gen.logprobs or [0.0] * len(ids))
-        if gen.finish_reason == "stop":
-            finish: dict[str, Any] = {"type": "stop", "matched": ids[-1]}
+        text_ids = ids
+        # SGLang's Req.check_finished order: an abort, then the length (so a stop token that is the
+        # last one allowed reports "length"), then the stop token; to_json's fields for each.
+        if gen.finish_reason == "abort":
+            finish: dict[str, Any] = {
+                "type": "abort",
+                "message": "Abort before prefill" if not ids else "Aborted",
+                "status_code": None,
+                "err_type": None,
+            }
+        elif limit is not None and len(ids) >= limit:
+            finish = {"type": "length", "length": limit}
+        elif gen.finish_reason == "stop":
+            finish = {"type": "stop", "matched": ids[-1]}
             text_ids = ids if params.get("no_stop_trim", False) else ids[:-1]
-        else:
-            finish = {"type": "length", "length": len(ids)}
-            text_ids = ids
+        else:  # a cut the policy made short of the limit: SGLang cuts only at max_new_tokens
+            raise AssertionError(f"the policy cut at {len(ids)} tokens, below max_new_tokens={limit}")
         skip = True if self.ignore_skip_special_tokens else params.get("skip_special_tokens", True)
         text = self.tokenizer.decode(text_ids, skip_special_tokens=skip)
         meta = {

@@ -27,6 +27,7 @@ from test_advantages import batch_st, rl2_batch
 
 import gem_core
 from gem_core.conformance import CASES, scripted_generation
+from gem_core.testing_models import build_tiny_model
 
 pytestmark = pytest.mark.usefixtures("rl2_process_group", "event_loop_set")
 CASE = CASES[0]  # NumberGuess bisection, chatml
@@ -40,7 +41,6 @@ def actor(monkeypatch: pytest.MonkeyPatch) -> Any:
     import RL2.workers.actor as actor_module
     import torch.distributed as dist
     from omegaconf import OmegaConf
-    from transformers import AutoModelForCausalLM, Qwen2Config
 
     monkeypatch.setattr(torch.cuda, "current_device", lambda: "cpu")
     monkeypatch.setattr(
@@ -51,16 +51,6 @@ def actor(monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setattr(actor_module, "count_total", actor_module.count_total)  # the guard is undone afterwards
     tokenizer = CASE.tokenizer()
     torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        tie_word_embeddings=True,
-    )
-    config._attn_implementation = "sdpa"
     rl2 = rl2_config(["actor.model_name=tiny", "actor.max_length_per_device=8192", "rollout.max_turns=8"])
     OmegaConf.resolve(rl2)
     actor = actor_module.Actor.__new__(actor_module.Actor)  # its __init__ loads flash-attention and FSDP
@@ -68,7 +58,8 @@ def actor(monkeypatch: pytest.MonkeyPatch) -> Any:
     actor.config.offload_model = actor.config.offload_optimizer = False  # no FSDP handles to move
     actor.device_mesh = dist.device_mesh.init_device_mesh("cpu", (1, 1, 1), mesh_dim_names=("dp", "sp", "tp"))
     actor.dp_size = 1
-    actor.model = AutoModelForCausalLM.from_config(config)
+    # torch left seeded as before: the steps' own draws follow from it
+    actor.model = build_tiny_model(tokenizer, seed=0, restore_rng=False, attention="sdpa", tie_word_embeddings=True)
     actor.optimizer = torch.optim.AdamW(actor.model.parameters(), lr=1e-2, weight_decay=0)
     actor.scheduler = torch.optim.lr_scheduler.LambdaLR(actor.optimizer, lambda _: 1.0)
     actor.module = actor_module

@@ -50,7 +50,7 @@ def test_a_stopped_action_extends_the_text_by_the_bridge_without_repeating_the_s
 
     async def play() -> tuple[str, dict[str, Any]]:
         state, info = await episodes.reset(ROW)
-        return state, await episodes.step(state, "My guess is 8<|im_end|>", info)
+        return state, await episodes.step(state, "My guess is 8<|im_end|>", info, "stop")
 
     state, out = run(play())
     episode_id = out["extra_info"][EPISODE_KEY]
@@ -68,7 +68,7 @@ def test_another_eos_of_the_model_also_ends_a_reply(tokenizer: Any) -> None:
 
     async def play() -> tuple[str, dict[str, Any]]:
         state, info = await episodes.reset(ROW)
-        return state, await episodes.step(state, "My guess is 8<|endoftext|>", info)
+        return state, await episodes.step(state, "My guess is 8<|endoftext|>", info, "stop")
 
     state, out = run(play())
     session = episodes._live[out["extra_info"][EPISODE_KEY]].session
@@ -92,7 +92,7 @@ def test_an_action_without_the_stop_was_cut(tokenizer: Any, on_cut: str, env_see
 
     async def play() -> tuple[str, dict[str, Any]]:
         state, info = await episodes.reset(ROW)
-        return state, await episodes.step(state, "My guess is 12", info)
+        return state, await episodes.step(state, "My guess is 12", info, "length")
 
     state, out = run(play())
     session = episodes._live[out["extra_info"][EPISODE_KEY]].session
@@ -107,7 +107,7 @@ def test_on_cut_truncate_ends_the_episode_without_stepping(tokenizer: Any) -> No
 
     async def play() -> dict[str, Any]:
         state, info = await episodes.reset(ROW)
-        return await episodes.step(state, "My guess", info)
+        return await episodes.step(state, "My guess", info, "length")
 
     out = run(play())
     episode = episodes.finished[out["extra_info"][EPISODE_KEY]]
@@ -122,7 +122,7 @@ def test_max_turns_truncates_at_rl2s_turn_limit(tokenizer: Any) -> None:
         state, info = await episodes.reset({**ROW, "env_kwargs": json.dumps({"max_turns": 10})})
         outs = []
         for _ in range(3):
-            out = await episodes.step(state, "My guess is 0<|im_end|>", info)
+            out = await episodes.step(state, "My guess is 0<|im_end|>", info, "stop")
             outs.append(out)
             state, info = out["next_state"], out["extra_info"]
         return outs
@@ -138,9 +138,9 @@ def test_max_turns_truncates_at_rl2s_turn_limit(tokenizer: Any) -> None:
 def test_a_step_for_an_unknown_or_finished_episode_is_refused(tokenizer: Any) -> None:
     episodes = table(tokenizer)
     with pytest.raises(TrajectoryError, match="not running here"):
-        run(episodes.step("s", "a", {**ROW, EPISODE_KEY: "nope"}))
+        run(episodes.step("s", "a", {**ROW, EPISODE_KEY: "nope"}, "stop"))
     with pytest.raises(TrajectoryError, match="reset"):
-        run(episodes.step("s", "a", ROW))
+        run(episodes.step("s", "a", ROW, "stop"))
 
 
 @pytest.mark.parametrize(
@@ -206,9 +206,9 @@ def test_env_calls_run_off_the_event_loop_and_a_failing_env_ends_only_its_episod
     async def play() -> tuple[list[dict[str, Any]], dict[str, Any]]:
         loop_thread.append(threading.get_ident())
         (s1, i1), (s2, i2) = await asyncio.gather(episodes.reset(ROW), episodes.reset(ROW))
-        first = await episodes.step(s1, "one<|im_end|>", i1)
-        failed = await episodes.step(first["next_state"], "two<|im_end|>", first["extra_info"])
-        other = await episodes.step(s2, "one<|im_end|>", i2)
+        first = await episodes.step(s1, "one<|im_end|>", i1, "stop")
+        failed = await episodes.step(first["next_state"], "two<|im_end|>", first["extra_info"], "stop")
+        other = await episodes.step(s2, "one<|im_end|>", i2, "stop")
         return [first, failed], other
 
     (_, failed), other = run(play())

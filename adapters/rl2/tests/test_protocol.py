@@ -61,7 +61,7 @@ def rl2_side(tokenizer: Any, replies: list[tuple[str, bool]]) -> tuple[list[int]
         for text, stopped in replies:
             ids = sampled(tokenizer, text, stopped)
             action = tokenizer.decode(ids, skip_special_tokens=False)  # SGLang with no_stop_trim, special tokens kept
-            out = await episodes.step(state, action, info)
+            out = await episodes.step(state, action, info, "stop" if stopped else "length", ids[-1] if ids else None)
             states += ids
             if out["done"]:
                 return states, info["gem_episode_id"]

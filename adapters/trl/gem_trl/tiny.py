@@ -77,11 +77,12 @@ def build_tiny_model(tokenizer: Any, *, seed: int = 0, hidden_size: int = 64, nu
         hidden_size: Width of the model.
         num_layers: Number of decoder layers.
     """
-    import torch
-    from transformers import AutoModelForCausalLM, Qwen2Config
+    from gem_core.testing_models import build_tiny_model as tiny_causal_lm
 
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
+    return tiny_causal_lm(
+        tokenizer,
+        seed=seed,
+        generation_tokens=True,
         hidden_size=hidden_size,
         intermediate_size=2 * hidden_size,
         num_hidden_layers=num_layers,
@@ -93,12 +94,6 @@ def build_tiny_model(tokenizer: Any, *, seed: int = 0, hidden_size: int = 64, nu
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=None,
     )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_config(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model
 
 
 def warm_up(

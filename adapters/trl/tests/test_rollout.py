@@ -9,13 +9,16 @@ import numpy as np
 import pytest
 from gem_trl import GemRollout, build_tiny_tokenizer, episode_key, make_prompt_dataset, parse_episode_key
 from gem_trl.advantages import completion_spans, rebn_token_advantages
-from gem_trl.rollout import RolloutTimings
+from gem_trl.rollout import RolloutTimings, vllm_generate
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gem_core.episode import INVALID_ACTION, Generation, TurnRequest
 from gem_core.errors import ConfigError, EnvNotFound, TemplatePrefixError
 from gem_core.rl.advantages import rebn
 from gem_core.rl.layouts import episode_to_sequence
 from gem_core.rl.returns import discounted_returns
+from gem_core.testing import engine_reading, sampled_reply
 from gem_core.testing_tokenizers import build_chat_tokenizer
 
 ENV_ID = "core:NumberGuess-v0"
@@ -381,3 +384,21 @@ def test_collective_backend_gets_the_same_batch_size_on_every_rank(tokenizer: An
     assert [len(c) for c in generate.calls] == [3, 3, 3, 3, 3]  # padded, and kept in step after it finished
     assert agreed == [3, 3, 3, 3, 3, 0]
     assert session.episode().num_turns == 2
+
+
+# TRL's vLLM engine returns only the sampled ids (no finish reason): gem reads the ending from them.
+@settings(max_examples=40, deadline=None)
+@given(ending=st.sampled_from(["stop", "stop-at-limit", "cut"]), max_tokens=st.integers(2, 24), overrun=st.booleans())
+def test_no_cut_is_read_as_a_stop_from_trls_vllm_ids(ending: str, max_tokens: int, overrun: bool) -> None:
+    tokenizer = build_chat_tokenizer("chatml")
+    eos = int(tokenizer.eos_token_id)
+    ids = sampled_reply(ending, max_tokens, eos, filler_id=47)
+    sent = ids + [47, eos] * overrun  # a server that ran past the limit is cut back to it
+    engine = SimpleNamespace(
+        max_completion_length=None,
+        generate=lambda prompts, images, num_generations: (None, [sent], None, None),
+    )
+    trainer = SimpleNamespace(vllm_generation=engine, eos_token_ids=[eos], max_completion_length=max_tokens)
+    (generation,) = vllm_generate(trainer)([TurnRequest(0, 0, [1, 2], [], max_tokens)])
+    expected = {"stop-at-limit": "stop"}.get(ending, ending)
+    assert engine_reading(generation, tokenizer, max_tokens) == expected

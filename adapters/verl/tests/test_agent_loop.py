@@ -19,6 +19,8 @@ import torch
 from gem_verl.agent_loop import GemAgentLoopOutput, finish_reason, merge_extra_fields
 from gem_verl.dataset import make_rows, write_parquet
 from hydra.errors import InstantiationException
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from omegaconf import OmegaConf
 from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 from verl.utils.dataset.rl_dataset import RLHFDataset
@@ -36,8 +38,10 @@ from verl_harness import (
 
 import gem_core
 from gem_core.conformance import CASES
-from gem_core.episode import INVALID_ACTION
+from gem_core.episode import INVALID_ACTION, Generation
 from gem_core.errors import ConfigError, TrajectoryError
+from gem_core.testing import REPLY_ENDINGS, engine_reading, sampled_reply
+from gem_core.testing_tokenizers import build_chat_tokenizer
 
 CASE = {case.name: case for case in CASES}
 BISECT = CASE["bisect"]
@@ -407,3 +411,23 @@ def test_on_env_error_raise_propagates(tokenizer: Any, faulty: str) -> None:
     fields = row(faulty, 3, env_kwargs={"fail_at": 1})
     with pytest.raises(TimeoutError, match="injected failure in step 1"):
         play(config(WRONG, on_env_error="raise"), Server(WRONG, tokenizer), tokenizer, fields)
+
+
+FINISH_TOKENIZER = build_chat_tokenizer("chatml")
+
+# What each server says for each way a reply ends (verl's TokenOutput.stop_reason).
+SAID = {
+    "vllm": {"stop": "completed", "stop-at-limit": "completed", "cut": "completed", "abort": "aborted"},
+    "sglang": {"stop": "stop", "stop-at-limit": "length", "cut": "length", "abort": "abort"},  # length tested first
+    "fully-async": {"stop": "stop", "stop-at-limit": "length", "cut": "length", "abort": "aborted"},
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(ending=st.sampled_from(REPLY_ENDINGS), server=st.sampled_from(sorted(SAID)), max_tokens=st.integers(2, 24))
+def test_no_cut_is_read_as_a_stop_whatever_the_server_says(ending: str, server: str, max_tokens: int) -> None:
+    eos = int(FINISH_TOKENIZER.eos_token_id)
+    ids = sampled_reply(ending, max_tokens, eos, filler_id=47)
+    generation = Generation(token_ids=ids, finish_reason=finish_reason(SAID[server][ending], ids, max_tokens, {eos}))
+    expected = {"stop-at-limit": "stop"}.get(ending, ending)  # its stop token sampled: complete
+    assert engine_reading(generation, FINISH_TOKENIZER, max_tokens) == expected

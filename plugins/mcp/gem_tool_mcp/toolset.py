@@ -140,7 +140,9 @@ class MCPToolset:
     listed once and wrapped as :class:`MCPTool`; every call reuses the same session.
     Errors the model should see (unknown tool, bad arguments, a tool that failed, a
     timeout, a lost server) come back as :class:`~gem_core.tools.ToolResult` errors; a lost
-    session is reopened on the next call.
+    session is reopened on the next call. A call that timed out or was cancelled leaves the
+    server answering a request nobody waits for: that session is never used again (the next
+    call opens a new one), so a late reply can never be read as a later call's.
 
     Args:
         config: An :class:`MCPConfig`, or pass its fields as keyword arguments.
@@ -235,10 +237,15 @@ class MCPToolset:
             return ToolResult(error=str(exc), metadata=meta)
         if not _sdk_imported:
             await asyncio.to_thread(self._import_sdk)
+        used: list[asyncio.Task[None] | None] = []  # the session the call went out on
         try:
-            result = await self._run(self._call(mcp_name, arguments, timeout), timeout)
+            result = await self._run(self._call(mcp_name, arguments, timeout, used), timeout)
         except asyncio.TimeoutError:
+            self._retire_soon(used)
             return ToolResult(error=f"{mcp_name} timed out after {timeout} s", elapsed_s=_since(start), metadata=meta)
+        except asyncio.CancelledError:
+            self._retire_soon(used)
+            raise
         except MCPConnectionError as exc:
             return ToolResult(error=str(exc), elapsed_s=_since(start), metadata=meta)
         except Exception as exc:  # the SDK's MCPError: unknown tool, invalid params...
@@ -331,22 +338,55 @@ class MCPToolset:
                 "(raise connect_timeout_s for slow-starting servers)"
             ) from None
 
-    async def _call(self, mcp_name: str, arguments: dict[str, Any], timeout: float) -> Any:
+    async def _call(
+        self, mcp_name: str, arguments: dict[str, Any], timeout: float, used: list[asyncio.Task[None] | None]
+    ) -> Any:
         client = await self._ensure_connected()
+        holder = self._holder
+        used.append(holder)
         try:
             # The SDK's own limit is a backstop: the caller's wait_for (same timeout) normally fires first.
             return await client.call_tool(mcp_name, arguments, read_timeout_seconds=timeout + 1.0)
+        except asyncio.CancelledError:  # the caller gave up (its timeout, or it was cancelled)
+            self._retire(holder)
+            raise
         except Exception as exc:
             code = getattr(exc, "code", None)
             if code == _REQUEST_TIMEOUT:
+                self._retire(holder)
                 raise asyncio.TimeoutError from exc
-            if code == _CONNECTION_CLOSED or not self._session_alive():
-                await self._disconnect()  # reopened on the next call
+            if code == _CONNECTION_CLOSED or holder is None or holder.done():
+                if holder is self._holder:  # not a session an earlier timeout already replaced
+                    await self._disconnect()  # reopened on the next call
                 raise MCPConnectionError(
                     f"MCP server {self.config.name!r} connection lost ({_describe(exc)}); "
                     "it is restarted on the next call"
                 ) from exc
             raise
+
+    def _retire_soon(self, used: list[asyncio.Task[None] | None]) -> None:
+        """From the caller's side, at once: retire the session a given-up call went out on.
+
+        The cancellation reaches the call on the session's loop only later (the SDK may await while
+        unwinding); queued now, the retirement runs before any call the caller makes next.
+        """
+        if used:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: so is the session
+                self._loop.submit(self._retire_async(used[0]))
+
+    async def _retire_async(self, holder: asyncio.Task[None] | None) -> None:
+        self._retire(holder)
+
+    def _retire(self, holder: asyncio.Task[None] | None) -> None:
+        """Never hand out this session again: a call on it was abandoned, so the server may still answer it.
+
+        The next call opens a new session (and shuts this one down first); calls still in flight on
+        this one finish on it or fail as a lost connection. The SDK matches replies by request id,
+        so a late reply cannot answer another request even before that; the server, though, may
+        still be busy with (or stuck in) the abandoned call.
+        """
+        if holder is not None and holder is self._holder:
+            self._client = None
 
     def _session_alive(self) -> bool:
         return self._holder is not None and not self._holder.done()

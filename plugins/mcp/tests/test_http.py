@@ -60,17 +60,18 @@ def test_unknown_tool_is_an_error(toolset: MCPToolset) -> None:
     assert not result.ok and "does_not_exist" in (result.error or "")
 
 
-def test_timeout_is_an_error_and_the_session_is_kept(toolset: MCPToolset) -> None:
+def test_timeout_is_an_error_and_the_session_is_replaced(toolset: MCPToolset) -> None:
     connections = toolset.connections
     result = run(toolset.call("sleep", {"seconds": 10}, timeout_s=0.5))
     assert not result.ok and result.error == "sleep timed out after 0.5 s"
     assert run(tools_of(toolset)["echo"].execute({"text": "still here"})).output == "still here"
-    assert toolset.connections == connections
+    assert toolset.connections == connections + 1  # the abandoned call's session is never reused
 
 
 def test_concurrent_calls_share_the_session(toolset: MCPToolset) -> None:
     add = tools_of(toolset)["add"]
     before = json.loads(run(tools_of(toolset)["stats"].execute({})).output)["calls"]
+    connections = toolset.connections
 
     async def main() -> list[ToolResult]:
         return await asyncio.gather(*(add.execute({"a": i, "b": i}) for i in range(20)))
@@ -78,7 +79,7 @@ def test_concurrent_calls_share_the_session(toolset: MCPToolset) -> None:
     results = asyncio.run(main())
     assert [r.output for r in results] == [str(2 * i) for i in range(20)]
     after = json.loads(run(tools_of(toolset)["stats"].execute({})).output)["calls"]
-    assert after - before == 20 and toolset.connections == 1
+    assert after - before == 20 and toolset.connections == connections
 
 
 def test_include_exclude_and_prefix(http_url: str) -> None:

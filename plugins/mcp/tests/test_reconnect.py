@@ -1,4 +1,4 @@
-"""A stdio server that dies is reported to the model, then restarted on the next call."""
+"""A server that dies is reported to the model, then restarted; a call given up leaves its session unused."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 from gem_tool_mcp import MCPToolset
+from hypothesis import Phase, example, given, settings
+from hypothesis import strategies as st
 
 
 def test_crashed_server_is_restarted_on_next_call(test_server_script: Path) -> None:
@@ -22,3 +25,42 @@ def test_crashed_server_is_restarted_on_next_call(test_server_script: Path) -> N
         assert again.ok, again.error
         assert json.loads(again.output)["pid"] != first_pid
         assert ts.connections == 2
+
+
+# ---------------------------------------------------------------------- abandoned calls: no late reply is ever read
+
+CALL_KINDS = ["echo", "timeout", "cancel"]
+
+
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+def test_a_call_given_up_never_lends_its_late_reply_to_a_later_call(
+    transport: str, http_url: str, test_server_script: Path
+) -> None:
+    """Any mix of answered calls, calls past their timeout and calls their caller cancelled, on the real server."""
+
+    @settings(max_examples=3, deadline=None, phases=[Phase.explicit, Phase.generate])
+    @example(plan=[("timeout", "a"), ("echo", "b"), ("cancel", "c"), ("echo", "d")])
+    @given(plan=st.lists(st.tuples(st.sampled_from(CALL_KINDS), st.text("abcxyz", min_size=1, max_size=8)), max_size=5))
+    def check(plan: list[tuple[str, str]]) -> None:
+        if transport == "http":
+            toolset = MCPToolset.http(http_url, name="late-http")
+        else:
+            toolset = MCPToolset.stdio(sys.executable, [str(test_server_script), "stdio"], server_stderr="discard")
+        with toolset:
+            toolset.tools()
+            for i, (kind, text) in enumerate(plan):
+                if kind == "echo":
+                    result = asyncio.run(toolset.call("echo", {"text": text}))
+                    assert result.ok and result.output == text, (i, result)  # its own reply, never "slept ..."
+                    continue
+                # the server answers 0.6 s later, while the next call is under way
+                sleep = toolset.call("sleep", {"seconds": 0.6}, timeout_s=0.2 if kind == "timeout" else 30.0)
+                if kind == "timeout":
+                    assert asyncio.run(sleep).error == "sleep timed out after 0.2 s"
+                else:
+                    with pytest.raises(asyncio.TimeoutError):
+                        asyncio.run(asyncio.wait_for(sleep, 0.2))
+            # every call after an abandoned one runs on a new session
+            assert toolset.connections == 1 + sum(kind != "echo" for kind, _ in plan[:-1])
+
+    check()

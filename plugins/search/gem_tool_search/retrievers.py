@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import weakref
@@ -92,7 +93,9 @@ class HttpRetriever:
     Request ``{"queries": [...], "topk": k, "return_scores": true}``; response
     ``{"result": [[{"document": {"id", "contents"}, "score": s}, ...], ...]}`` with one list
     per query. Documents may also carry ``title``/``text`` instead of ``contents``.
-    One :class:`aiohttp.ClientSession` is kept open, so connections are reused.
+    One :class:`aiohttp.ClientSession` is kept open, so connections are reused; a request
+    that fails, times out or is cancelled closes it (the next request opens a new one), so
+    a late reply never reaches a later request.
 
     Args:
         url: Full endpoint, e.g. ``http://127.0.0.1:8000/retrieve``.
@@ -120,8 +123,27 @@ class HttpRetriever:
                 if response.status != 200:
                     raise ToolError(f"search server {self.url} answered HTTP {response.status}: {body[:300]}")
         except aiohttp.ClientError as exc:
+            await self._reset()
             raise ToolError(f"search server {self.url} unreachable: {type(exc).__name__}: {exc}") from exc
+        except asyncio.TimeoutError:
+            await self._reset()
+            raise ToolError(
+                f"search server {self.url} timed out after {self.timeout_s} s; its connections were dropped"
+            ) from None
+        except asyncio.CancelledError:
+            await self._reset()
+            raise
         return self._parse(body, len(queries))
+
+    async def _reset(self) -> None:
+        """Drop every connection: a request given up may still get its reply, which no later request may read.
+
+        (aiohttp already closes a connection whose response was not read to its end; this also
+        leaves no connection of the failed pool for the next request.)
+        """
+        session, self._session = self._session, None
+        if session is not None:
+            await asyncio.shield(session.close())
 
     def _parse(self, body: str, n_queries: int) -> list[list[SearchHit]]:
         try:

@@ -112,12 +112,30 @@ class _Batcher:
         if not live:
             return
         self.batches += 1
+        request = asyncio.current_task()
+        settled = False
+
+        def caller_gone(_: asyncio.Future[list[SearchHit]]) -> None:
+            # Every caller timed out or was cancelled: stop the request (the backend drops its channel)
+            # rather than read a reply nobody waits for.
+            if not settled and request is not None and all(future.done() for _, _, future in live):
+                request.cancel()
+
+        for _, _, future in live:
+            future.add_done_callback(caller_gone)
         try:
             # One request at the largest top_k; each caller gets its own prefix of the ranking.
             results = await self.retriever.search([q for q, _, _ in live], max(k for _, k, _ in live))
+            settled = True
             if len(results) != len(live):
                 raise ToolError(f"search backend returned {len(results)} result lists for {len(live)} queries")
+        except asyncio.CancelledError:
+            settled = True
+            if all(future.done() for _, _, future in live):
+                return  # abandoned by every caller: nobody to answer
+            raise
         except Exception as exc:
+            settled = True
             for _, _, future in live:
                 if not future.done():
                     future.set_exception(exc)

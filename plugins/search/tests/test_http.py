@@ -4,17 +4,31 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from typing import Any
 
 import pytest
 from gem_tool_search import HttpRetriever, SearchTool
+from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import strategies as st
 
 from gem_core.errors import ToolError
 from gem_core.tools import ToolResult
 
+QUERIES = ["Jupiter", "Eiffel Tower", "penicillin", "capital of Canada", "tallest building"]
+
 
 def run(tool: SearchTool, **arguments: Any) -> ToolResult:
     return asyncio.run(tool.execute(arguments))
+
+
+def wait_until(predicate: Any, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return bool(predicate())
 
 
 @pytest.fixture
@@ -112,3 +126,36 @@ def test_wrong_number_of_result_lists_is_rejected() -> None:
     retriever = HttpRetriever("http://127.0.0.1:1/retrieve")
     with pytest.raises(ToolError, match="returned 1 result lists for 2 queries"):
         retriever._parse('{"result": [[]]}', 2)
+
+
+@settings(
+    max_examples=4,
+    deadline=None,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@example(plan=[("Jupiter", True), ("Eiffel Tower", False), ("penicillin", True), ("capital of Canada", False)])
+@given(plan=st.lists(st.tuples(st.sampled_from(QUERIES), st.booleans()), min_size=1, max_size=4))
+def test_a_late_reply_never_answers_a_later_query(retrieval_server: Any, plan: list[tuple[str, bool]]) -> None:
+    """Any mix of answered and timed-out queries on the real server: each answer is its own query's, fresh."""
+    server = retrieval_server
+    tool = SearchTool(backend="http", url=server.url, top_k=2, timeout_s=2.0)
+    local = SearchTool(top_k=2)
+    try:
+        for query, slow in plan:
+            server.mode = "slow" if slow else "ok"
+            server.release.clear()
+            result = run(tool, query=query)
+            if slow:
+                assert not result.ok and "timed out" in (result.error or "")
+                # every caller gave up: the request was stopped and its connections dropped
+                assert wait_until(lambda: tool.retriever._session is None)  # type: ignore[attr-defined]
+                server.mode = "ok"
+                server.release.set()  # the late reply goes out now, to a connection nobody reads
+            else:
+                assert result.ok, result.error
+                assert result.metadata["doc_ids"] == run(local, query=query).metadata["doc_ids"]
+    finally:
+        server.release.set()
+        tool.close()
+        local.close()
