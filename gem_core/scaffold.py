@@ -111,6 +111,7 @@ from __future__ import annotations
 from typing import Any
 
 from gem_core import Env
+from gem_core.errors import ResetNeeded
 
 WORDS = ("apple", "river", "stone", "cloud", "tiger", "piano", "lemon", "garden", "window", "planet")
 
@@ -125,13 +126,18 @@ class ReverseEnv(Env):
         if not self.words:
             raise ValueError(f"no word has {min_length} letters or more")
         self.word = ""
+        self.running = False  # step() is allowed only between reset() and the step that ends the episode
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)  # seeds self.np_random: use it, never the global random
         self.word = self.words[int(self.np_random.integers(len(self.words)))]
+        self.running = True
         return f"Write the word {self.word!r} backwards. Answer with that one word.", {}
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if not self.running:
+            raise ResetNeeded("ReverseEnv.step() called before reset() or after the episode ended: call reset()")
+        self.running = False  # one turn per episode
         answer = action.strip().strip("'\\"").lower()
         success = answer == self.word[::-1]
         return "Correct." if success else "Wrong.", 1.0 if success else 0.0, True, False, {"success": success}

@@ -29,9 +29,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gem_core.core import AsyncEnv, Env, ResetReturn, StepReturn, to_sync
-from gem_core.errors import EnvCheckError
+from gem_core.errors import EnvCheckError, ResetNeeded
 from gem_core.tools.base import Tool, ToolResult
-from gem_core.wrappers.base import Wrapper
+from gem_core.wrappers.base import Wrapper, ends_episode
 
 __all__ = [
     "FAULTS",
@@ -83,11 +83,13 @@ class NumberGuessEnv(Env):
         self.low, self.high, self.max_turns = low, high, max_turns
         self.target: int | None = None
         self.turn = 0
+        self.done = False
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
         super().reset(seed=seed)
         self.target = int(self.np_random.integers(self.low, self.high + 1))
         self.turn = 0
+        self.done = False
         return (
             f"I picked a whole number between {self.low} and {self.high}. You have {self.max_turns} guesses. "
             "Answer with a number, e.g. 7.",
@@ -95,12 +97,12 @@ class NumberGuessEnv(Env):
         )
 
     def step(self, action: str) -> StepReturn:
-        if self.target is None:
-            from gem_core.errors import ResetNeeded
-
-            raise ResetNeeded("call reset() before step()")
+        if self.target is None or self.done:
+            when = "before reset()" if self.target is None else "after the episode ended"
+            raise ResetNeeded(f"NumberGuessEnv.step() called {when}: call reset() first")
         self.turn += 1
         truncated = self.turn >= self.max_turns
+        self.done = truncated  # a right guess sets it below
         found = self._INT.findall(action[-200:])
         if not found:
             obs = (
@@ -110,6 +112,7 @@ class NumberGuessEnv(Env):
             return obs, -0.1, False, truncated, {"format_error": True}
         guess = int(found[-1])
         if guess == self.target:
+            self.done = True
             return f"Correct, it was {guess}!", 1.0, True, False, {"success": True, "parsed_action": str(guess)}
         hint = "higher" if guess < self.target else "lower"
         obs = f"{guess} is wrong; the number is {hint}."
@@ -145,6 +148,9 @@ class GenericTestEnv(Env):
         step_func: ``(env, action) -> step tuple``; default echoes the action and ends after
             ``episode_length`` steps with reward 1.0 on the last one.
         episode_length: Steps per episode for the default ``step_func``.
+
+    Like every env, it raises :class:`~gem_core.errors.ResetNeeded` on ``step`` before
+    ``reset`` and after a step that returned ``terminated`` or ``truncated``.
     """
 
     def __init__(
@@ -158,20 +164,28 @@ class GenericTestEnv(Env):
         self.episode_length = episode_length
         self.t = 0
         self.closed = 0
+        self.running = False
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
         super().reset(seed=seed)
         self.t = 0
+        self.running = True
         if self.reset_func is not None:
             return self.reset_func(self, seed, options)
         return f"start {int(self.np_random.integers(1_000_000))}", {}
 
     def step(self, action: str) -> StepReturn:
+        if not self.running:
+            raise ResetNeeded("GenericTestEnv.step() called before reset() or after the episode ended")
         self.t += 1
         if self.step_func is not None:
-            return self.step_func(self, action)
-        done = self.t >= self.episode_length
-        return f"echo[{self.t}]: {action[:50]}", 1.0 if done else 0.0, done, False, {}
+            result = self.step_func(self, action)
+        else:
+            done = self.t >= self.episode_length
+            result = f"echo[{self.t}]: {action[:50]}", 1.0 if done else 0.0, done, False, {}
+        if ends_episode(result):
+            self.running = False
+        return result
 
     def close(self) -> None:
         self.closed += 1
@@ -399,6 +413,27 @@ def _rollout(env: Env, seed: int, actions: Sequence[str]) -> list[tuple[Any, ...
     return trace
 
 
+_AFTER_DONE = "after the episode ended (a step returned terminated or truncated)"
+
+
+def _check_refuses_step(env: Env, action: str, when: str) -> None:
+    """``env.step`` must raise ``ResetNeeded`` ``when`` (before reset, after the episode ended)."""
+    try:
+        result = env.step(action)
+    except ResetNeeded:
+        return
+    except Exception as exc:
+        raise _fail(
+            f"step() {when} raised {type(exc).__name__}: {exc}; it must raise gem_core.errors.ResetNeeded "
+            "(check in step() that an episode is running, before anything else)"
+        ) from exc
+    raise _fail(
+        f"step() {when} returned {result!r:.200} instead of raising gem_core.errors.ResetNeeded: "
+        "remember whether an episode is running (reset() starts one, a terminated or truncated step ends it) "
+        "and raise ResetNeeded in step() when none is"
+    )
+
+
 def _actions_for(env: Env, n: int) -> list[str]:
     try:
         return [env.sample_random_action() for _ in range(n)]
@@ -418,6 +453,8 @@ def check_env(
 
     Checks, in order: ``reset`` signature and return types; ``step`` return types
     (str obs, finite float reward, bool flags, dict info, reserved info keys);
+    that ``step`` after a terminated or truncated step (and, on a fresh instance from
+    ``env_factory``, before ``reset``) raises :class:`~gem_core.errors.ResetNeeded`;
     determinism (same seed and actions give the same episode, on this instance and
     on a fresh one from ``env_factory``); that the process-global ``random`` and
     ``numpy.random`` states are untouched; that ``step`` survives every action in
@@ -441,6 +478,8 @@ def check_env(
     _check_reset_return(sync_env.reset(seed=seed))
     actions = _actions_for(sync_env, num_steps)
     first = _rollout(sync_env, seed, actions)
+    if len(first[-1]) == 5 and (first[-1][2] or first[-1][3]):
+        _check_refuses_step(sync_env, actions[len(first) - 2], _AFTER_DONE)
     second = _rollout(sync_env, seed, actions)
     _check_global_rngs(py_state, np_state)  # first: it is the usual cause of non-determinism
     if first != second:
@@ -448,6 +487,7 @@ def check_env(
     if env_factory is not None:
         other = to_sync(env_factory())
         try:
+            _check_refuses_step(other, actions[0], "before reset() on a new instance")
             third = _rollout(other, seed, actions)
         finally:
             other.close()
@@ -466,6 +506,7 @@ def check_env(
                 ) from exc
             *_, terminated, truncated, _info = _check_step_return(result, action)
             if terminated or truncated:
+                _check_refuses_step(sync_env, action, _AFTER_DONE)
                 obs, _ = _check_reset_return(sync_env.reset())
 
     _check_global_rngs(py_state, np_state)

@@ -131,3 +131,41 @@ def test_cross_instance_determinism() -> None:
 
     with pytest.raises(EnvCheckError, match="two instances"):
         check_env(factory(), env_factory=factory)
+
+
+class EndlessAfterDoneEnv(GenericTestEnv):
+    """Ends after two steps but answers normally when stepped again (GEM's envs did)."""
+
+    def step(self, action: str) -> StepReturn:
+        self.t += 1
+        return "o", 0.0, self.t >= 2, False, {}
+
+
+class WrongErrorAfterDoneEnv(GenericTestEnv):
+    def step(self, action: str) -> StepReturn:
+        if not self.running:
+            raise RuntimeError("episode over")
+        return super().step(action)
+
+
+class StepsBeforeResetEnv(GenericTestEnv):
+    """Refuses a step after done, but answers one before the first reset."""
+
+    def step(self, action: str) -> StepReturn:
+        if self.seed_used is None and not self.running:
+            return "not started", 0.0, False, False, {}
+        return super().step(action)
+
+
+@pytest.mark.parametrize(
+    ("env_cls", "message"),
+    [
+        (EndlessAfterDoneEnv, r"step\(\) after the episode ended .* returned .* instead of raising .*ResetNeeded"),
+        (WrongErrorAfterDoneEnv, r"step\(\) after the episode ended .* raised RuntimeError: episode over"),
+        (StepsBeforeResetEnv, r"step\(\) before reset\(\) on a new instance returned"),
+    ],
+    ids=["returns-after-done", "wrong-error-after-done", "steps-before-reset"],
+)
+def test_check_env_requires_reset_needed_outside_an_episode(env_cls: type[GenericTestEnv], message: str) -> None:
+    with pytest.raises(EnvCheckError, match=message):
+        check_env(env_cls(), env_factory=env_cls)

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gem_core.core import Env, ResetReturn, StepReturn
-from gem_core.errors import ConfigError, InvalidAction, ResetNeeded, ToolError
+from gem_core.errors import ConfigError, InvalidAction, ToolError
 from gem_core.loop import LoopThread
 from gem_core.registry import format_config_error
 from gem_core.tools.base import Tool, ToolCall, ToolResult
@@ -112,7 +112,6 @@ class ToolEnvWrapper(Wrapper):
         self._loop = LoopThread("gem-tools")
         self.calls_used = 0
         self.turn_calls: list[int] = []
-        self._started = False
 
     def _build(self, name: str) -> Tool:
         from gem_core.api import make_tool  # late: the registry loads plugins
@@ -128,7 +127,6 @@ class ToolEnvWrapper(Wrapper):
         obs, info = self.env.reset(seed=seed, options=options)
         self.calls_used = 0
         self.turn_calls = []
-        self._started = True
         info = {**info, "tools": [tool.schema() for tool in self.tools.values()]}
         if self.config.instructions:
             obs = f"{obs}\n\n{self.instructions()}"
@@ -154,8 +152,8 @@ class ToolEnvWrapper(Wrapper):
         return "\n".join(lines)
 
     def step(self, action: str) -> StepReturn:
-        if not self._started:
-            raise ResetNeeded("call reset() before step()")
+        # step before reset or after the final answer raises ResetNeeded (the Wrapper base's guard), so no
+        # tool runs against an env whose episode is over
         if not isinstance(action, str):
             raise InvalidAction(
                 f"the action must be the model's response as a str, got {type(action).__name__}; "

@@ -5,7 +5,7 @@ import time
 import pytest
 
 from gem_core.core import StepReturn
-from gem_core.errors import ConfigError
+from gem_core.errors import ConfigError, ResetNeeded
 from gem_core.testing import GenericTestEnv
 from gem_core.wrappers import EpisodeStatistics, TimeLimit
 
@@ -60,8 +60,12 @@ def test_max_seconds_truncates_slow_episodes() -> None:
 
     env = TimeLimit(GenericTestEnv(step_func=slow), max_seconds=0.05)
     env.reset(seed=0)
-    flags = [env.step("a")[3] for _ in range(3)]
+    flags = [env.step("a")[3]]
+    while not flags[-1] and len(flags) < 3:
+        flags.append(env.step("a")[3])
     assert flags[0] is False and flags[-1] is True
+    with pytest.raises(ResetNeeded, match="after the episode ended"):
+        env.step("a")
 
 
 @pytest.mark.parametrize(
