@@ -299,3 +299,25 @@ def test_steps_where_no_episode_reaches_the_loss_train_on_nothing(tmp_path: Any,
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert losses == [0.0, 0.0]
     assert all(torch.equal(p.detach(), before[name]) for name, p in trainer.model.named_parameters())
+
+
+def _count_model_work(tmp_path: Any, estimator: str) -> tuple[int, int]:
+    """Forward passes and tokens forwarded by the policy over one training step (rollout, log-probs, loss)."""
+    trainer = _train(tmp_path, advantage_estimator=estimator, max_steps=1)
+    work = [0, 0]
+
+    def count(_module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        work[0] += 1
+        work[1] += 0 if ids is None else ids.numel()
+
+    trainer.model.register_forward_pre_hook(count, with_kwargs=True)
+    trainer.train()
+    return work[0], work[1]
+
+
+def test_rebn_adds_no_model_work_to_a_step(tmp_path: Any) -> None:
+    # Same seed and policy: the first step plays the same episodes; ReBN only re-weights their tokens.
+    rebn_work = _count_model_work(tmp_path / "rebn", "rebn")
+    assert rebn_work == _count_model_work(tmp_path / "grpo", "grpo")
+    assert rebn_work[0] > 1
