@@ -1,16 +1,13 @@
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from gem_core.testing_servers import ServerDidNotStart, free_port, serve_until_healthy
 
 
 @pytest.fixture(scope="session")
@@ -45,41 +42,18 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def openai_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``transformers serve`` (a real OpenAI-compatible server) on loopback, serving the tiny model."""
     cli = Path(sys.executable).parent / "transformers"
     if not cli.exists():
         pytest.skip("transformers[serving] is not installed (the eval tox env installs it)")
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("serve") / "serve.log"
-    with open(log, "wb") as handle:
-        process = subprocess.Popen(
-            [str(cli), "serve", str(tiny_model_dir), "--host", "127.0.0.1", "--port", str(port)],
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "HF_HUB_OFFLINE": "1"},
-            start_new_session=True,
-        )
+    command = [str(cli), "serve", str(tiny_model_dir), "--host", "127.0.0.1", "--port", str(port)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"transformers serve did not come up:\n{log.read_text()[-3000:]}")
-            time.sleep(0.5)
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        with serve_until_healthy(command, f"http://127.0.0.1:{port}/health", log, env=env):
+            yield f"http://127.0.0.1:{port}/v1"
+    except ServerDidNotStart as exc:
+        pytest.fail(str(exc))

@@ -10,12 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,49 +19,27 @@ import verifiers.v1 as vf
 from gem_vf_toy import FOLLOW_UP
 
 from gem_core.rl.advantages import rebn_advantages
+from gem_core.testing_servers import ServerDidNotStart, free_port, serve_until_healthy
 from gem_verifiers import VerifiersTraceError, run_episodes, to_gem_episodes
 
 pytest.importorskip("torch", reason="the verifiers tox env installs torch (CPU) for transformers serve")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
-def model_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def model_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     from gem_core.testing_models import save_tiny_model
 
     model_dir = save_tiny_model(tmp_path_factory.mktemp("tiny-model"), hidden_size=64, num_heads=2)
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     cli = Path(sys.executable).parent / "transformers"
-    with open(log, "wb") as handle:
-        process = subprocess.Popen(
-            [str(cli), "serve", str(model_dir), "--host", "127.0.0.1", "--port", str(port)],
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "HF_HUB_OFFLINE": "1"},
-            start_new_session=True,
-        )
+    command = [str(cli), "serve", str(model_dir), "--host", "127.0.0.1", "--port", str(port)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"transformers serve did not come up:\n{log.read_text()[-3000:]}")
-            time.sleep(0.5)
-        yield f"http://127.0.0.1:{port}/v1", str(model_dir)
-    finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        with serve_until_healthy(command, f"http://127.0.0.1:{port}/health", log, env=env):
+            yield f"http://127.0.0.1:{port}/v1", str(model_dir)
+    except ServerDidNotStart as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture(scope="module")
