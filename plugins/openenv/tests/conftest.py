@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,14 +12,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gem_core.testing_servers import free_port
+
 HERE = Path(__file__).parent
 GEM = str(Path(sys.executable).with_name("gem"))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Server:
