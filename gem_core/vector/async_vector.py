@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -74,6 +76,9 @@ class ThreadGroup(LocalGroup[Member]):
         self.factories = factories or {}
         self.timeout = timeout
         self.abandoned: list[ThreadPoolExecutor] = []
+        # Whether a batch starts in the pool before the caller waits for it: needed only when the
+        # caller first waits for other groups (async envs, processes) of the same vector env.
+        self.start_early = True
 
     def start(self, indices: list[int], requests: Sequence[Request]) -> Pending:
         members = self.members
@@ -92,26 +97,61 @@ class ThreadGroup(LocalGroup[Member]):
         return self._waiter(indices, futures)
 
     def _batched(self, calls: list[tuple[Callable[[Any], Outcome], Any]]) -> Pending:
-        """Serve ``calls`` with one pool job per thread instead of one per env (no timeout to watch).
+        """Serve ``calls`` from a shared queue of work, with as many threads as the envs keep busy.
 
-        Each job takes the next call from a shared iterator until none is left, so a slow env
-        delays only the job that has it (the others take the rest), as with one job per env;
-        but a batch costs ``min(threads, envs)`` hand-offs between threads, not one per env.
+        One job starts in the pool now (when the caller has other groups to wait for first), and
+        the caller's thread joins in when it waits. A job,
+        before it runs a call, starts another job if calls are left and the last job started
+        is already running: threads are added only as fast as they get to run. Envs that block
+        (I/O, sleeps: they release the GIL) thus spread over the threads within a few thread
+        wake-ups, and a slow env delays only the job that has it; cheap envs (pure Python, the
+        GIL held) are served by the thread that runs, mostly the caller's, for about one
+        hand-off between threads per batch instead of one per env. At most ``max_threads``
+        threads serve a batch at once, the caller's included.
         """
-        outcomes: list[Outcome] = [()] * len(calls)
-        # Shared by the jobs: next() on it is one C call, atomic under the GIL.
-        work = iter(enumerate(calls))
+        total = len(calls)
+        outcomes: list[Outcome] = [()] * total
+        # next() on a count is one C call, atomic under the GIL: each position is taken once.
+        positions = itertools.count()
+        jobs: list[Future[None]] = []
+        serving = [0]  # threads serving the batch, the caller's included
+        waiting = [False]  # a job was started in the pool and has not run yet
+        lock = threading.Lock()
+        submit, limit = self.pool.submit, self.max_workers
+
+        def join() -> bool:
+            with lock:
+                if serving[0] >= limit:
+                    return False
+                serving[0] += 1
+                return True
+
+        def start_job() -> None:
+            if join():
+                waiting[0] = True
+                jobs.append(submit(pool_job))
 
         def job() -> None:
-            for position, (call, argument) in work:
+            while (position := next(positions)) < total:
+                if not waiting[0] and position + 1 < total and serving[0] < limit:
+                    start_job()  # a helper for the rest, in case this call blocks
+                call, argument = calls[position]
                 outcomes[position] = call(argument)
 
-        submit = self.pool.submit
-        jobs = [submit(job) for _ in range(min(self.max_workers, len(calls)))]
+        def pool_job() -> None:
+            waiting[0] = False
+            job()
+
+        if total and self.start_early:
+            start_job()
 
         def wait() -> list[Outcome]:
-            for finished in jobs:
-                finished.result()
+            if join():
+                job()  # the caller's thread serves calls too, instead of only waiting
+            finished = 0
+            while finished < len(jobs):  # a job starts its helper before its own call: none is missed
+                jobs[finished].result()
+                finished += 1
             return outcomes
 
         return wait
@@ -180,7 +220,8 @@ class AsyncVectorEnv(VectorEnv):
         autoreset_mode: ``"next_step"`` (default), ``"same_step"`` or ``"disabled"``.
         on_error: ``"raise"`` (default) or ``"reset"``; see :class:`~gem_core.vector.VectorEnv`.
         sync_envs: ``"thread"`` (default) or ``"inline"``.
-        max_threads: Thread-pool size; default one per threaded env, at most 64.
+        max_threads: Most threads serving threaded envs at once (the calling thread, which serves
+            them too while it waits, included); default one per threaded env, at most 64.
         max_processes: Worker processes for process envs; default ``os.cpu_count()``.
         step_timeout: Seconds one env's request may take (``None``: no limit): async envs
             are cancelled, threads abandoned (:class:`ThreadGroup`), inline envs interrupted
@@ -226,7 +267,9 @@ class AsyncVectorEnv(VectorEnv):
                     max_workers=max_threads or min(64, len(threaded)), thread_name_prefix="gem-vector"
                 )
                 factories = {m.index: env_fns[m.index] for m in threaded}
-                groups.append(ThreadGroup(threaded, self._pool, factories, step_timeout))  # type: ignore[arg-type]
+                threads = ThreadGroup(threaded, self._pool, factories, step_timeout)  # type: ignore[arg-type]
+                threads.start_early = bool(native or inline or len(threaded) < len(env_fns))
+                groups.append(threads)
             remote = {i: fn.factory for i, fn in enumerate(env_fns) if isinstance(fn, ProcessEnv)}
             if remote:
                 groups.append(process_group(remote, mode, on_error, max_processes, step_timeout))

@@ -10,13 +10,17 @@ general path: the same step served as a ``Step`` request through ``Member.handle
 from __future__ import annotations
 
 import functools
+import threading
+import time
 from typing import Any
 
 import numpy as np
-from gem_vector_testenvs import make_count_env
+import pytest
+from gem_vector_testenvs import make_async_count_env, make_count_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gem_core.core import Env
 from gem_core.errors import ResetNeeded, VectorEnvError
 from gem_core.vector import AsyncVectorEnv, SyncVectorEnv, VectorEnv
 from gem_core.vector.member import Step
@@ -83,3 +87,61 @@ def test_fast_paths_match_the_general_one(n: int, mode: str, on_error: str, scri
     finally:
         for vec in vecs:
             vec.close()
+
+
+class RendezvousEnv(Env):
+    """Each step waits at a shared barrier (releasing the GIL, as I/O does) and counts the envs inside step."""
+
+    def __init__(self, barrier: threading.Barrier | None, inside: list[int], lock: threading.Lock) -> None:
+        self.barrier, self.inside, self.lock = barrier, inside, lock
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        return "start", {}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        with self.lock:
+            self.inside[0] += 1
+            self.inside[1] = max(self.inside[1], self.inside[0])
+        try:
+            if self.barrier is not None:
+                self.barrier.wait(timeout=10)  # broken (an error) unless `parties` envs are in step at once
+            else:
+                time.sleep(0.01)
+        finally:
+            with self.lock:
+                self.inside[0] -= 1
+        return action, 0.0, False, False, {"thread": threading.current_thread().name}
+
+
+@pytest.mark.parametrize(
+    ("num_envs", "max_threads", "with_async_env"),
+    [(2, 2, False), (8, 8, False), (8, 8, True), (64, 64, False)],
+    ids=["2-envs", "8-envs", "8-envs-beside-an-async-env", "64-envs"],
+)
+def test_thread_backend_runs_blocking_envs_all_at_once(num_envs: int, max_threads: int, with_async_env: bool) -> None:
+    """As many blocking envs as threads are inside step at the same time, batch after batch."""
+    barrier, inside, lock = threading.Barrier(num_envs), [0, 0], threading.Lock()
+    fns: list[Any] = [functools.partial(RendezvousEnv, barrier, inside, lock)] * num_envs
+    if with_async_env:
+        fns.append(functools.partial(make_async_count_env, 2))
+    with AsyncVectorEnv(fns, max_threads=max_threads) as vec:
+        vec.reset(seed=0)
+        for step in range(3):
+            observations, *_ = vec.step([f"a{step}"] * len(fns))
+            assert observations[:num_envs] == [f"a{step}"] * num_envs
+    assert inside[1] == num_envs
+
+
+@pytest.mark.parametrize(
+    ("num_envs", "max_threads"), [(5, 1), (9, 2), (30, 4)], ids=["1-thread", "2-threads", "4-threads"]
+)
+def test_thread_backend_never_runs_more_envs_at_once_than_max_threads(num_envs: int, max_threads: int) -> None:
+    inside, lock = [0, 0], threading.Lock()
+    fns = [functools.partial(RendezvousEnv, None, inside, lock)] * num_envs
+    with AsyncVectorEnv(fns, max_threads=max_threads) as vec:
+        vec.reset(seed=0)
+        for step in range(3):
+            observations, *_ = vec.step([f"a{step}"] * num_envs)
+            assert observations == [f"a{step}"] * num_envs
+    assert 1 <= inside[1] <= max_threads
