@@ -8,12 +8,17 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
+
 from gem_core.core import AsyncEnv, Env, to_sync
 from gem_core.errors import EnvStepTimeout
 from gem_core.vector.base import LocalGroup, Pending, VectorEnv, VectorStepReturn, check_timeout
 from gem_core.vector.member import AutoresetMode, Member, OnError, Outcome, Request
 
 __all__ = ["InlineGroup", "SyncVectorEnv", "close_all"]
+
+_ONE_REWARD = np.zeros(1, np.float64)
+_ONE_FLAG = np.zeros(1, np.bool_)
 
 
 def close_all(envs: Sequence[Env]) -> list[BaseException]:
@@ -143,9 +148,26 @@ class SyncVectorEnv(VectorEnv):
         self._set_groups([InlineGroup(members, step_timeout)])
         # The hot path of step(): the members in index order, when no timer must wrap their calls.
         self._plain_members: list[Member] | None = members if step_timeout is None else None
+        # One env, autoreset on: the batch arrays are copies of these (cheaper than building them).
+        self._single: Member | None = None
+        if self._plain_members is not None and len(members) == 1 and self.autoreset_mode is not AutoresetMode.DISABLED:
+            self._single = members[0]
 
     def step(self, actions: Sequence[str] | Mapping[int, str]) -> VectorStepReturn:
         """See :meth:`VectorEnv.step`; a full batch (list or tuple) of envs that may step goes straight to them."""
+        single = self._single
+        if (
+            single is not None
+            and (type(actions) is list or type(actions) is tuple)
+            and len(actions) == 1
+            and not self._blocked
+        ):
+            out = single.step(actions[0])
+            if type(out) is tuple:  # not a Failure: no bookkeeping to do
+                rewards, terminated, truncated = _ONE_REWARD.copy(), _ONE_FLAG.copy(), _ONE_FLAG.copy()
+                rewards[0], terminated[0], truncated[0] = out[1], out[2], out[3]
+                return [out[0]], rewards, terminated, truncated, [out[4]]
+            return self._finish_step(self._all_indices, [out])
         members = self._plain_members
         if (
             members is not None
@@ -157,7 +179,7 @@ class SyncVectorEnv(VectorEnv):
         return super().step(actions)
 
     def close(self) -> None:
-        self._plain_members = None
+        self._plain_members = self._single = None
         super().close()
 
     @property
