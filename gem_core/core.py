@@ -76,40 +76,61 @@ def make_rngs(seed: int | None) -> tuple[np.random.Generator, random.Random, int
         ``(np_generator, py_random, seed_used)``; both RNGs derive from the same
         ``SeedSequence`` so one number reproduces both.
     """
+    used = _checked_seed(seed)
+    return _np_rng(used), _py_rng(used), used
+
+
+def _checked_seed(seed: int | None) -> int:
+    """``seed`` as an int, or fresh OS entropy for ``None``; refuses what is not a seed."""
     # bool is an int subclass, but reset(seed=True) is a mistake, as in the vector envs' check.
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
         raise ValueError(f"seed must be a non-negative int or None, got {seed!r}")
-    seq = np.random.SeedSequence(None if seed is None else int(seed))
-    used = int(seq.entropy)  # type: ignore[arg-type]
-    np_rng = np.random.Generator(np.random.PCG64(seq))
-    py_rng = random.Random(int.from_bytes(seq.generate_state(4, np.uint32).tobytes(), "little"))
-    return np_rng, py_rng, used
+    return int(np.random.SeedSequence().entropy) if seed is None else int(seed)  # type: ignore[arg-type]
+
+
+def _np_rng(seed: int) -> np.random.Generator:
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed)))
+
+
+def _py_rng(seed: int) -> random.Random:
+    state = np.random.SeedSequence(seed).generate_state(4, np.uint32)
+    return random.Random(int.from_bytes(state.tobytes(), "little"))
 
 
 class _Seeded:
-    """RNG bookkeeping shared by :class:`Env` and :class:`AsyncEnv`."""
+    """RNG bookkeeping shared by :class:`Env` and :class:`AsyncEnv`.
+
+    A reset only records the seed; each RNG is built from it when first used in the episode
+    (the same streams as :func:`make_rngs`), so an env pays only for the RNGs it draws from:
+    building both costs about 10 microseconds, most of a cheap env's reset.
+    """
 
     _np_random: np.random.Generator | None = None
     _py_random: random.Random | None = None
     _seed: int | None = None
 
     def _seed_rngs(self, seed: int | None) -> None:
-        self._np_random, self._py_random, self._seed = make_rngs(seed)
+        self._seed = _checked_seed(seed)
+        self._np_random = self._py_random = None
 
     @property
     def np_random(self) -> np.random.Generator:
         """The env's numpy Generator; seeded from OS entropy if ``reset`` gave no seed."""
         if self._np_random is None:
-            self._seed_rngs(None)
-        assert self._np_random is not None
+            if self._seed is None:
+                self._seed_rngs(None)
+            assert self._seed is not None
+            self._np_random = _np_rng(self._seed)
         return self._np_random
 
     @property
     def py_random(self) -> random.Random:
         """The env's ``random.Random``, derived from the same seed as :attr:`np_random`."""
         if self._py_random is None:
-            self._seed_rngs(None)
-        assert self._py_random is not None
+            if self._seed is None:
+                self._seed_rngs(None)
+            assert self._seed is not None
+            self._py_random = _py_rng(self._seed)
         return self._py_random
 
     @property
@@ -165,7 +186,7 @@ class Env(_Seeded, abc.ABC):
         Returns:
             The first observation and an info dict.
         """
-        if seed is not None or self._np_random is None:
+        if seed is not None or self._seed is None:
             self._seed_rngs(seed)
         return "", {}
 
@@ -220,7 +241,7 @@ class AsyncEnv(_Seeded, abc.ABC):
 
     async def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
         """Async :meth:`Env.reset`."""
-        if seed is not None or self._np_random is None:
+        if seed is not None or self._seed is None:
             self._seed_rngs(seed)
         return "", {}
 

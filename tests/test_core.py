@@ -12,6 +12,13 @@ from gem_core.core import AsyncEnv, Env, ResetReturn, StepReturn, make_rngs, to_
 from gem_core.testing import GenericTestEnv, NumberGuessEnv
 
 
+class _Minimal(Env):
+    """Draws nothing itself: what a test draws from its RNGs is all that is drawn."""
+
+    def step(self, action: str) -> StepReturn:
+        return action, 0.0, True, False, {}
+
+
 class SleepyAsyncEnv(AsyncEnv):
     """Async env that awaits between steps, like an env waiting on a server."""
 
@@ -167,3 +174,38 @@ def test_step_before_reset_raises_reset_needed() -> None:
 
     with pytest.raises(ResetNeeded):
         NumberGuessEnv().step("1")
+
+
+@pytest.mark.parametrize("order", ["np-first", "py-first", "np-only", "py-only"])
+@pytest.mark.parametrize("seed", [0, 7, 2**63 + 5], ids=["seed-0", "seed-7", "seed-2**63+5"])
+def test_rngs_built_on_first_use_are_make_rngs_streams(order: str, seed: int) -> None:
+    """A reset only records the seed; whichever RNG is drawn first, each gives make_rngs' stream."""
+    np_ref, py_ref, used = make_rngs(seed)
+    expected = {"np": np_ref.integers(0, 2**32, 8).tolist(), "py": [py_ref.random() for _ in range(8)]}
+    env = _Minimal()
+    env.reset(seed=seed)
+    assert env.seed_used == used == seed
+    names = {"np-first": ["np", "py"], "py-first": ["py", "np"], "np-only": ["np"], "py-only": ["py"]}[order]
+    for name in names:
+        got = (
+            env.np_random.integers(0, 2**32, 8).tolist() if name == "np" else [env.py_random.random() for _ in range(8)]
+        )
+        assert got == expected[name]
+    env.reset()  # no seed: both streams go on where they were
+    if "np" in names:
+        assert env.np_random.integers(0, 2**32, 8).tolist() == np_ref.integers(0, 2**32, 8).tolist()
+    if "py" in names:
+        assert [env.py_random.random() for _ in range(8)] == [py_ref.random() for _ in range(8)]
+
+
+def test_unseeded_env_draws_entropy_once_and_reproduces_from_seed_used() -> None:
+    env = _Minimal()
+    env.reset()
+    first = env.np_random.integers(0, 2**32, 4).tolist()
+    used = env.seed_used
+    assert used is not None
+    env.reset()
+    assert env.seed_used == used  # continued, not redrawn
+    again = _Minimal()
+    again.reset(seed=used)
+    assert again.np_random.integers(0, 2**32, 4).tolist() == first
