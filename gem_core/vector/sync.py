@@ -175,7 +175,7 @@ class SyncVectorEnv(VectorEnv):
             and len(actions) == self.num_envs
             and not self._blocked
         ):
-            return self._finish_step(self._all_indices, [m.step(a) for m, a in zip(members, actions, strict=True)])
+            return self._finish_step(self._all_indices, list(map(Member.step, members, actions)))
         return super().step(actions)
 
     def close(self) -> None:

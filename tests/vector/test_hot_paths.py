@@ -2,9 +2,10 @@
 
 ``SyncVectorEnv.step`` with a list goes straight to the members, ``Member.step`` and its
 SAME_STEP final reset skip the request loop, a one-env batch skips the transposing, and the
-thread backend hands off one job per thread. Each is held, over random scripts of actions
+thread backend serves a batch from a shared queue. Each is held, over random scripts of actions
 (episode ends, raising envs, contract breaches, every autoreset mode and ``on_error``), to the
-general path: the same step served as a ``Step`` request through ``Member.handle``.
+general path: the same step served as a ``Step`` request through ``Member.handle``. The thread
+backend must also run blocking envs all at once, and never more at once than ``max_threads``.
 """
 
 from __future__ import annotations
