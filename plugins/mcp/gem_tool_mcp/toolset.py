@@ -172,6 +172,8 @@ class MCPToolset:
         self._client: Any = None
         self._stop: asyncio.Event | None = None
         self._holder: asyncio.Task[None] | None = None
+        # Every session task not yet finished, the current one and those still shutting down.
+        self._holders: set[asyncio.Task[None]] = set()
         self._connect_lock: asyncio.Lock | None = None
         self._tools: list[MCPTool] | None = None
         self._open_tools: set[int] = set()
@@ -280,7 +282,7 @@ class MCPToolset:
         self._attempt += 1
         try:
             if self._loop.started:
-                self._loop.run_sync(self._disconnect(), self.config.connect_timeout_s + _REAP_S)
+                self._loop.run_sync(self._shut_down(), self.config.connect_timeout_s + 2 * _REAP_S)
         except Exception:  # a server that does not shut down in time is killed next
             pass
         # Kill what is left before stopping the loop: the SDK's pending cleanup then ends at once.
@@ -404,6 +406,8 @@ class MCPToolset:
             self._stop = asyncio.Event()
             self._attempt += 1
             self._holder = asyncio.get_running_loop().create_task(self._hold_session(ready, self._stop, self._attempt))
+            self._holders.add(self._holder)
+            self._holder.add_done_callback(self._holders.discard)
             try:
                 self._client, listed = await asyncio.wait_for(asyncio.shield(ready), self.config.connect_timeout_s)
             except asyncio.TimeoutError:
@@ -510,6 +514,18 @@ class MCPToolset:
             pass  # the session already failed; nothing left to release
         finally:
             self._kill_servers()
+
+    async def _shut_down(self) -> None:
+        """Close the session, then wait for sessions still shutting down (a call given up just before).
+
+        A session task cancelled by the loop's shutdown would leave its server unreaped (the
+        SDK waits for the process in its cleanup): each is let finish, its server killed first.
+        """
+        await self._disconnect()
+        leftover = [holder for holder in self._holders if not holder.done()]
+        if leftover:
+            self._kill_servers()
+            await asyncio.wait(leftover, timeout=_REAP_S)
 
     def _abandon(self) -> None:
         """Give up the connection attempt (from any thread): it starts no server, and what started dies."""

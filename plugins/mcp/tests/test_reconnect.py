@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -72,3 +74,33 @@ def test_a_call_given_up_never_lends_its_late_reply_to_a_later_call(
             assert toolset.connections <= 1 + sum(kind != "echo" for kind, _ in plan[:-1])
 
     check()
+
+
+@pytest.mark.parametrize("given_up", ["timeout", "cancel"])
+def test_close_right_after_calls_given_up_reaps_every_server(given_up: str, test_server_script: Path) -> None:
+    """close() waits for sessions still shutting down: each server is reaped, none left to the GC.
+
+    The first call is given up while the server works on it; the second is given up while the
+    first one's session is still shutting down (the server is busy); close() comes right after.
+    """
+
+    def give_up(toolset: MCPToolset) -> None:
+        call = toolset.call("sleep", {"seconds": 0.6}, timeout_s=0.2 if given_up == "timeout" else 30.0)
+        if given_up == "timeout":
+            assert "timed out" in (asyncio.run(call).error or "")
+        else:
+            with pytest.raises(asyncio.TimeoutError):
+                asyncio.run(asyncio.wait_for(call, 0.2))
+
+    for _ in range(4):
+        toolset = MCPToolset.stdio(sys.executable, [str(test_server_script), "stdio"], server_stderr="discard")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with toolset:
+                toolset.tools()
+                give_up(toolset)
+                give_up(toolset)
+            del toolset
+            gc.collect()
+        leaks = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+        assert not leaks, leaks
