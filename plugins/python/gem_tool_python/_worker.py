@@ -5,11 +5,12 @@ Started once per pool as ``python -I -B _worker.py zygote '<json>'`` by
 what programs need once, then forks one worker per request, so a new worker costs a
 ``fork`` instead of an interpreter start-up. Process tree of one worker::
 
-    zygote (root)                  receives pipes over a unix socket, forks
-      └─ keeper                    [namespaces: unshare(mount, net, pid, ipc, uts)], fork, wait
-           └─ monitor              pid 1 of the new pid namespace: private mounts, tmpfs /tmp,
-                │                  fresh /proc; fork, reap, report the runner's exit
-                └─ runner          new session, rlimits, fresh uid, no_new_privs: runs the code
+    zygote (root)                  receives pipes over a unix socket; [namespaces: a new pid
+      │                            namespace for the next child only], forks
+      └─ monitor                   pid 1 of the new pid namespace: unshare(mount, net, ipc, uts),
+           │                       private mounts, tmpfs /tmp, fresh /proc; fork, reap, report
+           │                       the runner's exit
+           └─ runner               new session, rlimits, fresh uid, no_new_privs: runs the code
 
 When the runner exits the monitor exits; the kernel then kills every other process in the
 pid namespace before the monitor can be reaped, so nothing the code started outlives the call.
@@ -17,7 +18,7 @@ Without namespaces the monitor kills the runner's session and (as root) every pr
 call's uid instead.
 
 File descriptors of a worker: 0 code in, 1 and 2 program output, 3 control messages, one
-JSON object per line: ``{"event": "monitor", "pid": N}`` (host pid of the monitor),
+JSON object per line: ``{"event": "monitor", "pid": N}`` (host pid of the monitor, from the zygote),
 ``{"event": "ready"}``, ``{"event": "done", "status": "ok"|"error"|"exit", "error": str}``
 (runner) and ``{"event": "exit", "code": N}`` (monitor; ``128 + signal`` when killed).
 """
@@ -118,6 +119,9 @@ def zygote(cfg: dict[str, Any]) -> None:
     for module in cfg["preimport"]:
         __import__(module)
     confined = ""
+    # Kept open to return to after each worker's pid namespace (see _start_monitor); opened
+    # before confining, as the confined root has no /proc.
+    pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC) if os.path.exists("/proc/self/ns/pid") else None
     if cfg["confine"]:
         # Build the allow-listed root once, here; each call's mount namespace is a cheap copy of it.
         try:
@@ -125,7 +129,7 @@ def zygote(cfg: dict[str, Any]) -> None:
             confined = "confined"
         except OSError as exc:
             confined = f"not confined: {exc}"
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # keepers are reaped by the kernel
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # monitors are reaped by the kernel
     sock.send(json.dumps({"ready": True, "confined": confined}).encode())
     while True:
         try:
@@ -138,50 +142,52 @@ def zygote(cfg: dict[str, Any]) -> None:
             for fd in fds:
                 os.close(fd)
             continue
-        parent = os.getpid()
-        if os.fork() == 0:
+        try:
+            _start_monitor({**cfg, **json.loads(message)}, fds, sock, pid_ns)
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            with contextlib.suppress(OSError):
+                os.write(fds[CTRL], (json.dumps({"event": "failed", "error": str(exc)}) + "\n").encode())
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+
+def _start_monitor(cfg: dict[str, Any], fds: list[int], sock: socket.socket, pid_ns: int | None) -> None:
+    """Fork the call's monitor (with namespaces: pid 1 of a new pid namespace) and report its pid.
+
+    ``unshare(CLONE_NEWPID)`` puts only the next child in the new pid namespace, so the fork
+    server asks for it, forks, and returns its own children's to its pid namespace at once:
+    the monitor is its direct child, one fork per worker and no process in between.
+    """
+    parent = os.getpid()
+    if cfg["namespaces"]:
+        if pid_ns is None:
+            raise OSError("the fork server cannot return to its own pid namespace")
+        _check(_libc.unshare(CLONE_NEWPID), "unshare(pid namespace)")
+    try:
+        pid = os.fork()
+    finally:
+        if cfg["namespaces"] and os.getpid() == parent:
+            # Until this, a second unshare(CLONE_NEWPID) fails: a fork server that cannot is useless.
+            try:
+                _check(_libc.setns(pid_ns, CLONE_NEWPID), "setns(own pid namespace)")
+            except OSError:
+                os._exit(1)
+    if pid == 0:
+        try:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             sock.close()
             # 0-3: code in, stdout, stderr, control; then the call's cgroup.procs files, if any.
             for target, fd in enumerate(fds):
                 os.dup2(fd, target)
             os.closerange(len(fds), 65_536)
-            try:
-                keeper({**cfg, **json.loads(message)}, parent)
-            finally:
-                os._exit(1)
-        for fd in fds:
-            os.close(fd)
-
-
-# --------------------------------------------------------------------------- keeper
-def keeper(cfg: dict[str, Any], parent: int) -> None:
-    """Enter the namespaces and start the monitor; exit with it."""
-    _die_with_parent(parent)
-    if cfg["namespaces"]:
-        try:
-            _check(
-                _libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS),
-                "unshare",
-            )
-        except OSError as exc:
-            _send(event="failed", error=str(exc))
-            os._exit(3)
-    me = os.getpid()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            monitor(cfg, me)
+            monitor(cfg, parent)
         except BaseException as exc:
-            _send(event="failed", error=f"{type(exc).__name__}: {exc}")
-        os._exit(3)
-    _send(event="monitor", pid=pid)
-    os.closerange(4, 4 + MAX_CGROUP_FDS)  # only the monitor and what it starts join the call's cgroups
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2, CTRL):  # hold no pipe: EOF then means the call's processes are gone
-        os.dup2(devnull, fd)
-    _, status = os.waitpid(pid, 0)
-    os._exit(_exit_code(status))
+            with contextlib.suppress(BaseException):
+                _send(event="failed", error=f"{type(exc).__name__}: {exc}")
+        finally:
+            os._exit(3)
+    os.write(fds[CTRL], (json.dumps({"event": "monitor", "pid": pid}) + "\n").encode())
 
 
 # --------------------------------------------------------------------------- monitor
@@ -189,6 +195,9 @@ def monitor(cfg: dict[str, Any], parent: int) -> None:
     """Set up the filesystem, start the runner, report its exit, and kill what it left."""
     # In a new pid namespace our parent is outside it (getppid() == 0): skip that check.
     _die_with_parent(0 if cfg["namespaces"] else parent)
+    if cfg["namespaces"]:
+        # The pid namespace came with the fork; the others now, before the call's cgroups are joined.
+        _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
     for fd in range(4, 4 + cfg.get("cgroups", 0)):
         os.write(fd, b"0")  # "0": this process; everything it starts from now on is charged there too
         os.close(fd)
