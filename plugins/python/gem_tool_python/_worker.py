@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
+import gc
 import glob
 import json
 import linecache
@@ -89,6 +91,28 @@ KEYCTL_JOIN_SESSION_KEYRING, KEYCTL_CLEAR = 1, 7
 KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING = -4, -5
 
 _libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+#: The fork server's environment when it starts forking (the host starts it with the programs' environment).
+_environ: dict[str, str] = {}
+#: Compiled once by the fork server, so that a call's first ``compile`` finds the compiler's lazily
+#: built state (the AST types, about 1 ms) ready instead of building it in every worker.
+_WARM_UP = """
+import os
+def f(a, *b, c=1, **d):
+    global g
+    return [x for x in b if x], {k: v for k, v in d.items()}, lambda y: y, f"{a!r:>3}"
+class C(object):
+    async def m(self):
+        async with self as s:
+            await s
+try:
+    with open(os.devnull) as fh:
+        del fh
+except (OSError, ValueError) as exc:
+    raise RuntimeError from exc
+finally:
+    pass
+"""
 
 
 def _check(result: int, what: str) -> None:
@@ -125,10 +149,14 @@ def zygote(cfg: dict[str, Any]) -> None:
     if cfg["confine"]:
         # Build the allow-listed root once, here; each call's mount namespace is a cheap copy of it.
         try:
-            cfg["under_tmp"] = confine_root(layout(cfg["packages"], cfg["expose"], cfg["preimport"]))
+            cfg["under_tmp"] = confine_root(_layout_in_child(cfg["packages"], cfg["expose"], cfg["preimport"]))
             confined = "confined"
         except OSError as exc:
             confined = f"not confined: {exc}"
+    _warm_up()
+    # Every fork copies the fork server's page tables, and every page either side then writes
+    # is copied: keep the garbage collector off the objects that exist now (all of them stay).
+    gc.freeze()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # monitors are reaped by the kernel
     sock.send(json.dumps({"ready": True, "confined": confined}).encode())
     while True:
@@ -369,6 +397,38 @@ def _switch_root(new: str) -> None:
     os.rmdir("/.old")
 
 
+def _layout_in_child(packages: list[str], expose: list[str], preimport: list[str]) -> dict[str, Any]:
+    """:func:`layout`, computed in a child process.
+
+    Its imports (``importlib.metadata`` and what that pulls in) would otherwise grow the fork
+    server, and with it the cost of every fork.
+    """
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            answer: dict[str, Any] = {"plan": layout(packages, expose, preimport)}
+        except OSError as exc:
+            answer = {"error": str(exc)}
+        except BaseException as exc:
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        with open(write, "wb") as pipe:
+            pipe.write(json.dumps(answer).encode())
+        os._exit(0)
+    os.close(write)
+    with open(read, "rb") as pipe:
+        data = pipe.read()
+    os.waitpid(pid, 0)
+    try:
+        answer = json.loads(data)
+    except ValueError:
+        raise OSError("computing the sandbox's layout failed") from None
+    if "error" in answer:
+        raise OSError(answer["error"])
+    return dict(answer["plan"])
+
+
 def layout(packages: list[str], expose: list[str], preimport: list[str]) -> dict[str, Any]:
     """What the sandbox's root holds: ``bind`` (read-only), ``hide`` (empty dirs), ``links``.
 
@@ -501,19 +561,39 @@ def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
     return body
 
 
+#: The filter as the kernel takes it and the array it points to, built once (workers inherit them).
+_seccomp: dict[str, Any] = {}
+
+
+def _seccomp_filter() -> Any:
+    """This machine's ``sock_fprog``, or ``None`` where there is no filter."""
+    if "fprog" not in _seccomp:
+        machine = platform.machine()
+        _seccomp["fprog"] = None
+        if machine in _AUDIT_ARCH:
+            program = seccomp_program(machine)
+            _seccomp["array"] = (_SockFilter * len(program))(*[_SockFilter(*step) for step in program])
+            _seccomp["fprog"] = _SockFprog(len(program), _seccomp["array"])
+    return _seccomp["fprog"]
+
+
+def _warm_up() -> None:
+    """What every worker would otherwise do first, done once before forking (workers inherit the result)."""
+    _seccomp_filter()
+    _environ.update(os.environ)
+    compile(_WARM_UP, "<warm-up>", "exec")
+    open(os.devnull).close()  # the runner's stdin is such a file
+
+
 def _install_seccomp() -> None:
-    machine = platform.machine()
-    if machine not in _AUDIT_ARCH:
+    fprog = _seccomp_filter()
+    if fprog is None:
         return  # stated in docs/tools.md: no syscall filter on other machines
-    program = seccomp_program(machine)
-    filters = (_SockFilter * len(program))(*[_SockFilter(*instruction) for instruction in program])
-    fprog = _SockFprog(len(program), filters)
     _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
 
 
 def _fresh_keyrings(own_uid: bool) -> None:
     """A new, empty session keyring (not the host's); with a call's own uid, its user keyrings emptied."""
-    _libc.syscall.restype = ctypes.c_long
     keyctl = _SYSCALLS.get(platform.machine(), {}).get("keyctl")
     if keyctl is None:
         return
@@ -539,9 +619,13 @@ def runner(cfg: dict[str, Any]) -> None:
     # Changing credentials cleared the parent-death signal: set it again.
     _die_with_parent(parent)
     os.chdir(cfg["workdir"])
-    os.listdir(os.path.dirname(os.__file__))  # fails now, not mid-call, if the stdlib is unreadable
-    os.environ.clear()
-    os.environ.update(cfg["env"], HOME=cfg["workdir"], TMPDIR=cfg["workdir"])
+    stdlib = os.path.dirname(os.__file__)
+    if not os.access(stdlib, os.R_OK | os.X_OK):  # fail now, not mid-call, if the stdlib is unreadable
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), stdlib)
+    if cfg["env"] != _environ:  # normally equal: then the program's environment is already in place
+        os.environ.clear()
+        os.environ.update(cfg["env"])
+    os.environ.update(HOME=cfg["workdir"], TMPDIR=cfg["workdir"])
     # A full output file should fail the write (EFBIG), not kill the program.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
