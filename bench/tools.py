@@ -271,7 +271,8 @@ def print_report(report: Report) -> None:
     by_key: dict[tuple[str, str], dict[str, Row]] = {}
     for row in report.rows:
         by_key.setdefault((row["section"], row["metric"]), {})[row["impl"]] = row
-    print(f"{'section':<8} {'metric':<28} {'gem_core':>12} {'gem-llm':>12} {'ratio':>8}")
+    width = max([28] + [len(f"{row['metric']} ({row['unit']})") for row in report.rows])
+    print(f"{'section':<8} {'metric':<{width}} {'gem_core':>12} {'gem-llm':>12} {'ratio':>8}")
     for (sec, metric), impls in by_key.items():
         ours, theirs = impls.get("gem_core"), impls.get("gem-llm")
         unit = (ours or theirs or {}).get("unit", "")
@@ -281,7 +282,7 @@ def print_report(report: Report) -> None:
             # ratio > 1 means gem_core is better (lower latency, higher throughput)
             better = theirs["value"] / ours["value"] if unit == "ms" else ours["value"] / theirs["value"]
             ratio = f"{better:.1f}x"
-        print(f"{sec:<8} {metric + ' (' + unit + ')':<28} {cell(ours):>12} {cell(theirs):>12} {ratio:>8}")
+        print(f"{sec:<8} {metric + ' (' + unit + ')':<{width}} {cell(ours):>12} {cell(theirs):>12} {ratio:>8}")
     for note in report.notes:
         print(f"note: {note}")
 
