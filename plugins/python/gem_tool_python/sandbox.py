@@ -699,19 +699,24 @@ class SandboxPool:
             writer.start()
         open_fds = [worker.stdout, worker.stderr, worker.ctrl]
         watch_oom = worker.oom_kills() is not None  # a per-call cgroup that counts OOM kills
+        next_poll = start + _OOM_POLL_S
         while status is None and worker.ctrl in open_fds:
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            left = deadline - now
             if left <= 0:
                 status, error = "timeout", f"timed out after {timeout_s:g}s (wall clock); the program was killed"
                 break
-            wait = min(left, _OOM_POLL_S) if watch_oom else left
+            wait = min(left, max(next_poll - now, 0)) if watch_oom else left
             if replacement is not None and not replacement.asked:
-                wait = min(wait, max(replacement.due - time.monotonic(), 0))
+                wait = min(wait, max(replacement.due - now, 0))
             ready = select.select(open_fds, [], [], wait)[0]
-            if replacement is not None and not replacement.asked and time.monotonic() >= replacement.due:
+            now = time.monotonic()
+            if replacement is not None and not replacement.asked and now >= replacement.due:
                 replacement.ask()
-            if watch_oom and worker.oom_kills():
-                break  # the call went over its memory limit: it dies whole (status set below)
+            if watch_oom and now >= next_poll:  # every 50 ms, not after every event (each read is three syscalls)
+                next_poll = now + _OOM_POLL_S
+                if worker.oom_kills():
+                    break  # the call went over its memory limit: it dies whole (status set below)
             for fd in ready:
                 if fd == worker.ctrl:
                     worker._fill()
@@ -739,9 +744,10 @@ class SandboxPool:
                         f"output limit exceeded: more than {cap} bytes; "
                         "the output was truncated and the program was killed"
                     )
-        if watch_oom and status != "output_limit" and worker.oom_kills():
+        kills = worker.oom_kills() if watch_oom and status != "output_limit" else None
+        if kills:
             # However the memory was spread over processes, and whatever the survivors did next.
-            status, error = "killed", _memory_error(self.config, worker.oom_kills())
+            status, error = "killed", _memory_error(self.config, kills)
         if status is None:
             status, error = "crashed", "the sandbox lost the program's process"
         if writer is not None:
