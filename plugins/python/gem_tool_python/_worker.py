@@ -409,10 +409,10 @@ def _layout_in_child(packages: list[str], expose: list[str], preimport: list[str
         os.close(read)
         try:
             answer: dict[str, Any] = {"plan": layout(packages, expose, preimport)}
-        except OSError as exc:
+        except OSError as exc:  # the root cannot be built: said as "not confined", as before
             answer = {"error": str(exc)}
-        except BaseException as exc:
-            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        except BaseException as exc:  # a bug: the fork server fails to start, as before
+            answer = {"crash": f"{type(exc).__name__}: {exc}"}
         with open(write, "wb") as pipe:
             pipe.write(json.dumps(answer).encode())
         os._exit(0)
@@ -424,6 +424,8 @@ def _layout_in_child(packages: list[str], expose: list[str], preimport: list[str
         answer = json.loads(data)
     except ValueError:
         raise OSError("computing the sandbox's layout failed") from None
+    if "crash" in answer:
+        raise RuntimeError(f"computing the sandbox's layout failed: {answer['crash']}")
     if "error" in answer:
         raise OSError(answer["error"])
     return dict(answer["plan"])
