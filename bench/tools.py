@@ -127,13 +127,64 @@ def record(report: Report, impl: str, latencies: list[float], throughput: float,
     report.add("python", impl, f"throughput ({concurrency} concurrent)", throughput, "calls/s")
 
 
+def _smaps_kib(pid: int) -> dict[str, int]:
+    """``/proc/PID/smaps_rollup`` in KiB (``Rss``, ``Pss``, ``Private_Dirty``...); empty if the process is gone."""
+    fields = {}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                key, _, rest = line.partition(":")
+                if rest.strip().endswith("kB"):
+                    fields[key] = int(rest.split()[0])
+    except OSError:
+        pass
+    return fields
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(child) for child in fh.read().split()]
+    except OSError:
+        return []
+
+
+def _tree(pid: int) -> list[int]:
+    return [pid, *(process for child in _children(pid) for process in _tree(child))]
+
+
+def ready_worker_memory(pool: Any) -> dict[str, float]:
+    """What the pool's idle workers cost, in MiB: per ready worker (all its processes) and the fork server.
+
+    ``pss``: proportional set size (pages shared with the fork server and the other workers
+    counted in part); ``private``: pages only that worker has (freed when it goes).
+    """
+    assert pool._zygote is not None
+    zygote = pool._zygote.popen.pid
+    workers = []
+    for worker in _children(zygote):
+        rollups = [_smaps_kib(pid) for pid in _tree(worker)]
+        pss = sum(r.get("Pss", 0) for r in rollups)
+        private = sum(r.get("Private_Clean", 0) + r.get("Private_Dirty", 0) for r in rollups)
+        workers.append((pss, private))
+    server = _smaps_kib(zygote)
+    return {
+        "workers": len(workers),
+        "pss": statistics.median(w[0] for w in workers) / 1024 if workers else 0.0,
+        "private": statistics.median(w[1] for w in workers) / 1024 if workers else 0.0,
+        "server_pss": server.get("Pss", 0) / 1024,
+    }
+
+
 @section("sandbox")
 def bench_sandbox(args: argparse.Namespace, report: Report) -> None:
     """The issue-16 figures: a trivial call, and ``import numpy`` with numpy pre-imported, full isolation.
 
-    Back-to-back sequential calls drain the warm pool when spawning a worker takes longer than a
-    call: their p50 is then the spawn time. The "warm worker" figure paces the calls (50 ms apart)
-    so each finds a ready worker: the cost of a call itself, full isolation included.
+    Back-to-back sequential calls drain the warm pool when starting a worker takes longer than a
+    call: their p50 is then the rate at which workers start. The "warm worker" figure paces the
+    calls (50 ms apart) so each finds a ready worker: the cost of a call itself, full isolation
+    included. The memory rows are what each ready worker (``--concurrency`` are kept ready here,
+    ``pool_size``; 2 by default) and the fork server cost while idle (issue 29).
     """
     from gem_tool_python import SandboxPool
 
@@ -146,6 +197,9 @@ def bench_sandbox(args: argparse.Namespace, report: Report) -> None:
             warnings.simplefilter("ignore")
             pool = SandboxPool(pool_size=args.concurrency, timeout_s=10.0, **settings).start()
         report.notes.append(f"sandbox {label}: isolation {pool.isolation}, per-call cgroups: {pool.cgroups}")
+        time.sleep(0.5)  # let the pool fill before measuring what its idle workers hold
+        memory = ready_worker_memory(pool)
+        report.notes.append(f"sandbox {label}: memory measured over {memory['workers']} ready workers")
 
         def call(pool: SandboxPool = pool, program: str = program, expected: str = expected) -> None:
             result = pool.run(program)
@@ -165,6 +219,9 @@ def bench_sandbox(args: argparse.Namespace, report: Report) -> None:
         report.add("sandbox", "gem_core", f"{label} p50", statistics.median(lat) * 1e3, "ms")
         report.add("sandbox", "gem_core", f"{label} p99", percentile(lat, 99) * 1e3, "ms")
         report.add("sandbox", "gem_core", f"{label} p50, warm worker", statistics.median(paced) * 1e3, "ms")
+        report.add("sandbox", "gem_core", f"{label} PSS per ready worker", memory["pss"], "MiB")
+        report.add("sandbox", "gem_core", f"{label} private per ready worker", memory["private"], "MiB")
+        report.add("sandbox", "gem_core", f"{label} PSS of fork server", memory["server_pss"], "MiB")
 
 
 # --------------------------------------------------------------------------- search
@@ -214,7 +271,8 @@ def print_report(report: Report) -> None:
     by_key: dict[tuple[str, str], dict[str, Row]] = {}
     for row in report.rows:
         by_key.setdefault((row["section"], row["metric"]), {})[row["impl"]] = row
-    print(f"{'section':<8} {'metric':<28} {'gem_core':>12} {'gem-llm':>12} {'ratio':>8}")
+    width = max([28] + [len(f"{row['metric']} ({row['unit']})") for row in report.rows])
+    print(f"{'section':<8} {'metric':<{width}} {'gem_core':>12} {'gem-llm':>12} {'ratio':>8}")
     for (sec, metric), impls in by_key.items():
         ours, theirs = impls.get("gem_core"), impls.get("gem-llm")
         unit = (ours or theirs or {}).get("unit", "")
@@ -224,7 +282,7 @@ def print_report(report: Report) -> None:
             # ratio > 1 means gem_core is better (lower latency, higher throughput)
             better = theirs["value"] / ours["value"] if unit == "ms" else ours["value"] / theirs["value"]
             ratio = f"{better:.1f}x"
-        print(f"{sec:<8} {metric + ' (' + unit + ')':<28} {cell(ours):>12} {cell(theirs):>12} {ratio:>8}")
+        print(f"{sec:<8} {metric + ' (' + unit + ')':<{width}} {cell(ours):>12} {cell(theirs):>12} {ratio:>8}")
     for note in report.notes:
         print(f"note: {note}")
 

@@ -5,11 +5,12 @@ Started once per pool as ``python -I -B _worker.py zygote '<json>'`` by
 what programs need once, then forks one worker per request, so a new worker costs a
 ``fork`` instead of an interpreter start-up. Process tree of one worker::
 
-    zygote (root)                  receives pipes over a unix socket, forks
-      └─ keeper                    [namespaces: unshare(mount, net, pid, ipc, uts)], fork, wait
-           └─ monitor              pid 1 of the new pid namespace: private mounts, tmpfs /tmp,
-                │                  fresh /proc; fork, reap, report the runner's exit
-                └─ runner          new session, rlimits, fresh uid, no_new_privs: runs the code
+    zygote (root)                  receives pipes over a unix socket; [namespaces: a new pid
+      │                            namespace for the next child only], forks
+      └─ monitor                   pid 1 of the new pid namespace: unshare(mount, net, ipc, uts),
+           │                       private mounts, tmpfs /tmp, fresh /proc; fork, reap, report
+           │                       the runner's exit
+           └─ runner               new session, rlimits, fresh uid, no_new_privs: runs the code
 
 When the runner exits the monitor exits; the kernel then kills every other process in the
 pid namespace before the monitor can be reaped, so nothing the code started outlives the call.
@@ -17,7 +18,7 @@ Without namespaces the monitor kills the runner's session and (as root) every pr
 call's uid instead.
 
 File descriptors of a worker: 0 code in, 1 and 2 program output, 3 control messages, one
-JSON object per line: ``{"event": "monitor", "pid": N}`` (host pid of the monitor),
+JSON object per line: ``{"event": "monitor", "pid": N}`` (host pid of the monitor, from the zygote),
 ``{"event": "ready"}``, ``{"event": "done", "status": "ok"|"error"|"exit", "error": str}``
 (runner) and ``{"event": "exit", "code": N}`` (monitor; ``128 + signal`` when killed).
 """
@@ -26,6 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
+import gc
 import glob
 import json
 import linecache
@@ -88,6 +91,28 @@ KEYCTL_JOIN_SESSION_KEYRING, KEYCTL_CLEAR = 1, 7
 KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING = -4, -5
 
 _libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+#: The fork server's environment when it starts forking (the host starts it with the programs' environment).
+_environ: dict[str, str] = {}
+#: Compiled once by the fork server, so that a call's first ``compile`` finds the compiler's lazily
+#: built state (the AST types, about 1 ms) ready instead of building it in every worker.
+_WARM_UP = """
+import os
+def f(a, *b, c=1, **d):
+    global g
+    return [x for x in b if x], {k: v for k, v in d.items()}, lambda y: y, f"{a!r:>3}"
+class C(object):
+    async def m(self):
+        async with self as s:
+            await s
+try:
+    with open(os.devnull) as fh:
+        del fh
+except (OSError, ValueError) as exc:
+    raise RuntimeError from exc
+finally:
+    pass
+"""
 
 
 def _check(result: int, what: str) -> None:
@@ -118,14 +143,21 @@ def zygote(cfg: dict[str, Any]) -> None:
     for module in cfg["preimport"]:
         __import__(module)
     confined = ""
+    # Kept open to return to after each worker's pid namespace (see _start_monitor); opened
+    # before confining, as the confined root has no /proc.
+    pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC) if os.path.exists("/proc/self/ns/pid") else None
     if cfg["confine"]:
         # Build the allow-listed root once, here; each call's mount namespace is a cheap copy of it.
         try:
-            cfg["under_tmp"] = confine_root(layout(cfg["packages"], cfg["expose"], cfg["preimport"]))
+            cfg["under_tmp"] = confine_root(_layout_in_child(cfg["packages"], cfg["expose"], cfg["preimport"]))
             confined = "confined"
         except OSError as exc:
             confined = f"not confined: {exc}"
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # keepers are reaped by the kernel
+    _warm_up(confined == "confined")
+    # Every fork copies the fork server's page tables, and every page either side then writes
+    # is copied: keep the garbage collector off the objects that exist now (all of them stay).
+    gc.freeze()
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # monitors are reaped by the kernel
     sock.send(json.dumps({"ready": True, "confined": confined}).encode())
     while True:
         try:
@@ -138,50 +170,52 @@ def zygote(cfg: dict[str, Any]) -> None:
             for fd in fds:
                 os.close(fd)
             continue
-        parent = os.getpid()
-        if os.fork() == 0:
+        try:
+            _start_monitor({**cfg, **json.loads(message)}, fds, sock, pid_ns)
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            with contextlib.suppress(OSError):
+                os.write(fds[CTRL], (json.dumps({"event": "failed", "error": str(exc)}) + "\n").encode())
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+
+def _start_monitor(cfg: dict[str, Any], fds: list[int], sock: socket.socket, pid_ns: int | None) -> None:
+    """Fork the call's monitor (with namespaces: pid 1 of a new pid namespace) and report its pid.
+
+    ``unshare(CLONE_NEWPID)`` puts only the next child in the new pid namespace, so the fork
+    server asks for it, forks, and returns its own children's to its pid namespace at once:
+    the monitor is its direct child, one fork per worker and no process in between.
+    """
+    parent = os.getpid()
+    if cfg["namespaces"]:
+        if pid_ns is None:
+            raise OSError("the fork server cannot return to its own pid namespace")
+        _check(_libc.unshare(CLONE_NEWPID), "unshare(pid namespace)")
+    try:
+        pid = os.fork()
+    finally:
+        if cfg["namespaces"] and os.getpid() == parent:
+            # Until this, a second unshare(CLONE_NEWPID) fails: a fork server that cannot is useless.
+            try:
+                _check(_libc.setns(pid_ns, CLONE_NEWPID), "setns(own pid namespace)")
+            except OSError:
+                os._exit(1)
+    if pid == 0:
+        try:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             sock.close()
             # 0-3: code in, stdout, stderr, control; then the call's cgroup.procs files, if any.
             for target, fd in enumerate(fds):
                 os.dup2(fd, target)
             os.closerange(len(fds), 65_536)
-            try:
-                keeper({**cfg, **json.loads(message)}, parent)
-            finally:
-                os._exit(1)
-        for fd in fds:
-            os.close(fd)
-
-
-# --------------------------------------------------------------------------- keeper
-def keeper(cfg: dict[str, Any], parent: int) -> None:
-    """Enter the namespaces and start the monitor; exit with it."""
-    _die_with_parent(parent)
-    if cfg["namespaces"]:
-        try:
-            _check(
-                _libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS),
-                "unshare",
-            )
-        except OSError as exc:
-            _send(event="failed", error=str(exc))
-            os._exit(3)
-    me = os.getpid()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            monitor(cfg, me)
+            monitor(cfg, parent)
         except BaseException as exc:
-            _send(event="failed", error=f"{type(exc).__name__}: {exc}")
-        os._exit(3)
-    _send(event="monitor", pid=pid)
-    os.closerange(4, 4 + MAX_CGROUP_FDS)  # only the monitor and what it starts join the call's cgroups
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2, CTRL):  # hold no pipe: EOF then means the call's processes are gone
-        os.dup2(devnull, fd)
-    _, status = os.waitpid(pid, 0)
-    os._exit(_exit_code(status))
+            with contextlib.suppress(BaseException):
+                _send(event="failed", error=f"{type(exc).__name__}: {exc}")
+        finally:
+            os._exit(3)
+    os.write(fds[CTRL], (json.dumps({"event": "monitor", "pid": pid}) + "\n").encode())
 
 
 # --------------------------------------------------------------------------- monitor
@@ -189,6 +223,9 @@ def monitor(cfg: dict[str, Any], parent: int) -> None:
     """Set up the filesystem, start the runner, report its exit, and kill what it left."""
     # In a new pid namespace our parent is outside it (getppid() == 0): skip that check.
     _die_with_parent(0 if cfg["namespaces"] else parent)
+    if cfg["namespaces"]:
+        # The pid namespace came with the fork; the others now, before the call's cgroups are joined.
+        _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
     for fd in range(4, 4 + cfg.get("cgroups", 0)):
         os.write(fd, b"0")  # "0": this process; everything it starts from now on is charged there too
         os.close(fd)
@@ -360,6 +397,40 @@ def _switch_root(new: str) -> None:
     os.rmdir("/.old")
 
 
+def _layout_in_child(packages: list[str], expose: list[str], preimport: list[str]) -> dict[str, Any]:
+    """:func:`layout`, computed in a child process.
+
+    Its imports (``importlib.metadata`` and what that pulls in) would otherwise grow the fork
+    server, and with it the cost of every fork.
+    """
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            answer: dict[str, Any] = {"plan": layout(packages, expose, preimport)}
+        except OSError as exc:  # the root cannot be built: said as "not confined", as before
+            answer = {"error": str(exc)}
+        except BaseException as exc:  # a bug: the fork server fails to start, as before
+            answer = {"crash": f"{type(exc).__name__}: {exc}"}
+        with open(write, "wb") as pipe:
+            pipe.write(json.dumps(answer).encode())
+        os._exit(0)
+    os.close(write)
+    with open(read, "rb") as pipe:
+        data = pipe.read()
+    os.waitpid(pid, 0)
+    try:
+        answer = json.loads(data)
+    except ValueError:
+        raise OSError("computing the sandbox's layout failed") from None
+    if "crash" in answer:
+        raise RuntimeError(f"computing the sandbox's layout failed: {answer['crash']}")
+    if "error" in answer:
+        raise OSError(answer["error"])
+    return dict(answer["plan"])
+
+
 def layout(packages: list[str], expose: list[str], preimport: list[str]) -> dict[str, Any]:
     """What the sandbox's root holds: ``bind`` (read-only), ``hide`` (empty dirs), ``links``.
 
@@ -492,19 +563,41 @@ def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
     return body
 
 
+#: The filter as the kernel takes it and the array it points to, built once (workers inherit them).
+_seccomp: dict[str, Any] = {}
+
+
+def _seccomp_filter() -> Any:
+    """This machine's ``sock_fprog``, or ``None`` where there is no filter."""
+    if "fprog" not in _seccomp:
+        machine = platform.machine()
+        _seccomp["fprog"] = None
+        if machine in _AUDIT_ARCH:
+            program = seccomp_program(machine)
+            _seccomp["array"] = (_SockFilter * len(program))(*[_SockFilter(*step) for step in program])
+            _seccomp["fprog"] = _SockFprog(len(program), _seccomp["array"])
+    return _seccomp["fprog"]
+
+
+def _warm_up(namespaces: bool) -> None:
+    """What every worker would otherwise do first, done once before forking (workers inherit the result)."""
+    _seccomp_filter()
+    _environ.update(os.environ)
+    if namespaces:  # every call's HOME and TMPDIR (the first setenv in a fresh worker costs 40 page copies)
+        os.environ.update(HOME=WORKDIR_IN_NS, TMPDIR=WORKDIR_IN_NS)
+    compile(_WARM_UP, "<warm-up>", "exec")
+    open(os.devnull).close()  # the runner's stdin is such a file
+
+
 def _install_seccomp() -> None:
-    machine = platform.machine()
-    if machine not in _AUDIT_ARCH:
+    fprog = _seccomp_filter()
+    if fprog is None:
         return  # stated in docs/tools.md: no syscall filter on other machines
-    program = seccomp_program(machine)
-    filters = (_SockFilter * len(program))(*[_SockFilter(*instruction) for instruction in program])
-    fprog = _SockFprog(len(program), filters)
     _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
 
 
 def _fresh_keyrings(own_uid: bool) -> None:
     """A new, empty session keyring (not the host's); with a call's own uid, its user keyrings emptied."""
-    _libc.syscall.restype = ctypes.c_long
     keyctl = _SYSCALLS.get(platform.machine(), {}).get("keyctl")
     if keyctl is None:
         return
@@ -530,9 +623,15 @@ def runner(cfg: dict[str, Any]) -> None:
     # Changing credentials cleared the parent-death signal: set it again.
     _die_with_parent(parent)
     os.chdir(cfg["workdir"])
-    os.listdir(os.path.dirname(os.__file__))  # fails now, not mid-call, if the stdlib is unreadable
-    os.environ.clear()
-    os.environ.update(cfg["env"], HOME=cfg["workdir"], TMPDIR=cfg["workdir"])
+    stdlib = os.path.dirname(os.__file__)
+    if not os.access(stdlib, os.R_OK | os.X_OK):  # fail now, not mid-call, if the stdlib is unreadable
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), stdlib)
+    if cfg["env"] != _environ:  # normally equal: then the program's environment is already in place
+        os.environ.clear()
+        os.environ.update(cfg["env"])
+    for name in ("HOME", "TMPDIR"):
+        if os.environ.get(name) != cfg["workdir"]:
+            os.environ[name] = cfg["workdir"]
     # A full output file should fail the write (EFBIG), not kill the program.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)

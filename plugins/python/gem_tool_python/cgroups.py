@@ -50,15 +50,15 @@ class CallCgroups:
             name = f"call-{os.getpid()}-{next(_counter)}"
         fds: list[int] = []
         try:
+            # Plain os calls on strings, not pathlib: this runs for every call (pathlib cost more than the kernel).
             for kind, parent in self.parents.items():
-                folder = parent / name
-                folder.mkdir(mode=0o700)
+                folder = os.path.join(parent, name)
+                os.mkdir(folder, 0o700)
                 self.live.add(name)
                 for setting, value in self._settings(kind):
-                    path = folder / setting
-                    if path.exists():
-                        path.write_text(value)
-                fds.append(os.open(folder / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
+                    with contextlib.suppress(FileNotFoundError):  # a setting this kernel lacks
+                        _write(os.path.join(folder, setting), value)
+                fds.append(os.open(os.path.join(folder, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC))
         except OSError:
             for fd in fds:
                 os.close(fd)
@@ -88,7 +88,11 @@ class CallCgroups:
             return None
         events = "memory.events" if self.version == 2 else "memory.oom_control"
         try:
-            text = (memory / name / events).read_text()
+            fd = os.open(os.path.join(memory, name, events), os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                text = os.read(fd, 4096).decode("ascii", "replace")
+            finally:
+                os.close(fd)
         except OSError:
             return None
         for line in text.splitlines():
@@ -100,18 +104,26 @@ class CallCgroups:
     def remove(self, name: str) -> None:
         """Remove a call's cgroups once its processes are gone (retries briefly while the kernel catches up)."""
         for parent in self.parents.values():
-            folder = parent / name
+            folder = os.path.join(parent, name)
             for _ in range(100):
                 try:
-                    folder.rmdir()
+                    os.rmdir(folder)
                     break
                 except FileNotFoundError:
                     break
                 except OSError:
                     with contextlib.suppress(OSError):
-                        (folder / "cgroup.kill").write_text("1")  # v2: anything left dies now
+                        _write(os.path.join(folder, "cgroup.kill"), "1")  # v2: anything left dies now
                     time.sleep(0.01)
         self.live.discard(name)
+
+
+def _write(path: str, value: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
 
 
 def _own_cgroup(controller: str) -> str | None:

@@ -55,6 +55,9 @@ _MAX_UID = 4_294_967_294
 _SPAWNERS = 8
 #: How often a running call's cgroup is checked for an OOM kill (the call then dies whole).
 _OOM_POLL_S = 0.05
+#: While other workers are ready, a taken worker's replacement starts when its call ends or after
+#: this long, whichever comes first: a short call then runs without a start competing for the CPU.
+_REPLACE_AFTER_S = 0.02
 
 
 #: What a model's program commonly imports; those installed are readable in the sandbox.
@@ -285,6 +288,20 @@ class _Worker:
         if self.cgroups is not None and self.cgroup is not None:
             self.cgroups.remove(self.cgroup)
             self.cgroup = None
+
+
+class _Replacement:
+    """The replacement a pool owes for a worker taken from it; asked for once (the call's thread only)."""
+
+    def __init__(self, wanted: threading.Semaphore, due: float) -> None:
+        self.wanted = wanted
+        self.due = due  # monotonic time by which it is asked for at the latest
+        self.asked = False
+
+    def ask(self) -> None:
+        if not self.asked:
+            self.asked = True
+            self.wanted.release()
 
 
 class _Zygote:
@@ -598,7 +615,8 @@ class SandboxPool:
                 return
             self._ready.put(worker)
 
-    def _take(self) -> _Worker:
+    def _take(self) -> tuple[_Worker, _Replacement]:
+        """A ready worker, and the replacement the pool owes for it (already asked for when none is left ready)."""
         self.start()
         deadline = time.monotonic() + self.config.spawn_timeout_s
         while True:
@@ -608,9 +626,12 @@ class SandboxPool:
                 reason = f": {self._spawn_error}" if self._spawn_error else ""
                 waited = f"{self.config.spawn_timeout_s:g}s"
                 raise ToolError(f"no sandbox worker became ready within {waited}{reason}") from None
-            self._wanted.release()  # ask for a replacement of the worker we just took
+            replacement = _Replacement(self._wanted, time.monotonic() + _REPLACE_AFTER_S)
             if worker.alive():
-                return worker
+                if self._ready.empty():  # the next call would wait: start the replacement now
+                    replacement.ask()
+                return worker, replacement
+            replacement.ask()
             worker.dispose()
 
     # ------------------------------------------------------------------ calls
@@ -629,12 +650,14 @@ class SandboxPool:
         """
         if self._closed.is_set():
             raise ToolError("the sandbox pool is closed; create a new one")
-        worker = self._take()
+        worker, replacement = self._take()
         try:
-            result = self._execute(worker, code, timeout_s or self.config.timeout_s)
+            result = self._execute(worker, code, timeout_s or self.config.timeout_s, replacement)
         except BaseException:
             worker.dispose()
             raise
+        finally:
+            replacement.ask()
         # The program and its processes already got SIGKILL in _execute; waiting for them to be
         # reaped (and removing a fallback work dir) happens off the caller's critical path.
         self._retired.put(worker)
@@ -656,7 +679,9 @@ class SandboxPool:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(executor, lambda: self.run(code, timeout_s=timeout_s))
 
-    def _execute(self, worker: _Worker, code: str, timeout_s: float) -> SandboxResult:
+    def _execute(
+        self, worker: _Worker, code: str, timeout_s: float, replacement: _Replacement | None = None
+    ) -> SandboxResult:
         cap = self.config.max_output_bytes
         captured = {worker.stdout: bytearray(), worker.stderr: bytearray()}
         start = time.monotonic()
@@ -674,14 +699,24 @@ class SandboxPool:
             writer.start()
         open_fds = [worker.stdout, worker.stderr, worker.ctrl]
         watch_oom = worker.oom_kills() is not None  # a per-call cgroup that counts OOM kills
+        next_poll = start + _OOM_POLL_S
         while status is None and worker.ctrl in open_fds:
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            left = deadline - now
             if left <= 0:
                 status, error = "timeout", f"timed out after {timeout_s:g}s (wall clock); the program was killed"
                 break
-            ready = select.select(open_fds, [], [], min(left, _OOM_POLL_S) if watch_oom else left)[0]
-            if watch_oom and worker.oom_kills():
-                break  # the call went over its memory limit: it dies whole (status set below)
+            wait = min(left, max(next_poll - now, 0)) if watch_oom else left
+            if replacement is not None and not replacement.asked:
+                wait = min(wait, max(replacement.due - now, 0))
+            ready = select.select(open_fds, [], [], wait)[0]
+            now = time.monotonic()
+            if replacement is not None and not replacement.asked and now >= replacement.due:
+                replacement.ask()
+            if watch_oom and now >= next_poll:  # every 50 ms, not after every event (each read is three syscalls)
+                next_poll = now + _OOM_POLL_S
+                if worker.oom_kills():
+                    break  # the call went over its memory limit: it dies whole (status set below)
             for fd in ready:
                 if fd == worker.ctrl:
                     worker._fill()
@@ -709,9 +744,10 @@ class SandboxPool:
                         f"output limit exceeded: more than {cap} bytes; "
                         "the output was truncated and the program was killed"
                     )
-        if watch_oom and status != "output_limit" and worker.oom_kills():
+        kills = worker.oom_kills() if watch_oom and status != "output_limit" else None
+        if kills:
             # However the memory was spread over processes, and whatever the survivors did next.
-            status, error = "killed", _memory_error(self.config, worker.oom_kills())
+            status, error = "killed", _memory_error(self.config, kills)
         if status is None:
             status, error = "crashed", "the sandbox lost the program's process"
         if writer is not None:
