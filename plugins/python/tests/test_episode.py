@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,17 @@ from gem_core.errors import ToolError
 USABLE, WHY = episodes_available()
 pytestmark = pytest.mark.skipif(not USABLE, reason=f"episode sandbox unavailable here: {WHY}")
 
-LIMITS = {"command_timeout_s": 5.0, "max_procs": 32, "max_output_bytes": 4096, "disk_mb": 32, "max_file_mb": 8}
+# A uid of this test run's own: the leak checks look for its processes machine-wide, where another
+# suite's episodes (the terminal env's, under the default uid) may be running at the same time.
+RUN_UID = 1_400_100_000 + os.getpid() % 1_000_000
+LIMITS = {
+    "command_timeout_s": 5.0,
+    "max_procs": 32,
+    "max_output_bytes": 4096,
+    "disk_mb": 32,
+    "max_file_mb": 8,
+    "uid": RUN_UID,
+}
 
 
 def assert_nothing_left(sandbox: EpisodeSandbox, group: str | None) -> None:
@@ -32,7 +43,7 @@ def layer(tmp_path: Path) -> Path:
     (source / "src").mkdir(parents=True)
     (source / "data.txt").write_text("original\n")
     (source / "src" / "main.py").write_text("print('hi')\n")
-    return prepare_layer(source, tmp_path / "layer")
+    return prepare_layer(source, tmp_path / "layer", uid=RUN_UID)
 
 
 def test_files_and_processes_persist_across_commands(layer: Path) -> None:
