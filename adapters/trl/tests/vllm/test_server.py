@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -37,15 +36,10 @@ from trl.generation import vllm_client, vllm_generation
 
 from gem_core.rl.advantages import rebn
 from gem_core.rl.returns import discounted_returns
+from gem_core.testing_servers import free_port
 
 GAME = "game:GuessTheNumber-v0-easy"
 START_TIMEOUT_S = 600  # ~40 s alone on 2 cores; minutes when the machine is shared
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def server_command(model_dir: Path, port: int) -> list[str]:
