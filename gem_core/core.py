@@ -113,24 +113,25 @@ class _Seeded:
         self._seed = _checked_seed(seed)
         self._np_random = self._py_random = None
 
+    def _seed_to_draw_from(self) -> int:
+        """The recorded seed; fresh OS entropy (then recorded) when no reset gave one yet."""
+        if self._seed is None:
+            self._seed_rngs(None)
+        assert self._seed is not None
+        return self._seed
+
     @property
     def np_random(self) -> np.random.Generator:
         """The env's numpy Generator; seeded from OS entropy if ``reset`` gave no seed."""
         if self._np_random is None:
-            if self._seed is None:
-                self._seed_rngs(None)
-            assert self._seed is not None
-            self._np_random = _np_rng(self._seed)
+            self._np_random = _np_rng(self._seed_to_draw_from())
         return self._np_random
 
     @property
     def py_random(self) -> random.Random:
         """The env's ``random.Random``, derived from the same seed as :attr:`np_random`."""
         if self._py_random is None:
-            if self._seed is None:
-                self._seed_rngs(None)
-            assert self._seed is not None
-            self._py_random = _py_rng(self._seed)
+            self._py_random = _py_rng(self._seed_to_draw_from())
         return self._py_random
 
     @property

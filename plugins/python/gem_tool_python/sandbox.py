@@ -679,9 +679,7 @@ class SandboxPool:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(executor, lambda: self.run(code, timeout_s=timeout_s))
 
-    def _execute(
-        self, worker: _Worker, code: str, timeout_s: float, replacement: _Replacement | None = None
-    ) -> SandboxResult:
+    def _execute(self, worker: _Worker, code: str, timeout_s: float, replacement: _Replacement) -> SandboxResult:
         cap = self.config.max_output_bytes
         captured = {worker.stdout: bytearray(), worker.stderr: bytearray()}
         start = time.monotonic()
@@ -707,11 +705,11 @@ class SandboxPool:
                 status, error = "timeout", f"timed out after {timeout_s:g}s (wall clock); the program was killed"
                 break
             wait = min(left, max(next_poll - now, 0)) if watch_oom else left
-            if replacement is not None and not replacement.asked:
+            if not replacement.asked:
                 wait = min(wait, max(replacement.due - now, 0))
             ready = select.select(open_fds, [], [], wait)[0]
             now = time.monotonic()
-            if replacement is not None and not replacement.asked and now >= replacement.due:
+            if not replacement.asked and now >= replacement.due:
                 replacement.ask()
             if watch_oom and now >= next_poll:  # every 50 ms, not after every event (each read is three syscalls)
                 next_poll = now + _OOM_POLL_S
