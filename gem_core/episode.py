@@ -45,6 +45,7 @@ one batched ``generate`` call per turn: TRL) and :class:`gem_core.runner.Episode
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 import reprlib
@@ -114,7 +115,12 @@ class Generation:
             kept per turn in :attr:`EpisodeSession.generations`, never in the records.
         policy_version: The version of the weights that sampled these tokens, when the
             server knows it; ``None``: the engine's :attr:`EpisodeEngine.policy_version`
-            when the request was made.
+            when the request was made. The continuous scheduler refuses a version outside
+            [the oldest version of the requests in flight, the current one].
+        request_id: The :attr:`TurnRequest.request_id` this answers. When given it must be
+            the request's (else a :class:`~gem_core.errors.GenerateContractError`: an answer
+            meant for another request); the continuous scheduler's ``batch_generate``
+            must give it, so answers reordered, duplicated or missing in a batch are caught.
     """
 
     token_ids: list[int] | None = None
@@ -123,6 +129,7 @@ class Generation:
     finish_reason: str = "stop"
     extra: dict[str, Any] = field(default_factory=dict)
     policy_version: int | None = None
+    request_id: str | None = None
 
 
 def cut_at_stop(
@@ -168,6 +175,9 @@ class TurnRequest:
             already generated before its request was aborted (0: a fresh turn). The server
             continues that reply from the ids as they are (nothing re-encoded); ``max_tokens``
             is what is left of the turn's cap.
+        request_id: Unique in the process (``"{episode_id}/turn{T}/r{serial}"``; a resumed
+            turn's continuation gets a new one). An answer that carries it back
+            (:attr:`Generation.request_id`) is checked against it.
     """
 
     episode_index: int
@@ -178,6 +188,7 @@ class TurnRequest:
     env_id: str | None = None
     seed: int | None = None
     resume_from: int = 0
+    request_id: str = ""
 
 
 def _finish_problem(reason: str) -> str:
@@ -203,6 +214,9 @@ def describe_request(request: TurnRequest) -> str:
 #: replays its job under the current weights); ``"raise"`` raises :class:`~gem_core.errors.PolicyLagError`.
 StalePolicy = Literal["drop", "raise"]
 
+
+#: Numbers the requests of the process, so request ids are unique even for jobs sharing an episode id.
+_REQUEST_SERIAL = itertools.count()
 
 #: What a generate must return, per mode; quoted by every :class:`~gem_core.errors.GenerateContractError`.
 _CONTRACT = {
@@ -400,6 +414,7 @@ class EpisodeSession:
         self._partial_versions: list[int] = []
         self._resumed_at: list[int] = []
         self._request_version = 0
+        self._request_id = ""
         self._oldest_version: int | None = None  # of any token this episode generated
         #: Generations aborted and resumed over the episode.
         self.resumes = 0
@@ -432,6 +447,7 @@ class EpisodeSession:
         if not self._resumed_at:  # a continuation's time counts from the turn's first request
             self._requested_at = time.perf_counter()
         self._request_version = self.engine.policy_version
+        self._request_id = f"{self.episode_id}/turn{len(self.turns)}/r{next(_REQUEST_SERIAL)}"
         # A list for the server (vLLM and friends want one); gone after the call, unlike a record.
         return TurnRequest(
             episode_index=self.index,
@@ -442,6 +458,7 @@ class EpisodeSession:
             env_id=self.env_id,
             seed=self.seed,
             resume_from=len(self._partial_ids),
+            request_id=self._request_id,
         )
 
     @property
@@ -565,6 +582,13 @@ class EpisodeSession:
                 bad_at = next((i for i, x in enumerate(logprobs) if not math.isfinite(x)), None)
                 if bad_at is not None:
                     return f"logprob {logprobs[bad_at]} at position {bad_at} is not finite"
+        answered: object = gen.request_id
+        if answered is not None and answered != self._request_id:
+            return (
+                f"the answer carries request id {reprlib.repr(answered)}, but this episode's request is "
+                f"{self._request_id!r}: an answer meant for another request (a batch's answers reordered, "
+                "duplicated or missing); return each request's answer with its own request_id"
+            )
         version: Any = gen.policy_version  # typed int, but a generate may put anything there
         if version is not None:
             try:
@@ -578,6 +602,7 @@ class EpisodeSession:
             finish_reason=finish,
             extra=gen.extra,
             policy_version=version,
+            request_id=gen.request_id,
         )
 
     def _take(self, gen: Generation) -> str | None:

@@ -320,3 +320,48 @@ class PolicyLagError(GemCoreError, RuntimeError):
 
 
 __all__ += ["PolicyLagError"]
+
+
+# --- the continuous scheduler's bounds (docs/rl.md, "Bounds and contract errors") ---
+
+
+class GenerateCancelled(GenerateContractError):
+    """A request's ``generate`` raised ``asyncio.CancelledError`` while the scheduler was not cancelled.
+
+    Clients do this for a request the server aborted; the contract for an aborted request is
+    an answer with ``finish_reason="abort"``. Only that request's episode ends (named in the
+    message and in :attr:`GenerateContractError.episodes`).
+    """
+
+
+class GenerateTimeout(GemCoreError, TimeoutError):
+    """A request (or batched call) was given up by the continuous scheduler.
+
+    No answer came within its ``request_timeout``, or it ignored a weight update's abort
+    past ``abort_timeout``; the request is cancelled. Only its episode(s) end; the message
+    names each (env id, seed, turn) and its request id.
+
+    Attributes:
+        episodes: The episodes, as ``"env_id seed=S turn=T"`` labels.
+        request_ids: Their :attr:`~gem_core.episode.TurnRequest.request_id`.
+    """
+
+    def __init__(self, message: str, *, episodes: list[str] | None = None, request_ids: list[str] | None = None):
+        super().__init__(message)
+        self.episodes = list(episodes or [])
+        self.request_ids = list(request_ids or [])
+
+
+class WeightUpdateTimeout(GemCoreError, TimeoutError):
+    """An ``abort`` or ``swap`` hook of ``update_policy`` ran past its bound; the version did not move."""
+
+
+class PolicyVersionError(GemCoreError, ValueError):
+    """``update_policy`` was asked for a version that is not past the current one (versions only move forward)."""
+
+
+class SharedEnvError(ConfigError):
+    """A job's env object is already played by a live job of the same scheduler; each live job needs its own env."""
+
+
+__all__ += ["GenerateCancelled", "GenerateTimeout", "PolicyVersionError", "SharedEnvError", "WeightUpdateTimeout"]

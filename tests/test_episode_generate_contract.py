@@ -7,6 +7,7 @@ and :class:`EpisodeRunner` (batched and per-request policies).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import math
 from typing import Any
@@ -213,6 +214,38 @@ def test_play_batch_refuses_a_batch_of_the_wrong_shape(shape: str, size: int) ->
         EpisodeEngine(tokenizer()).play_batch(jobs, lambda requests: make(len(requests)))
     assert info.value.episodes == [f"{ENV_ID} seed={i} turn=0" for i in range(size)]
     assert "a batched generate returns a list with one answer per request" in str(info.value)
+
+
+@SETTINGS
+@given(size=st.integers(2, 5), data=st.data())
+def test_play_batch_refuses_answers_carrying_another_requests_id(size: int, data: st.DataObject) -> None:
+    order = data.draw(st.permutations(range(size)).filter(lambda p: list(p) != sorted(p)), label="answer order")
+    envs = [echo_env() for _ in range(size)]
+    jobs = [EpisodeJob(env=env, env_id=ENV_ID, seed=i) for i, env in enumerate(envs)]
+
+    def generate(requests: list[TurnRequest]) -> list[Generation]:
+        answers = [dataclasses.replace(good(r.turn), request_id=r.request_id) for r in requests]
+        return [answers[i] for i in order]  # each answer carries its request's id, in another order
+
+    with pytest.raises(GenerateContractError, match="an answer meant for another request") as info:
+        EpisodeEngine(tokenizer()).play_batch(jobs, generate)
+    misplaced = [i for i, j in enumerate(order) if i != j]
+    assert sorted(info.value.episodes) == sorted(f"{ENV_ID} seed={i} turn=0" for i in misplaced)
+    assert all(env.actions == [] for env in envs)  # type: ignore[attr-defined]
+
+
+def test_each_request_has_its_own_id_and_an_answer_carrying_it_is_taken() -> None:
+    engine = EpisodeEngine(tokenizer())
+    seen: list[str] = []
+
+    async def generate(request: TurnRequest) -> Generation:
+        seen.append(request.request_id)
+        return dataclasses.replace(good(request.turn), request_id=request.request_id)
+
+    session = asyncio.run(engine.play(echo_env(), generate, env_id=ENV_ID, seed=1))
+    assert session.end_reason == "env" and len(session.turns) == 3
+    assert len(set(seen)) == len(seen) == 3
+    assert [rid.rsplit("/", 1)[0] for rid in seen] == [f"{session.episode_id}/turn{t}" for t in range(3)]
 
 
 def test_a_raising_batched_generate_names_every_episode_of_the_batch() -> None:
