@@ -281,9 +281,7 @@ class RolloutScheduler:
                     item = exc
                 played = True
                 await buffer.put(item)  # blocks while the consumer's buffer is full: the slot stays taken
-                handed_out = True
-                if isinstance(item, EpisodeSession):
-                    self._count(item)
+                handed_out = True  # to the buffer: counted when the consumer reads it (else cancelled)
             finally:
                 for key in env_keys:
                     live_envs.pop(key, None)
@@ -324,12 +322,15 @@ class RolloutScheduler:
                     return
                 if isinstance(item, BaseException):
                     raise item
+                self._count(item)
                 yield item
         finally:
             feeder.cancel()
             for task in list(tasks):
                 task.cancel()
             await asyncio.gather(feeder, *tasks, return_exceptions=True)
+            while not buffer.empty():  # finished, never read: cancelled (their envs closed before the buffer)
+                self.stats.cancelled += isinstance(buffer.get_nowait(), EpisodeSession)
             for job in list(live_jobs.values()):  # cancelled before their task ever ran
                 await self._cancelled(job, close=True)
             live_jobs.clear()
