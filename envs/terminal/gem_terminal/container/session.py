@@ -82,6 +82,9 @@ while IFS=' ' read -r op id a b c e; do
 done
 """
 
+#: pid 1 of an episode's container.
+INIT = 'trap "exit 0" TERM INT; while :; do sleep 86400 & wait $!; done'
+
 #: Paths an agent that is root in its container could change to subvert the checker: the system's
 #: programs and libraries, the loader's configuration, Python's and pip's/uv's system configuration.
 PROTECTED = (
@@ -116,6 +119,8 @@ PROTECTED = (
 #: Under these, new files are allowed when they shadow no program of the image (an agent may be asked
 #: to install a script there; ``python3`` or ``pytest`` in it would run in place of the image's).
 ADDABLE = ("/usr/local/bin", "/usr/local/sbin")
+#: Names a checker calls that an image may lack (installed at check time): never addable either.
+CHECKER_TOOLS = frozenset({"pytest", "py.test", "uv", "uvx", "pip", "pip3", "python", "python3"})
 
 
 #: Environment of every command in the check phase, under the checker's own.
@@ -166,7 +171,8 @@ def integrity_violations(diff_lines: list[str], image_programs: set[str]) -> lis
             continue  # a folder whose content changed
         if kind == "A" and _under(path, ADDABLE):
             parent, _, name = path.rpartition("/")
-            if parent in ADDABLE and name not in image_programs:
+            shadows = name in image_programs or name in CHECKER_TOOLS or name.startswith("python")
+            if parent in ADDABLE and not shadows:
                 continue
             if parent not in ADDABLE and any(path.startswith(root + "/") for root in ADDABLE):
                 # a new folder inside /usr/local/bin is no program on PATH
@@ -233,7 +239,9 @@ class ContainerEpisode:
         args += ["--memory", f"{c.episode_memory_mb}m", "--pids-limit", str(c.max_procs)]
         for key, value in c.env.items():
             args += ["-e", f"{key}={value}"]
-        args += ["--entrypoint", "sleep", image, "infinity"]
+        # pid 1 must reap: processes the agent orphans are adopted by it (`sleep infinity` would leave
+        # zombies that count against the pids limit). bash does, and stops at SIGTERM.
+        args += ["--entrypoint", "bash", image, "-c", INIT]
         self.runtime.call(*args, timeout_s=120.0)
         return name
 
