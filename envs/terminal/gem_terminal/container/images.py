@@ -13,10 +13,12 @@ build context; ``FROM --platform=...`` drops the platform (the host's architectu
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import re
 import shutil
 import subprocess
+import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,7 +80,19 @@ CA_ENV = {
     "NODE_EXTRA_CA_CERTS": _CA_PATH,
     "UV_NATIVE_TLS": "1",
 }
-_RECIPE_VERSION = "1"
+_RECIPE_VERSION = "2"
+#: Files added to the root file system: git commits in set-up lines need an identity (the sandbox's).
+BASE_FILES = {"etc/gitconfig": b"[user]\n\tname = agent\n\temail = agent@sandbox\n"}
+
+
+#: What the base images' configuration sets (``podman import --change``).
+BASE_CHANGES = (
+    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    # Debian's Python refuses `pip install` outside a venv (PEP 668); Terminal-Bench tasks do that.
+    "ENV PIP_BREAK_SYSTEM_PACKAGES=1",
+    "ENV LANG=C.UTF-8",
+    'CMD ["/bin/bash"]',
+)
 
 
 @dataclass(frozen=True)
@@ -88,9 +102,15 @@ class BaseImage:
     suite: str
     packages: tuple[str, ...] = BASE_PACKAGES
 
+    def rootfs_key(self, mirror: str) -> str:
+        """A hash of what mmdebstrap makes (the root file system, cached as a tar)."""
+        added = [f"{name}:{hashlib.sha256(data).hexdigest()}" for name, data in sorted(BASE_FILES.items())]
+        recipe = "\n".join([_RECIPE_VERSION, self.suite, mirror, *self.packages, *added])
+        return hashlib.sha256(recipe.encode()).hexdigest()[:16]
+
     def tag(self, mirror: str) -> str:
         """The image's tag: the suite and a hash of the whole recipe."""
-        recipe = "\n".join([_RECIPE_VERSION, self.suite, mirror, *self.packages])
+        recipe = "\n".join([self.rootfs_key(mirror), *BASE_CHANGES])
         return f"localhost/gem-base-{self.suite}:{hashlib.sha256(recipe.encode()).hexdigest()[:16]}"
 
 
@@ -102,8 +122,52 @@ def base_image_for(image: str) -> BaseImage | None:
     return None
 
 
+def base_rootfs(base: BaseImage, mirror: str, timeout_s: float = 900) -> Path:
+    """The base image's root file system as a tar, made by mmdebstrap once and kept under :func:`state_dir`.
+
+    Raises:
+        ToolError: mmdebstrap is missing or failed.
+    """
+    folder = state_dir() / "rootfs"
+    folder.mkdir(parents=True, exist_ok=True)
+    tar = folder / f"{base.suite}-{base.rootfs_key(mirror)}.tar"
+    if tar.is_file():
+        return tar
+    if shutil.which("mmdebstrap") is None:
+        raise ToolError(
+            f"base image for {base.suite} is not built and mmdebstrap is missing: apt-get install mmdebstrap "
+            "(or pull the task's real image where a registry is reachable)"
+        )
+    partial = folder / f".{tar.name}.{os.getpid()}.partial"
+    command = ["mmdebstrap", "--variant=minbase", "--include=" + ",".join(base.packages), base.suite, str(partial)]
+    try:
+        done = subprocess.run([*command, mirror], capture_output=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired as exc:
+        partial.unlink(missing_ok=True)
+        raise ToolError(f"mmdebstrap {base.suite}: not done in {timeout_s:g} s") from exc
+    if done.returncode != 0:
+        partial.unlink(missing_ok=True)
+        tail = done.stderr.decode("utf-8", "replace")[-1500:]
+        raise ToolError(f"mmdebstrap {base.suite} failed (exit {done.returncode}): {tail}")
+    add_files(partial, BASE_FILES)
+    partial.rename(tar)
+    return tar
+
+
+def add_files(tar: Path, files: dict[str, bytes]) -> None:
+    """Append ``files`` (root-owned, 0644) to an uncompressed tar."""
+    with tarfile.open(tar, "a") as archive:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, 0
+            archive.addfile(info, io.BytesIO(data))
+
+
 def ensure_base_image(runtime: Runtime, base: BaseImage, *, mirror: str | None = None, timeout_s: float = 900) -> str:
-    """Build ``base`` with mmdebstrap and import it, unless an image of the same recipe is there; its tag.
+    """Import ``base`` (its root file system from :func:`base_rootfs`) unless an image of the same recipe is there.
+
+    Returns:
+        Its tag.
 
     Raises:
         ToolError: mmdebstrap is missing or failed, or the import failed.
@@ -112,42 +176,11 @@ def ensure_base_image(runtime: Runtime, base: BaseImage, *, mirror: str | None =
     tag = base.tag(mirror)
     if runtime.image_exists(tag):
         return tag
-    if shutil.which("mmdebstrap") is None:
-        raise ToolError(
-            f"base image {tag} is not built and mmdebstrap is missing: apt-get install mmdebstrap "
-            "(or pull the task's real image where a registry is reachable)"
-        )
-    work = Path(tempfile.mkdtemp(prefix="gem-base-", dir=_scratch()))
-    try:
-        tar = work / "rootfs.tar"
-        command = [
-            "mmdebstrap",
-            "--variant=minbase",
-            "--include=" + ",".join(base.packages),
-            base.suite,
-            str(tar),
-            mirror,
-        ]
-        try:
-            done = subprocess.run(command, capture_output=True, timeout=timeout_s, check=False)
-        except subprocess.TimeoutExpired as exc:
-            raise ToolError(f"mmdebstrap {base.suite}: not done in {timeout_s:g} s") from exc
-        if done.returncode != 0:
-            tail = done.stderr.decode("utf-8", "replace")[-1500:]
-            raise ToolError(f"mmdebstrap {base.suite} failed (exit {done.returncode}): {tail}")
-        changes = [
-            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            # Debian's Python refuses `pip install` outside a venv (PEP 668); Terminal-Bench tasks do that.
-            "ENV PIP_BREAK_SYSTEM_PACKAGES=1",
-            "ENV LANG=C.UTF-8",
-            'CMD ["/bin/bash"]',
-        ]
-        args = ["import"]
-        for change in changes:
-            args += ["--change", change]
-        runtime.call(*args, str(tar), tag, timeout_s=timeout_s)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    tar = base_rootfs(base, mirror, timeout_s)
+    args = ["import"]
+    for change in BASE_CHANGES:
+        args += ["--change", change]
+    runtime.call(*args, str(tar), tag, timeout_s=timeout_s)
     return tag
 
 
