@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import os
 import re
 import shutil
 import tempfile
@@ -84,7 +85,7 @@ class TerminalEnvConfig(BaseModel):
         backend: Where episodes run. ``auto``: a task the sandbox can run (no image to build) runs in the
             sandbox; any other runs in a container of its own image, on Docker where a daemon answers, else
             on Podman (none: it stays skipped with the reason). ``sandbox``, ``podman``, ``docker``: every
-            task there.
+            task there. Default: ``$GEM_TERMINAL_BACKEND``, else ``auto``.
         container: :class:`gem_terminal.container.backend.ContainerConfig` fields (``ca_bundle``...).
     """
 
@@ -212,6 +213,8 @@ class TerminalEnv(Env):
     metadata: ClassVar[dict[str, Any]] = {"multi_turn": True}
 
     def __init__(self, **kwargs: Any) -> None:
+        if "backend" not in kwargs and os.environ.get("GEM_TERMINAL_BACKEND"):
+            kwargs = {**kwargs, "backend": os.environ["GEM_TERMINAL_BACKEND"]}  # a machine-wide default
         try:
             self.config = TerminalEnvConfig.model_validate(kwargs)
         except ValidationError as exc:
@@ -280,7 +283,9 @@ class TerminalEnv(Env):
                 raise ConfigError(f"terminal env: backend={self.config.backend!r}: {exc}") from exc
             self.skipped = [SkippedTask(s.name, s.path, f"{s.reason}; and {exc}") for s in self.skipped]
             return
-        candidates = self.skipped if self.config.backend == "auto" else [*self.tasks, *self.skipped]
+        candidates: list[TerminalTask | SkippedTask] = [*self.skipped]
+        if self.config.backend != "auto":
+            candidates += self.tasks
         loaded = [load_container_task(item.path) for item in candidates]
         moved = [t for t in loaded if isinstance(t, TerminalTask)]
         keep = [t for t in self.tasks if self.config.backend == "auto"]

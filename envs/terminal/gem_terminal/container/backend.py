@@ -147,7 +147,7 @@ def runtime_for(backend: Backend) -> Runtime:
     Raises:
         ToolError: none is usable.
     """
-    preference: Literal["auto", "podman", "docker"] = "auto" if backend in ("auto", "sandbox") else backend
+    preference: Literal["auto", "podman", "docker"] = backend if backend in ("podman", "docker") else "auto"
     if preference not in _runtimes:
         _runtimes[preference] = detect_runtime(preference)
     return _runtimes[preference]

@@ -310,8 +310,9 @@ def rewrite_dockerfile(text: str, resolve: Any, *, ca_bundle: bytes | None = Non
         else:  # COPY / ADD <<EOF dest
             if len(bodies) != 1:
                 raise ToolError(f"Dockerfile: {line[:80]!r} has several heredocs; write them as files")
-            match = _HEREDOC.search(rest)
-            assert match is not None
+            found = _HEREDOC.search(rest)
+            assert found is not None
+            match = found
             name = f".gem/heredoc-{count}"
             lines = [line.lstrip("\t") for line in bodies[0]] if match.group(1) else bodies[0]
             files[name] = ("\n".join(lines) + "\n").encode()

@@ -306,7 +306,7 @@ class ContainerEpisode:
     @property
     def remaining_s(self) -> float:
         """Command time left to the episode."""
-        return max(self.config.episode_timeout_s - self._spent_s, 0.0)
+        return max(float(self.config.episode_timeout_s) - self._spent_s, 0.0)
 
     @property
     def spent(self) -> str | None:
