@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gem_core.errors import ToolError
-from gem_terminal.container.images import CA_ENV, base_image_for, plan_build, rewrite_dockerfile
+from gem_terminal.container.images import CA_ENV, base_image_for, plan_build, qualified, rewrite_dockerfile
 from gem_terminal.container.session import integrity_violations
 
 
@@ -192,3 +192,19 @@ def test_unbuildable_tasks_are_refused_by_name(tmp_path: Path, compose: str, fil
 )
 def test_integrity_rule(diff: list[str], bad: list[str]) -> None:
     assert integrity_violations(diff, {"python3", "pytest", "bash", "sh"}) == bad
+
+
+@pytest.mark.parametrize(
+    ("short", "full"),
+    [
+        ("python:3.13", "docker.io/library/python:3.13"),
+        ("buildpack-deps:jammy", "docker.io/library/buildpack-deps:jammy"),
+        ("someone/tool:1", "docker.io/someone/tool:1"),
+        ("ghcr.io/a/b:1", "ghcr.io/a/b:1"),
+        ("localhost/gem-base-trixie:x", "localhost/gem-base-trixie:x"),
+        ("registry:5000/a", "registry:5000/a"),
+    ],
+    ids=lambda v: str(v),
+)
+def test_short_names_are_qualified_as_docker_reads_them(short: str, full: str) -> None:
+    assert qualified(short) == full

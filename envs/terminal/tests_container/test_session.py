@@ -43,6 +43,8 @@ def test_timeout_kills_the_command_s_process_group(episode: ContainerEpisode) ->
     result = episode.run("sleep 60 & sleep 60")
     assert result.status == "timeout"
     assert episode.run("ps -eo args= | grep -x 'sleep 60' || echo none").stdout == "none\n"
+    # and reaped: pid 1 adopts the orphaned background job; zombies would count against the pids limit
+    assert episode.run("ps -eo stat= | grep -c '^Z' || true").stdout == "0\n"
 
 
 def test_output_cap_stops_the_command(episode: ContainerEpisode) -> None:

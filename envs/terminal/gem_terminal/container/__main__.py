@@ -7,8 +7,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
+from pathlib import Path
 
 from gem_core.errors import ToolError
 from gem_terminal.container.images import IMAGE_MAP, BaseImage, ensure_base_image
@@ -21,6 +23,11 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     prepare = sub.add_parser("prepare", help="build the base images of the image map")
     prepare.add_argument("suites", nargs="*", help="Debian suites (default: all the map names)")
+    prepare.add_argument(
+        "--ca-bundle",
+        default=os.environ.get("GEM_TERMINAL_CA_BUNDLE"),
+        help="the host's CA bundle, for uv's download behind a TLS-intercepting proxy",
+    )
     sub.add_parser("runtime", help="print the runtime auto picks")
     args = parser.parse_args(argv)
     try:
@@ -30,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         for suite in args.suites or sorted({suite for _, suite in IMAGE_MAP}):
             started = time.monotonic()
-            tag = ensure_base_image(runtime, BaseImage(suite))
+            ca = Path(args.ca_bundle) if args.ca_bundle else None
+            tag = ensure_base_image(runtime, BaseImage(suite), ca_bundle=ca)
             print(f"{tag} ({runtime.kind}, {time.monotonic() - started:.1f} s)")
     except ToolError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -85,6 +85,8 @@ _RECIPE_VERSION = "2"
 BASE_FILES = {"etc/gitconfig": b"[user]\n\tname = agent\n\temail = agent@sandbox\n"}
 
 
+#: uv in every base image (the version Terminal-Bench's run-tests.sh installs).
+BASE_UV = "uv==0.7.13"
 #: What the base images' configuration sets (``podman import --change``).
 BASE_CHANGES = (
     "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -110,7 +112,7 @@ class BaseImage:
 
     def tag(self, mirror: str) -> str:
         """The image's tag: the suite and a hash of the whole recipe."""
-        recipe = "\n".join([self.rootfs_key(mirror), *BASE_CHANGES])
+        recipe = "\n".join([self.rootfs_key(mirror), *BASE_CHANGES, BASE_UV])
         return f"localhost/gem-base-{self.suite}:{hashlib.sha256(recipe.encode()).hexdigest()[:16]}"
 
 
@@ -163,24 +165,51 @@ def add_files(tar: Path, files: dict[str, bytes]) -> None:
             archive.addfile(info, io.BytesIO(data))
 
 
-def ensure_base_image(runtime: Runtime, base: BaseImage, *, mirror: str | None = None, timeout_s: float = 900) -> str:
-    """Import ``base`` (its root file system from :func:`base_rootfs`) unless an image of the same recipe is there.
+def ensure_base_image(
+    runtime: Runtime,
+    base: BaseImage,
+    *,
+    mirror: str | None = None,
+    ca_bundle: Path | None = None,
+    timeout_s: float = 900,
+) -> str:
+    """Make ``base`` unless an image of the same recipe is there: its root file system, then uv on top.
+
+    The root file system (:func:`base_rootfs`) is imported, then one layer adds uv (:data:`BASE_UV`)
+    from PyPI: Terminal-Bench's stock ``run-tests.sh`` runs pytest through uv, and its installer's
+    host is not reachable everywhere PyPI is. ``ca_bundle`` is used for that download only.
 
     Returns:
         Its tag.
 
     Raises:
-        ToolError: mmdebstrap is missing or failed, or the import failed.
+        ToolError: mmdebstrap is missing or failed, or the import or the uv layer failed.
     """
     mirror = mirror or os.environ.get("GEM_DEBIAN_MIRROR", DEFAULT_MIRROR)
     tag = base.tag(mirror)
     if runtime.image_exists(tag):
         return tag
-    tar = base_rootfs(base, mirror, timeout_s)
-    args = ["import"]
-    for change in BASE_CHANGES:
-        args += ["--change", change]
-    runtime.call(*args, str(tar), tag, timeout_s=timeout_s)
+    rootfs_tag = tag.replace("/gem-base-", "/gem-rootfs-")
+    if not runtime.image_exists(rootfs_tag):
+        tar = base_rootfs(base, mirror, timeout_s)
+        args = ["import"]
+        for change in BASE_CHANGES:
+            args += ["--change", change]
+        runtime.call(*args, str(tar), rootfs_tag, timeout_s=timeout_s)
+    work = Path(tempfile.mkdtemp(prefix="gem-base-", dir=_scratch()))
+    try:
+        lines = [f"FROM {rootfs_tag}"]
+        if ca_bundle is not None:
+            (work / "ca.pem").write_bytes(Path(ca_bundle).read_bytes())
+            lines.append("COPY ca.pem /tmp/gem-ca.pem")
+            pip = f"PIP_CERT=/tmp/gem-ca.pem python3 -m pip install --no-cache-dir {BASE_UV} && rm /tmp/gem-ca.pem"
+        else:
+            pip = f"python3 -m pip install --no-cache-dir {BASE_UV}"
+        lines.append(f"RUN {pip} && uv --version")
+        (work / "Dockerfile").write_text("\n".join(lines) + "\n")
+        runtime.call("build", "-t", tag, str(work), timeout_s=timeout_s)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return tag
 
 
@@ -397,11 +426,12 @@ def _tree_hash(folder: Path) -> str:
 _pull_failed: set[str] = set()
 
 
-def _resolver(runtime: Runtime, mode: BaseImages, mirror: str | None, timeout_s: float) -> Any:
+def _resolver(runtime: Runtime, mode: BaseImages, mirror: str | None, ca: Path | None, timeout_s: float) -> Any:
     def resolve(image: str) -> str:
+        image = qualified(image) if runtime.kind == "podman" else image
         base = base_image_for(image)
         if mode == "map" and base is not None:
-            return ensure_base_image(runtime, base, mirror=mirror, timeout_s=timeout_s)
+            return ensure_base_image(runtime, base, mirror=mirror, ca_bundle=ca, timeout_s=timeout_s)
         if runtime.image_exists(image):
             return image
         if mode == "pull" or base is None:
@@ -410,9 +440,17 @@ def _resolver(runtime: Runtime, mode: BaseImages, mirror: str | None, timeout_s:
             if runtime.call("pull", image, timeout_s=120.0, check=False).returncode == 0:
                 return image
             _pull_failed.add(image)
-        return ensure_base_image(runtime, base, mirror=mirror, timeout_s=timeout_s)
+        return ensure_base_image(runtime, base, mirror=mirror, ca_bundle=ca, timeout_s=timeout_s)
 
     return resolve
+
+
+def qualified(image: str) -> str:
+    """A short name as Docker reads it (``python:3.13`` is ``docker.io/library/python:3.13``): Podman asks."""
+    first, _, rest = image.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return image
+    return f"docker.io/{image}" if rest else f"docker.io/library/{image}"
 
 
 def _image_id(runtime: Runtime, image: str) -> str:
@@ -437,7 +475,7 @@ def build_task_image(
     plan = plan_build(task_path)
     ca = Path(ca_bundle).read_bytes() if ca_bundle is not None else None
     rewrite = rewrite_dockerfile(
-        plan.dockerfile.read_text(), _resolver(runtime, base_images, mirror, timeout_s), ca_bundle=ca
+        plan.dockerfile.read_text(), _resolver(runtime, base_images, mirror, ca_bundle, timeout_s), ca_bundle=ca
     )
     recipe = hashlib.sha256()
     for part in [rewrite.text, _tree_hash(plan.context), *[_image_id(runtime, i) for i in rewrite.images]]:
