@@ -187,7 +187,7 @@ def ensure_base_image(
     """
     mirror = mirror or os.environ.get("GEM_DEBIAN_MIRROR", DEFAULT_MIRROR)
     tag = base.tag(mirror)
-    if runtime.image_exists(tag):
+    if _image_id(runtime, tag) != tag:  # there (the answer is kept for the rest of the process)
         return tag
     rootfs_tag = tag.replace("/gem-base-", "/gem-rootfs-")
     if not runtime.image_exists(rootfs_tag):
@@ -453,9 +453,18 @@ def qualified(image: str) -> str:
     return f"docker.io/{image}" if rest else f"docker.io/library/{image}"
 
 
+_image_ids: dict[tuple[tuple[str, ...], str], str] = {}
+
+
 def _image_id(runtime: Runtime, image: str) -> str:
-    done = runtime.call("image", "inspect", "--format", "{{.Id}}", image, timeout_s=30.0, check=False)
-    return done.stdout.decode().strip() if done.returncode == 0 else image
+    # Tags gem builds are content-addressed (a hash of the recipe): their id does not change within a run.
+    key = (runtime.argv, image)
+    if key not in _image_ids:
+        done = runtime.call("image", "inspect", "--format", "{{.Id}}", image, timeout_s=30.0, check=False)
+        if done.returncode != 0:
+            return image
+        _image_ids[key] = done.stdout.decode().strip()
+    return _image_ids[key]
 
 
 def build_task_image(
@@ -484,7 +493,7 @@ def build_task_image(
         recipe.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
     slug = re.sub(r"[^a-z0-9_.-]", "-", Path(task_path).resolve().name.lower())[:60].strip("-.") or "task"
     tag = f"localhost/gem-task-{slug}:{recipe.hexdigest()[:16]}"
-    if runtime.image_exists(tag):
+    if _image_id(runtime, tag) != tag:  # there (the answer is kept for the rest of the process)
         return tag
     work = Path(tempfile.mkdtemp(prefix="gem-build-", dir=_scratch()))
     try:
