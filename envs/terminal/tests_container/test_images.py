@@ -175,6 +175,7 @@ def test_unbuildable_tasks_are_refused_by_name(tmp_path: Path, compose: str, fil
         (["D /bin/sh"], ["D /bin/sh"]),
         (["C /etc", "A /etc/pip.conf"], ["A /etc/pip.conf"]),
         (["C /etc", "C /etc/hosts"], []),
+        (["A /conftest.py", "A /pytest.ini"], ["A /conftest.py", "A /pytest.ini"]),
     ],
     ids=[
         "work-dir-and-home",
@@ -188,6 +189,7 @@ def test_unbuildable_tasks_are_refused_by_name(tmp_path: Path, compose: str, fil
         "deleted-shell",
         "pip-conf",
         "etc-hosts",
+        "pytest-config-at-root",
     ],
 )
 def test_integrity_rule(diff: list[str], bad: list[str]) -> None:

@@ -115,6 +115,13 @@ PROTECTED = (
     "/etc/profile",
     "/etc/profile.d",
     "/etc/environment",
+    # pytest looks for its configuration from the tests' folder (/tests) up to /: a /pytest.ini makes /
+    # the root folder, and a /conftest.py there then runs inside the checker.
+    "/conftest.py",
+    "/pytest.ini",
+    "/pyproject.toml",
+    "/setup.cfg",
+    "/tox.ini",
 )
 #: Under these, new files are allowed when they shadow no program of the image (an agent may be asked
 #: to install a script there; ``python3`` or ``pytest`` in it would run in place of the image's).
