@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import string
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -118,3 +120,19 @@ def test_close_is_idempotent_and_leaves_nothing(runtime: Runtime, image: str, no
     episode.close()
     episode.close()
     assert episode.run("true").status == "closed" and episode.spent == "closed"
+
+
+def test_an_episode_never_closed_is_removed_when_its_process_exits(runtime: Runtime, image: str) -> None:
+    script = (
+        "from gem_terminal.container.backend import runtime_for\n"
+        "from gem_terminal.container.session import ContainerEpisode\n"
+        "from gem_tool_python.episode import EpisodeConfig\n"
+        f"episode = ContainerEpisode(runtime_for('auto'), {image!r}, EpisodeConfig())\n"
+        "episode.run('sleep 100 &')\n"
+        "print(episode.name)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
+    name = done.stdout.strip()
+    assert name.startswith("gem-ep-")
+    listing = runtime.call("ps", "-a", "--filter", f"name={name}", "--format", "{{.Names}}").stdout.decode()
+    assert listing.strip() == ""

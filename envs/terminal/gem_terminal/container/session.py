@@ -14,6 +14,7 @@ the checker runs in a fresh container of that image, as root, with the tests cop
 
 from __future__ import annotations
 
+import atexit
 import base64
 import contextlib
 import os
@@ -22,6 +23,7 @@ import subprocess
 import threading
 import time
 import uuid
+import weakref
 from dataclasses import dataclass, field
 
 from gem_core.errors import ToolError
@@ -188,6 +190,17 @@ def integrity_violations(diff_lines: list[str], image_programs: set[str]) -> lis
     return bad
 
 
+#: Episodes not closed yet: their containers are removed when the interpreter exits.
+_live: weakref.WeakSet[ContainerEpisode] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live() -> None:
+    for episode in list(_live):
+        with contextlib.suppress(Exception):
+            episode.close()
+
+
 class ContainerEpisode:
     """One episode's container, with the same interface as :class:`gem_tool_python.episode.EpisodeSandbox`.
 
@@ -228,6 +241,7 @@ class ContainerEpisode:
         self.integrity = IntegrityReport()
         started = time.monotonic()
         self.name = f"gem-ep-{uuid.uuid4().hex[:12]}"
+        _live.add(self)
         try:
             self._container = self._start(self.name, image, network=False)
             self.workdir = workdir or self._image_workdir(image)
@@ -506,6 +520,11 @@ class ContainerEpisode:
 
     def __enter__(self) -> ContainerEpisode:
         return self
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            if not getattr(self, "_removed", False):
+                self.close()
 
     def __exit__(self, *exc: object) -> None:
         self.close()
