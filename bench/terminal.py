@@ -13,6 +13,10 @@ Sections:
 * ``episode``: the sandbox's start-up alone (interpreter, namespaces, mounts) and a task's reset
   (start-up plus its set-up commands), each median and p95.
 * ``round_trip``: ``true`` in a warm episode, p50 and p95.
+* ``backends``: the sandbox against each container runtime here (Podman, Docker where a daemon
+  answers) on one shipped task: episode start (+close), a ``true`` round trip through the episode's
+  session (against one ``exec`` per command), the check phase, the image build (first and cached),
+  and the ratios to the sandbox.
 * ``throughput``: whole episodes (reset, the reference solution, ``<done>``, the checker, close) per
   second with 1, 8 and 32 running at once (threads), on a task mix from the shipped tasks.
 
@@ -148,6 +152,75 @@ def bench_throughput(args: argparse.Namespace, rows: dict[str, Any]) -> None:
         rows["throughput"][f"{concurrency} concurrent: episodes/s"] = count / elapsed
 
 
+def bench_backends(args: argparse.Namespace, rows: dict[str, Any]) -> None:
+    """Episode start (+close), command round trip and the check phase per backend, on one shipped task."""
+    from gem_terminal.container.backend import runtime_for
+    from gem_terminal.env import TASKS_DIR, task_layer
+    from gem_terminal.loader import TerminalTask, load_task
+    from gem_tool_python.episode import EpisodeConfig
+
+    from gem_core.errors import ToolError
+
+    task = load_task(TASKS_DIR / "text-sort-uniq")
+    assert isinstance(task, TerminalTask)
+    out = rows["backends"]
+    config = EpisodeConfig()
+    layer = task_layer(task, config.uid)
+
+    def sandbox_start() -> None:
+        EpisodeSandbox([layer], config).close()
+
+    out["sandbox"] = {"start+close p50 (s)": statistics.median(timed(sandbox_start, args.repeat))}
+    with EpisodeSandbox([layer], config) as sandbox:
+        rt = timed(lambda: sandbox.run("true"), args.backend_commands)
+    out["sandbox"]["`true` round trip p50 (ms)"] = 1000 * statistics.median(rt)
+    for kind in ("podman", "docker"):
+        try:
+            runtime = runtime_for(kind)  # type: ignore[arg-type]
+        except ToolError as exc:
+            out[kind] = f"unavailable: {exc}"
+            continue
+        out[kind] = _bench_container(runtime, task.path, config, args, out["sandbox"])
+
+
+def _bench_container(
+    runtime: Any, path: Path, config: Any, args: argparse.Namespace, sandbox: dict[str, Any]
+) -> dict[str, Any]:
+    from gem_terminal.container.backend import ContainerConfig
+    from gem_terminal.container.images import build_task_image
+    from gem_terminal.container.session import ContainerEpisode
+
+    ca = ContainerConfig(ca_bundle=args.ca_bundle).ca_path() if args.ca_bundle else None
+    started = time.perf_counter()
+    image = build_task_image(runtime, path, ca_bundle=ca, base_images="map")
+    cached = timed(lambda: build_task_image(runtime, path, ca_bundle=ca, base_images="map"), 3)
+    row: dict[str, Any] = {
+        "first build or cache hit (s)": time.perf_counter() - started,
+        "cached build p50 (s)": statistics.median(cached),
+    }
+
+    def container_start() -> None:
+        ContainerEpisode(runtime, image, config).close()
+
+    row["start+close p50 (s)"] = statistics.median(timed(container_start, args.repeat))
+    checks = []
+    for _ in range(max(args.repeat // 2, 1)):
+        with ContainerEpisode(runtime, image, config) as episode:
+            started = time.perf_counter()
+            episode.begin_check()
+            checks.append(time.perf_counter() - started)
+    row["check phase (stop, diff, commit, fresh container) p50 (s)"] = statistics.median(checks)
+    with ContainerEpisode(runtime, image, config) as episode:
+        rt = timed(lambda: episode.run("true"), args.backend_commands)
+        name = episode.name
+        execs = timed(lambda: runtime.call("exec", name, "true"), max(args.backend_commands // 10, 5))
+    row["`true` round trip p50 (ms)"] = 1000 * statistics.median(rt)
+    row["one `exec` per command p50 (ms)"] = 1000 * statistics.median(execs)
+    row["start ratio to the sandbox"] = row["start+close p50 (s)"] / sandbox["start+close p50 (s)"]
+    row["round trip ratio to the sandbox"] = row["`true` round trip p50 (ms)"] / sandbox["`true` round trip p50 (ms)"]
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=10)
@@ -157,15 +230,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layer-files", type=int, default=1000)
     parser.add_argument("--layer-kb", type=int, default=20)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--backend-commands", type=int, default=100)
+    parser.add_argument("--ca-bundle", default=None, help="the host's CA bundle, for image builds behind a proxy")
+    sections = {"layers": bench_layers, "episode": bench_episode, "round_trip": bench_round_trip}
+    sections.update(throughput=bench_throughput, backends=bench_backends)
+    parser.add_argument("--sections", nargs="+", choices=sorted(sections), default=list(sections))
     args = parser.parse_args(argv)
     usable, why = episodes_available()
     if not usable:
         print(f"episode sandbox unavailable: {why}", file=sys.stderr)
         return 2
-    rows: dict[str, Any] = {"layers": {}, "episode": {}, "round_trip": {}, "throughput": {}}
-    for section in (bench_layers, bench_episode, bench_round_trip, bench_throughput):
-        section(args, rows)
-        print(json.dumps({section.__name__[6:]: rows[section.__name__[6:]]}, indent=1), flush=True)
+    rows: dict[str, Any] = {name: {} for name in args.sections}
+    for name in args.sections:
+        sections[name](args, rows)
+        print(json.dumps({name: rows[name]}, indent=1), flush=True)
     load = os.getloadavg()
     rows["machine"] = {"cpus": os.cpu_count(), "load average (1, 5, 15 min)": load}
     print(json.dumps({"machine": rows["machine"]}))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import os
 import re
 import shutil
 import tempfile
@@ -17,6 +18,7 @@ from gem_core.core import Env, ResetReturn, StepReturn, require_text_action
 from gem_core.errors import ConfigError, ResetNeeded, ToolError
 from gem_core.registry import format_config_error
 from gem_core.tools import MalformedCall, Tool, ToolResult, parse_tool_calls
+from gem_terminal.container.backend import Backend, ContainerConfig
 from gem_terminal.loader import SkippedTask, TerminalTask, load_task, load_tasks
 
 __all__ = ["TASKS_DIR", "BashTool", "DoneTool", "TerminalEnv", "TerminalEnvConfig", "reference_action"]
@@ -80,6 +82,11 @@ class TerminalEnvConfig(BaseModel):
         max_observation_chars: Longest observation (the middle of longer ones is cut).
         shaping: Per-turn reward for a turn whose commands all exit 0 (0: the checker's reward only).
         sandbox: Further :class:`gem_tool_python.episode.EpisodeConfig` fields (``disk_mb``, ``max_procs``...).
+        backend: Where episodes run. ``auto``: a task the sandbox can run (no image to build) runs in the
+            sandbox; any other runs in a container of its own image, on Docker where a daemon answers, else
+            on Podman (none: it stays skipped with the reason). ``sandbox``, ``podman``, ``docker``: every
+            task there. Default: ``$GEM_TERMINAL_BACKEND``, else ``auto``.
+        container: :class:`gem_terminal.container.backend.ContainerConfig` fields (``ca_bundle``...).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -93,6 +100,8 @@ class TerminalEnvConfig(BaseModel):
     max_observation_chars: int = Field(8000, ge=200)
     shaping: float = 0.0
     sandbox: dict[str, Any] = Field(default_factory=dict)
+    backend: Backend = "auto"
+    container: dict[str, Any] = Field(default_factory=dict)
 
 
 _layers: dict[tuple[str, int], Path] = {}
@@ -204,6 +213,8 @@ class TerminalEnv(Env):
     metadata: ClassVar[dict[str, Any]] = {"multi_turn": True}
 
     def __init__(self, **kwargs: Any) -> None:
+        if "backend" not in kwargs and os.environ.get("GEM_TERMINAL_BACKEND"):
+            kwargs = {**kwargs, "backend": os.environ["GEM_TERMINAL_BACKEND"]}  # a machine-wide default
         try:
             self.config = TerminalEnvConfig.model_validate(kwargs)
         except ValidationError as exc:
@@ -214,6 +225,10 @@ class TerminalEnv(Env):
             self.sandbox_config = EpisodeConfig.model_validate(self.config.sandbox)
         except ValidationError as exc:
             raise ConfigError(format_config_error("terminal env sandbox settings (sandbox=...)", exc)) from exc
+        try:
+            self.container_config = ContainerConfig.model_validate(self.config.container)
+        except ValidationError as exc:
+            raise ConfigError(format_config_error("terminal env container settings (container=...)", exc)) from exc
         folder = Path(self.config.tasks_dir) if self.config.tasks_dir else TASKS_DIR
         if not folder.is_dir():
             raise ConfigError(f"terminal env: tasks_dir {str(folder)!r} is not a folder of task folders")
@@ -222,6 +237,10 @@ class TerminalEnv(Env):
             self.tasks, self.skipped = ([item], []) if isinstance(item, TerminalTask) else ([], [item])
         else:
             self.tasks, self.skipped = load_tasks(folder)
+        #: Tasks that run in a container (their own image) rather than the sandbox.
+        self.container_tasks: set[str] = set()
+        if self.config.backend != "sandbox":
+            self._choose_containers(folder)
         if self.config.task is not None:
             self.tasks = [t for t in self.tasks if t.name == self.config.task]
             if not self.tasks:
@@ -238,6 +257,41 @@ class TerminalEnv(Env):
         self._sandbox: Any = None
         self._task: TerminalTask | None = None
         self._turn = 0
+
+    def _choose_containers(self, folder: Path) -> None:
+        """Apply ``backend``: which tasks run in a container (all of them, or in ``auto`` those the sandbox skips)."""
+        from gem_terminal.container.backend import load_container_task, needs_own_image, runtime_for
+
+        if self.config.backend == "auto":
+            # A task whose image is built from another folder (a compose build context) needs that image,
+            # even where the sandbox's loader took it.
+            built_elsewhere = [t for t in self.tasks if needs_own_image(t.path)]
+            self.tasks = [t for t in self.tasks if t not in built_elsewhere]
+            self.skipped = [
+                *self.skipped,
+                *(
+                    SkippedTask(t.name, t.path, "its image is built from a compose build context")
+                    for t in built_elsewhere
+                ),
+            ]
+            if not self.skipped:
+                return
+        try:
+            runtime_for(self.config.backend)
+        except ToolError as exc:
+            if self.config.backend != "auto":
+                raise ConfigError(f"terminal env: backend={self.config.backend!r}: {exc}") from exc
+            self.skipped = [SkippedTask(s.name, s.path, f"{s.reason}; and {exc}") for s in self.skipped]
+            return
+        candidates: list[TerminalTask | SkippedTask] = [*self.skipped]
+        if self.config.backend != "auto":
+            candidates += self.tasks
+        loaded = [load_container_task(item.path) for item in candidates]
+        moved = [t for t in loaded if isinstance(t, TerminalTask)]
+        keep = [t for t in self.tasks if self.config.backend == "auto"]
+        self.tasks = sorted([*keep, *moved], key=lambda t: t.name)
+        self.skipped = [s for s in loaded if isinstance(s, SkippedTask)]
+        self.container_tasks = {t.name for t in moved}
 
     @property
     def task(self) -> TerminalTask | None:
@@ -260,6 +314,8 @@ class TerminalEnv(Env):
 
         task = self._pick(options)
         episode_s = self.config.episode_timeout_s or task.agent_timeout_s
+        if task.name in self.container_tasks:
+            return self._reset_container(task, episode_s)
         settings = self.sandbox_config.model_dump()
         pytest_copy = pytest_folder()
         binds = tuple(self.sandbox_config.binds) + (((str(pytest_copy), PYTEST_IN_SANDBOX),) if pytest_copy else ())
@@ -280,6 +336,20 @@ class TerminalEnv(Env):
                 )
         self._sandbox, self._task, self._turn = sandbox, task, 0
         prompt = PROMPT.format(instruction=task.instruction, workdir=task.workdir, max_turns=self.config.max_turns)
+        return prompt, {"task": task.name}
+
+    def _reset_container(self, task: TerminalTask, episode_s: float) -> ResetReturn:
+        from gem_terminal.container.backend import start_container_episode
+
+        settings = self.sandbox_config.model_copy(
+            update={
+                "command_timeout_s": min(self.config.command_timeout_s, episode_s),
+                "episode_timeout_s": episode_s,
+            }
+        )
+        episode = start_container_episode(task, self.config.backend, settings, self.container_config)
+        self._sandbox, self._task, self._turn = episode, task, 0
+        prompt = PROMPT.format(instruction=task.instruction, workdir=episode.workdir, max_turns=self.config.max_turns)
         return prompt, {"task": task.name}
 
     def step(self, action: str) -> StepReturn:

@@ -1,0 +1,508 @@
+"""Task images: the task's own Dockerfile, built as its owner wrote it, with base images made from Debian.
+
+Where no image registry is reachable, the base images that Terminal-Bench tasks name are built here
+from Debian's packages (``mmdebstrap --variant=minbase``) and the ``FROM`` line is pointed at them
+through :data:`IMAGE_MAP`. Every image is tagged by a hash of its recipe, so the second build of the same
+task (or base) costs one ``image inspect``.
+
+What the builders here cannot read is rewritten into what they can: heredocs (``RUN <<EOF``,
+``COPY <<EOF dest``; Podman 4.3/Buildah 1.28 and Docker 20.10 do not parse them) become files in the
+build context; ``FROM --platform=...`` drops the platform (the host's architecture is built).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from gem_core.errors import ToolError
+from gem_terminal.container.runtime import Runtime, state_dir
+
+__all__ = [
+    "BASE_PACKAGES",
+    "IMAGE_MAP",
+    "BaseImage",
+    "BuildPlan",
+    "base_image_for",
+    "build_task_image",
+    "ensure_base_image",
+    "plan_build",
+    "rewrite_dockerfile",
+]
+
+#: What every locally built base image has: a shell, Python with venv and pip (``python`` too), tmux
+#: (Terminal-Bench drives agents through it), git, curl, ps, and the CA store.
+BASE_PACKAGES = (
+    "ca-certificates",
+    "python3",
+    "python3-venv",
+    "python3-pip",
+    "python-is-python3",
+    "tmux",
+    "git",
+    "curl",
+    "procps",
+)
+
+#: ``FROM`` image (a regular expression over the whole name) -> the Debian suite its stand-in is built
+#: from. First match wins. Python 3.13 only comes with trixie; Ubuntu's mirror is not used (trixie is the
+#: nearest Debian to Ubuntu 24.04's toolchain). A name that matches none is pulled.
+IMAGE_MAP: tuple[tuple[str, str], ...] = (
+    (r"ghcr\.io/laude-institute/t-bench/python-3-13(:[\w.-]+)?", "trixie"),
+    (r"ghcr\.io/laude-institute/t-bench/ubuntu-24-04(:[\w.-]+)?", "trixie"),
+    (r"(docker\.io/)?(library/)?python:3\.11([\w.-]*)", "bookworm"),
+    (r"(docker\.io/)?(library/)?python:3(\.\d+)?([\w.-]*)", "trixie"),
+    (r"(docker\.io/)?(library/)?debian:(bookworm|12)([\w.-]*)", "bookworm"),
+    (r"(docker\.io/)?(library/)?debian(:[\w.-]+)?", "trixie"),
+    (r"(docker\.io/)?(library/)?ubuntu(:[\w.-]+)?", "trixie"),
+)
+#: Debian's mirror for base images (``$GEM_DEBIAN_MIRROR``).
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+#: Environment of images built with ``ca_bundle``: every client reads the host's bundle.
+_CA_PATH = "/etc/ssl/certs/gem-host-ca.pem"
+CA_ENV = {
+    "SSL_CERT_FILE": _CA_PATH,
+    "REQUESTS_CA_BUNDLE": _CA_PATH,
+    "PIP_CERT": _CA_PATH,
+    "CURL_CA_BUNDLE": _CA_PATH,
+    "GIT_SSL_CAINFO": _CA_PATH,
+    "NODE_EXTRA_CA_CERTS": _CA_PATH,
+    "UV_NATIVE_TLS": "1",
+}
+_RECIPE_VERSION = "2"
+#: Files added to the root file system: git commits in set-up lines need an identity (the sandbox's).
+BASE_FILES = {"etc/gitconfig": b"[user]\n\tname = agent\n\temail = agent@sandbox\n"}
+
+
+#: uv in every base image (the version Terminal-Bench's run-tests.sh installs).
+BASE_UV = "uv==0.7.13"
+#: What the base images' configuration sets (``podman import --change``).
+BASE_CHANGES = (
+    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    # Debian's Python refuses `pip install` outside a venv (PEP 668); Terminal-Bench tasks do that.
+    "ENV PIP_BREAK_SYSTEM_PACKAGES=1",
+    "ENV LANG=C.UTF-8",
+    'CMD ["/bin/bash"]',
+)
+
+
+@dataclass(frozen=True)
+class BaseImage:
+    """A base image built here from Debian's packages."""
+
+    suite: str
+    packages: tuple[str, ...] = BASE_PACKAGES
+
+    def rootfs_key(self, mirror: str) -> str:
+        """A hash of what mmdebstrap makes (the root file system, cached as a tar)."""
+        added = [f"{name}:{hashlib.sha256(data).hexdigest()}" for name, data in sorted(BASE_FILES.items())]
+        recipe = "\n".join([_RECIPE_VERSION, self.suite, mirror, *self.packages, *added])
+        return hashlib.sha256(recipe.encode()).hexdigest()[:16]
+
+    def tag(self, mirror: str) -> str:
+        """The image's tag: the suite and a hash of the whole recipe."""
+        recipe = "\n".join([self.rootfs_key(mirror), *BASE_CHANGES, BASE_UV])
+        return f"localhost/gem-base-{self.suite}:{hashlib.sha256(recipe.encode()).hexdigest()[:16]}"
+
+
+def base_image_for(image: str) -> BaseImage | None:
+    """The local stand-in of ``image`` from :data:`IMAGE_MAP`, or ``None`` when it has none."""
+    for pattern, suite in IMAGE_MAP:
+        if re.fullmatch(pattern, image):
+            return BaseImage(suite)
+    return None
+
+
+def base_rootfs(base: BaseImage, mirror: str, timeout_s: float = 900) -> Path:
+    """The base image's root file system as a tar, made by mmdebstrap once and kept under :func:`state_dir`.
+
+    Raises:
+        ToolError: mmdebstrap is missing or failed.
+    """
+    folder = state_dir() / "rootfs"
+    folder.mkdir(parents=True, exist_ok=True)
+    tar = folder / f"{base.suite}-{base.rootfs_key(mirror)}.tar"
+    if tar.is_file():
+        return tar
+    if shutil.which("mmdebstrap") is None:
+        raise ToolError(
+            f"base image for {base.suite} is not built and mmdebstrap is missing: apt-get install mmdebstrap "
+            "(or pull the task's real image where a registry is reachable)"
+        )
+    partial = folder / f".{tar.name}.{os.getpid()}.partial"
+    command = ["mmdebstrap", "--variant=minbase", "--include=" + ",".join(base.packages), base.suite, str(partial)]
+    try:
+        done = subprocess.run([*command, mirror], capture_output=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired as exc:
+        partial.unlink(missing_ok=True)
+        raise ToolError(f"mmdebstrap {base.suite}: not done in {timeout_s:g} s") from exc
+    if done.returncode != 0:
+        partial.unlink(missing_ok=True)
+        tail = done.stderr.decode("utf-8", "replace")[-1500:]
+        raise ToolError(f"mmdebstrap {base.suite} failed (exit {done.returncode}): {tail}")
+    add_files(partial, BASE_FILES)
+    partial.rename(tar)
+    return tar
+
+
+def add_files(tar: Path, files: dict[str, bytes]) -> None:
+    """Append ``files`` (root-owned, 0644) to an uncompressed tar."""
+    with tarfile.open(tar, "a") as archive:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, 0
+            archive.addfile(info, io.BytesIO(data))
+
+
+def ensure_base_image(
+    runtime: Runtime,
+    base: BaseImage,
+    *,
+    mirror: str | None = None,
+    ca_bundle: Path | None = None,
+    timeout_s: float = 900,
+) -> str:
+    """Make ``base`` unless an image of the same recipe is there: its root file system, then uv on top.
+
+    The root file system (:func:`base_rootfs`) is imported, then one layer adds uv (:data:`BASE_UV`)
+    from PyPI: Terminal-Bench's stock ``run-tests.sh`` runs pytest through uv, and its installer's
+    host is not reachable everywhere PyPI is. ``ca_bundle`` is used for that download only.
+
+    Returns:
+        Its tag.
+
+    Raises:
+        ToolError: mmdebstrap is missing or failed, or the import or the uv layer failed.
+    """
+    mirror = mirror or os.environ.get("GEM_DEBIAN_MIRROR", DEFAULT_MIRROR)
+    tag = base.tag(mirror)
+    if _image_id(runtime, tag) != tag:  # there (the answer is kept for the rest of the process)
+        return tag
+    rootfs_tag = tag.replace("/gem-base-", "/gem-rootfs-")
+    if not runtime.image_exists(rootfs_tag):
+        tar = base_rootfs(base, mirror, timeout_s)
+        args = ["import"]
+        for change in BASE_CHANGES:
+            args += ["--change", change]
+        runtime.call(*args, str(tar), rootfs_tag, timeout_s=timeout_s)
+    work = Path(tempfile.mkdtemp(prefix="gem-base-", dir=_scratch()))
+    try:
+        lines = [f"FROM {rootfs_tag}"]
+        if ca_bundle is not None:
+            (work / "ca.pem").write_bytes(Path(ca_bundle).read_bytes())
+            lines.append("COPY ca.pem /tmp/gem-ca.pem")
+            pip = f"PIP_CERT=/tmp/gem-ca.pem python3 -m pip install --no-cache-dir {BASE_UV} && rm /tmp/gem-ca.pem"
+        else:
+            pip = f"python3 -m pip install --no-cache-dir {BASE_UV}"
+        lines.append(f"RUN {pip} && uv --version")
+        (work / "Dockerfile").write_text("\n".join(lines) + "\n")
+        runtime.call("build", "-t", tag, str(work), timeout_s=timeout_s)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return tag
+
+
+def _scratch() -> str:
+    folder = state_dir() / "tmp"
+    folder.mkdir(parents=True, exist_ok=True)
+    return str(folder)
+
+
+# --- Dockerfile rewriting --------------------------------------------------------------------------
+
+_HEREDOC = re.compile(r"<<(-?)(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")
+
+
+@dataclass
+class _Rewrite:
+    text: str
+    files: dict[str, bytes]
+    images: list[str]
+
+
+def _logical_lines(text: str) -> list[tuple[str, list[str]]]:
+    """Dockerfile instructions with their heredoc bodies: ``[(instruction, [body lines...])]``."""
+    lines = text.splitlines()
+    out: list[tuple[str, list[str]]] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        while line.rstrip().endswith("\\") and i < len(lines):
+            nxt = lines[i]
+            i += 1
+            if nxt.lstrip().startswith("#"):
+                continue  # comment lines inside a continued instruction are dropped, as Docker does
+            line = line.rstrip()[:-1].rstrip() + " " + nxt.strip()
+        body: list[str] = []
+        keyword = line.split(None, 1)[0].upper() if line.split() else ""
+        if keyword in ("RUN", "COPY", "ADD"):
+            for match in _HEREDOC.finditer(line):
+                strip_tabs, word = match.group(1) == "-", match.group(3)
+                while i < len(lines):
+                    raw = lines[i]
+                    i += 1
+                    if (raw.lstrip("\t") if strip_tabs else raw) == word:
+                        break
+                    body.append(raw)
+                else:
+                    raise ToolError(f"Dockerfile: heredoc <<{word} is not closed")
+                body.append(f"\x00{word}")  # separator between several heredocs of one line
+        out.append((line.strip(), body))
+    return out
+
+
+def _split_bodies(body: list[str]) -> list[list[str]]:
+    parts: list[list[str]] = [[]]
+    for line in body:
+        if line.startswith("\x00"):
+            parts.append([])
+        else:
+            parts[-1].append(line)
+    return parts[:-1]
+
+
+def rewrite_dockerfile(text: str, resolve: Any, *, ca_bundle: bytes | None = None) -> _Rewrite:
+    """Rewrite a Dockerfile for builders without heredocs, with base images resolved by ``resolve(name)``.
+
+    Args:
+        text: The Dockerfile.
+        resolve: ``image name -> image to build FROM`` (the stand-in, or the name itself).
+        ca_bundle: The host's CA bundle, copied into every stage with the clients' variables set.
+
+    Returns:
+        The new Dockerfile, the files it needs in the build context under ``.gem/``, the resolved images.
+
+    Raises:
+        ToolError: an unclosed heredoc, or several heredocs in one ``COPY``.
+    """
+    files: dict[str, bytes] = {}
+    images: list[str] = []
+    stages: set[str] = set()
+    out: list[str] = []
+    if ca_bundle is not None:
+        files[".gem/ca.pem"] = ca_bundle
+    for count, (line, body) in enumerate(_logical_lines(text)):
+        keyword, _, rest = line.partition(" ")
+        keyword, rest = keyword.upper(), rest.strip()
+        if keyword == "FROM":
+            words = [w for w in rest.split() if not w.startswith("--platform")]
+            if not words:
+                raise ToolError(f"Dockerfile: {line!r} names no image")
+            name = words[0]
+            if name.lower() not in stages and name != "scratch":
+                name = resolve(name)
+                images.append(name)
+            if len(words) >= 3 and words[1].upper() == "AS":
+                stages.add(words[2].lower())
+            out.append(" ".join(["FROM", name, *words[1:]]))
+            if ca_bundle is not None:
+                out.append(f"COPY .gem/ca.pem {_CA_PATH}")
+                out.append("ENV " + " ".join(f"{k}={v}" for k, v in CA_ENV.items()))
+            continue
+        bodies = _split_bodies(body)
+        if not bodies:
+            out.append(line)
+            continue
+        if keyword == "RUN":
+            # The shell runs the instruction with its heredocs as written (quoting, <<-, expansion);
+            # a bare `RUN <<EOF` is a script of its own, run by its #! line or sh.
+            script = f".gem/heredoc-{count}"
+            inner = f"/tmp/.gem-heredoc-{count}"
+            command = _HEREDOC.sub("", rest).strip()
+            if not command and len(bodies) == 1:
+                files[script] = ("\n".join(bodies[0]) + "\n").encode()
+                runner = (
+                    f"chmod +x {inner} && {inner}" if bodies[0] and bodies[0][0].startswith("#!") else f"sh {inner}"
+                )
+            else:
+                whole = [rest]
+                for match, lines in zip(_HEREDOC.finditer(rest), bodies, strict=True):
+                    whole += [*lines, match.group(3)]
+                files[script] = ("\n".join(whole) + "\n").encode()
+                runner = f"sh {inner}"
+            out.append(f"COPY {script} {inner}")
+            out.append(f"RUN {runner}; status=$?; rm -f {inner}; exit $status")
+        else:  # COPY / ADD <<EOF dest
+            if len(bodies) != 1:
+                raise ToolError(f"Dockerfile: {line[:80]!r} has several heredocs; write them as files")
+            found = _HEREDOC.search(rest)
+            assert found is not None
+            match = found
+            name = f".gem/heredoc-{count}"
+            lines = [line.lstrip("\t") for line in bodies[0]] if match.group(1) else bodies[0]
+            files[name] = ("\n".join(lines) + "\n").encode()
+            args = _HEREDOC.sub(name, rest, count=1).split()
+            if args[-1].endswith("/"):
+                args[-1] += match.group(3)  # Docker names the file after the heredoc's word
+            out.append(" ".join([keyword, *args]))
+    return _Rewrite("\n".join(out) + "\n", files, images)
+
+
+# --- Building a task's image -----------------------------------------------------------------------
+
+BaseImages = Literal["auto", "map", "pull"]
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """Where a task's image comes from: its build context and Dockerfile."""
+
+    context: Path
+    dockerfile: Path
+
+
+def _expand(value: str) -> str:
+    """Compose's ``${VAR}`` and ``${VAR:-default}`` from the environment."""
+
+    def sub(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(3) or ""
+        return os.environ.get(name) or default
+
+    return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:?-([^}]*))?\}", sub, value)
+
+
+def plan_build(task_path: Path) -> BuildPlan:
+    """The build context and Dockerfile of a task folder (its compose file's ``build`` where it has one).
+
+    Raises:
+        ToolError: several services, a context outside the folder, or no Dockerfile.
+    """
+    task_path = Path(task_path).resolve()
+    context, dockerfile = task_path, "Dockerfile"
+    if not (task_path / "Dockerfile").exists() and (task_path / "environment" / "Dockerfile").exists():
+        context = task_path / "environment"  # Harbor's layout
+    compose = next((p for p in (context / "docker-compose.yaml", context / "docker-compose.yml") if p.exists()), None)
+    if compose is not None:
+        try:
+            spec = yaml.safe_load(compose.read_text()) or {}
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise ToolError(f"{compose}: not valid YAML ({exc})") from exc
+        services = (spec.get("services") if isinstance(spec, dict) else None) or {}
+        if not isinstance(services, dict) or len(services) > 1:
+            raise ToolError(f"{compose}: needs {len(services)} containers; an episode is one container")
+        service = next(iter(services.values()), None) or {}
+        build = service.get("build") if isinstance(service, dict) else None
+        if isinstance(build, str):
+            context = (compose.parent / _expand(build)).resolve()
+        elif isinstance(build, dict):
+            context = (compose.parent / (_expand(str(build.get("context") or ".")) or ".")).resolve()
+            dockerfile = _expand(str(build.get("dockerfile") or "Dockerfile"))
+        if context != task_path and task_path not in context.parents:
+            raise ToolError(f"{compose}: build context {context} is outside the task folder")
+    path = (context / dockerfile).resolve()
+    if not path.is_file():
+        raise ToolError(f"task {task_path.name}: no Dockerfile at {path}")
+    return BuildPlan(context, path)
+
+
+def _tree_hash(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        relative = path.relative_to(folder).as_posix()
+        if path.is_symlink():
+            digest.update(f"L {relative} {os.readlink(path)}\n".encode())
+        elif path.is_file():
+            digest.update(f"F {relative} {path.stat().st_mode & 0o777:o}\n".encode())
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+        elif path.is_dir():
+            digest.update(f"D {relative}\n".encode())
+    return digest.hexdigest()
+
+
+_pull_failed: set[str] = set()
+
+
+def _resolver(runtime: Runtime, mode: BaseImages, mirror: str | None, ca: Path | None, timeout_s: float) -> Any:
+    def resolve(image: str) -> str:
+        image = qualified(image) if runtime.kind == "podman" else image
+        base = base_image_for(image)
+        if mode == "map" and base is not None:
+            return ensure_base_image(runtime, base, mirror=mirror, ca_bundle=ca, timeout_s=timeout_s)
+        if runtime.image_exists(image):
+            return image
+        if mode == "pull" or base is None:
+            return image  # the builder pulls it (and says why when it cannot)
+        if image not in _pull_failed:
+            if runtime.call("pull", image, timeout_s=120.0, check=False).returncode == 0:
+                return image
+            _pull_failed.add(image)
+        return ensure_base_image(runtime, base, mirror=mirror, ca_bundle=ca, timeout_s=timeout_s)
+
+    return resolve
+
+
+def qualified(image: str) -> str:
+    """A short name as Docker reads it (``python:3.13`` is ``docker.io/library/python:3.13``): Podman asks."""
+    first, _, rest = image.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return image
+    return f"docker.io/{image}" if rest else f"docker.io/library/{image}"
+
+
+_image_ids: dict[tuple[tuple[str, ...], str], str] = {}
+
+
+def _image_id(runtime: Runtime, image: str) -> str:
+    # Tags gem builds are content-addressed (a hash of the recipe): their id does not change within a run.
+    key = (runtime.argv, image)
+    if key not in _image_ids:
+        done = runtime.call("image", "inspect", "--format", "{{.Id}}", image, timeout_s=30.0, check=False)
+        if done.returncode != 0:
+            return image
+        _image_ids[key] = done.stdout.decode().strip()
+    return _image_ids[key]
+
+
+def build_task_image(
+    runtime: Runtime,
+    task_path: Path,
+    *,
+    ca_bundle: Path | None = None,
+    base_images: BaseImages = "auto",
+    mirror: str | None = None,
+    timeout_s: float = 1800.0,
+) -> str:
+    """Build the task's image from its own Dockerfile (cached by a hash of the recipe); its tag.
+
+    Raises:
+        ToolError: the task has no buildable Dockerfile, or the build failed (its output's tail is in the message).
+    """
+    plan = plan_build(task_path)
+    ca = Path(ca_bundle).read_bytes() if ca_bundle is not None else None
+    rewrite = rewrite_dockerfile(
+        plan.dockerfile.read_text(), _resolver(runtime, base_images, mirror, ca_bundle, timeout_s), ca_bundle=ca
+    )
+    recipe = hashlib.sha256()
+    for part in [rewrite.text, _tree_hash(plan.context), *[_image_id(runtime, i) for i in rewrite.images]]:
+        recipe.update(part.encode() + b"\0")
+    for name, data in sorted(rewrite.files.items()):
+        recipe.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    slug = re.sub(r"[^a-z0-9_.-]", "-", Path(task_path).resolve().name.lower())[:60].strip("-.") or "task"
+    tag = f"localhost/gem-task-{slug}:{recipe.hexdigest()[:16]}"
+    if _image_id(runtime, tag) != tag:  # there (the answer is kept for the rest of the process)
+        return tag
+    work = Path(tempfile.mkdtemp(prefix="gem-build-", dir=_scratch()))
+    try:
+        context = work / "context"
+        shutil.copytree(plan.context, context, symlinks=True)
+        for name, data in {**rewrite.files, ".gem/Dockerfile": rewrite.text.encode()}.items():
+            (context / name).parent.mkdir(parents=True, exist_ok=True)
+            (context / name).write_bytes(data)
+        runtime.call("build", "-f", str(context / ".gem" / "Dockerfile"), "-t", tag, str(context), timeout_s=timeout_s)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return tag

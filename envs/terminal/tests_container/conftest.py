@@ -1,0 +1,56 @@
+"""A real container runtime for these tests: Docker where a daemon answers, else Podman with runc.
+
+Where none is usable the tests that need one are skipped, except in CI (``CI=true``): there a missing
+runtime is a failure, never a skip (``tox -e terminal-container`` installs and starts one).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gem_core.errors import ToolError
+from gem_terminal.container.backend import ContainerConfig, runtime_for
+from gem_terminal.container.runtime import Runtime
+
+FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "container_tasks"
+
+
+def _require() -> Runtime:
+    try:
+        return runtime_for("auto")
+    except ToolError as exc:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"CI needs a container runtime: {exc}")
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def runtime() -> Runtime:
+    return _require()
+
+
+@pytest.fixture(scope="session")
+def container_config() -> ContainerConfig:
+    # Behind this machine's TLS-intercepting proxy, pip in an image build needs the host's bundle.
+    bundle = os.environ.get("GEM_TERMINAL_CA_BUNDLE") or "/etc/ssl/certs/ca-certificates.crt"
+    return ContainerConfig(ca_bundle=bundle if Path(bundle).is_file() else None, base_images="map")
+
+
+@pytest.fixture
+def no_leftovers(runtime: Runtime) -> Iterator[None]:
+    """The test leaves no episode container and no checker image behind (of those it started)."""
+
+    def names() -> set[str]:
+        listing = runtime.call("ps", "-a", "--filter", "label=gem-terminal", "--format", "{{.Names}}")
+        images = runtime.call("images", "--format", "{{.Repository}}")
+        found = set(listing.stdout.decode().split())
+        return found | {i for i in images.stdout.decode().split() if "gem-check-" in i}
+
+    before = names()
+    yield
+    left = names() - before
+    assert not left, f"left behind: {sorted(left)}"

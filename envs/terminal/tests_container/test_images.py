@@ -1,0 +1,212 @@
+"""Dockerfile rewriting, the image map, build plans and the integrity rule: no runtime needed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gem_core.errors import ToolError
+from gem_terminal.container.images import CA_ENV, base_image_for, plan_build, qualified, rewrite_dockerfile
+from gem_terminal.container.session import integrity_violations
+
+
+def _same(name: str) -> str:
+    return name
+
+
+@pytest.mark.parametrize(
+    ("image", "suite"),
+    [
+        ("ghcr.io/laude-institute/t-bench/python-3-13:20250620", "trixie"),
+        ("ghcr.io/laude-institute/t-bench/python-3-13", "trixie"),
+        ("ghcr.io/laude-institute/t-bench/ubuntu-24-04:latest", "trixie"),
+        ("python:3.11-slim", "bookworm"),
+        ("python:3.13-slim-bookworm", "trixie"),
+        ("docker.io/library/python:3.12", "trixie"),
+        ("debian:bookworm-slim", "bookworm"),
+        ("debian:trixie", "trixie"),
+        ("ubuntu:24.04", "trixie"),
+        ("postgres:16", None),
+        ("ghcr.io/someone/else:1", None),
+    ],
+    ids=lambda v: str(v),
+)
+def test_image_map(image: str, suite: str | None) -> None:
+    base = base_image_for(image)
+    assert (base.suite if base else None) == suite
+
+
+def test_base_image_tags_change_with_the_recipe() -> None:
+    trixie, bookworm = base_image_for("debian:trixie"), base_image_for("debian:bookworm")
+    assert trixie is not None and bookworm is not None
+    assert trixie.tag("http://a") != bookworm.tag("http://a") != trixie.tag("http://b")
+    assert trixie.tag("http://a") == base_image_for("ubuntu:24.04").tag("http://a")  # type: ignore[union-attr]
+
+
+def test_from_platform_is_dropped_and_the_image_resolved_but_stage_names_kept() -> None:
+    text = "FROM --platform=linux/amd64 base:1 AS build\nRUN make\nFROM build\nCOPY --from=build /a /b\n"
+    out = rewrite_dockerfile(text, lambda name: f"local/{name}")
+    assert out.text.splitlines() == ["FROM local/base:1 AS build", "RUN make", "FROM build", "COPY --from=build /a /b"]
+    assert out.images == ["local/base:1"]
+
+
+def test_workdir_lines_and_continuations_are_kept_in_order() -> None:
+    text = (
+        "FROM x\nWORKDIR /a\nRUN apt-get update && \\\n    # a comment inside\n    apt-get install -y jq\nWORKDIR b\n"
+    )
+    out = rewrite_dockerfile(text, _same)
+    assert out.text.splitlines() == ["FROM x", "WORKDIR /a", "RUN apt-get update && apt-get install -y jq", "WORKDIR b"]
+
+
+def test_ca_bundle_goes_into_every_stage() -> None:
+    out = rewrite_dockerfile("FROM a AS one\nFROM b\n", _same, ca_bundle=b"PEM")
+    assert out.files[".gem/ca.pem"] == b"PEM"
+    lines = out.text.splitlines()
+    assert lines.count("COPY .gem/ca.pem /etc/ssl/certs/gem-host-ca.pem") == 2
+    assert all(f"{key}={value}" in out.text for key, value in CA_ENV.items())
+    assert "UV_NATIVE_TLS=1" in out.text
+
+
+def test_bare_run_heredoc_becomes_a_script() -> None:
+    out = rewrite_dockerfile("FROM x\nRUN <<EOT\nset -e\necho hi > /f\nEOT\nRUN true\n", _same)
+    script = next(v for k, v in out.files.items() if k.startswith(".gem/heredoc"))
+    assert script == b"set -e\necho hi > /f\n"
+    assert "RUN true" in out.text and "EOT" not in out.text
+
+
+def test_run_heredoc_with_shebang_runs_its_interpreter() -> None:
+    out = rewrite_dockerfile("FROM x\nRUN <<EOT\n#!/usr/bin/env python3\nprint(1)\nEOT\n", _same)
+    assert "chmod +x" in out.text
+
+
+def test_run_with_a_heredoc_argument_keeps_the_shell_form() -> None:
+    text = "FROM x\nRUN cat <<-'EOF' > /etc/motd && echo done\n\thello $HOME\n\tEOF\n"
+    out = rewrite_dockerfile(text, _same)
+    script = next(v for k, v in out.files.items() if k.startswith(".gem/heredoc")).decode()
+    # The shell itself reads the heredoc: quoting (no expansion) and <<- (tab stripping) are its own.
+    assert script == "cat <<-'EOF' > /etc/motd && echo done\n\thello $HOME\nEOF\n"
+
+
+def test_copy_heredoc_to_a_file_and_to_a_folder() -> None:
+    out = rewrite_dockerfile("FROM x\nCOPY <<EOF /app/a.txt\nline1\nline2\nEOF\nCOPY <<NOTE /app/\nx\nNOTE\n", _same)
+    bodies = {k: v for k, v in out.files.items() if k.startswith(".gem/heredoc")}
+    assert sorted(bodies.values()) == [b"line1\nline2\n", b"x\n"]
+    assert any(line.endswith(" /app/a.txt") for line in out.text.splitlines())
+    assert any(line.endswith(" /app/NOTE") for line in out.text.splitlines())
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["FROM x\nRUN <<EOF\necho never closed\n", "FROM x\nCOPY <<A <<B /dst/\na\nA\nb\nB\n", "FROM --platform=x\n"],
+    ids=["unclosed", "several-copy-heredocs", "from-without-image"],
+)
+def test_unreadable_dockerfiles_are_refused_by_name(text: str) -> None:
+    with pytest.raises(ToolError, match="Dockerfile"):
+        rewrite_dockerfile(text, _same)
+
+
+@given(st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), max_size=30), max_size=8))
+def test_copy_heredoc_bodies_arrive_verbatim(lines: list[str]) -> None:
+    lines = [line for line in lines if line.strip() != "END"]
+    text = "FROM x\nCOPY <<END /f\n" + "\n".join(lines) + ("\n" if lines else "") + "END\n"
+    out = rewrite_dockerfile(text, _same)
+    body = next(v for k, v in out.files.items() if k.startswith(".gem/heredoc"))
+    assert body.decode() == "\n".join(lines) + "\n"
+
+
+def _task(tmp_path: Path, compose: str | None, files: dict[str, str]) -> Path:
+    (tmp_path / "task.yaml").write_text("instruction: x\n")
+    if compose is not None:
+        (tmp_path / "docker-compose.yaml").write_text(compose)
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+def test_compose_build_context_is_the_build_context(tmp_path: Path) -> None:
+    compose = "services:\n  client:\n    build:\n      context: client\n      dockerfile: Dockerfile\n"
+    plan = plan_build(_task(tmp_path, compose, {"client/Dockerfile": "FROM x\n"}))
+    assert plan.context == (tmp_path / "client").resolve() and plan.dockerfile.name == "Dockerfile"
+
+
+def test_plain_task_builds_from_its_folder(tmp_path: Path) -> None:
+    plan = plan_build(
+        _task(tmp_path, "services:\n  client:\n    build:\n      dockerfile: Dockerfile\n", {"Dockerfile": "FROM x\n"})
+    )
+    assert plan.context == tmp_path.resolve()
+
+
+@pytest.mark.parametrize(
+    ("compose", "files", "match"),
+    [
+        ("services:\n  a: {}\n  b: {}\n", {"Dockerfile": "FROM x\n"}, "2 containers"),
+        ("services:\n  a:\n    build: ../..\n", {"Dockerfile": "FROM x\n"}, "outside the task folder"),
+        ("services:\n  a:\n    build: sub\n", {"Dockerfile": "FROM x\n"}, "no Dockerfile"),
+        ("services: [\n", {"Dockerfile": "FROM x\n"}, "not valid YAML"),
+    ],
+    ids=["two-services", "context-outside", "no-dockerfile", "bad-yaml"],
+)
+def test_unbuildable_tasks_are_refused_by_name(tmp_path: Path, compose: str, files: dict[str, str], match: str) -> None:
+    with pytest.raises(ToolError, match=match):
+        plan_build(_task(tmp_path, compose, files))
+
+
+@pytest.mark.parametrize(
+    ("diff", "bad"),
+    [
+        (["C /app", "A /app/out.txt", "C /root", "A /root/.bash_history"], []),
+        (["C /usr", "C /usr/bin", "C /usr/bin/python3"], ["C /usr/bin/python3"]),
+        (["C /usr", "C /usr/local", "C /usr/local/bin", "A /usr/local/bin/mytool"], []),
+        (["C /usr/local/bin", "A /usr/local/bin/pytest"], ["A /usr/local/bin/pytest"]),
+        (["C /usr/local/bin", "A /usr/local/bin/python3"], ["A /usr/local/bin/python3"]),
+        (["C /etc", "A /etc/ld.so.preload"], ["A /etc/ld.so.preload"]),
+        (
+            ["C /usr/lib/python3.13", "A /usr/lib/python3.13/sitecustomize.py"],
+            ["A /usr/lib/python3.13/sitecustomize.py"],
+        ),
+        (
+            ["C /usr/local/lib", "A /usr/local/lib/python3.13/site-packages/x.pth"],
+            ["A /usr/local/lib/python3.13/site-packages/x.pth"],
+        ),
+        (["D /bin/sh"], ["D /bin/sh"]),
+        (["C /etc", "A /etc/pip.conf"], ["A /etc/pip.conf"]),
+        (["C /etc", "C /etc/hosts"], []),
+        (["A /conftest.py", "A /pytest.ini"], ["A /conftest.py", "A /pytest.ini"]),
+    ],
+    ids=[
+        "work-dir-and-home",
+        "replaced-python",
+        "new-tool-in-usr-local-bin",
+        "shadowing-pytest",
+        "shadowing-python3",
+        "ld-preload",
+        "sitecustomize",
+        "pth-file",
+        "deleted-shell",
+        "pip-conf",
+        "etc-hosts",
+        "pytest-config-at-root",
+    ],
+)
+def test_integrity_rule(diff: list[str], bad: list[str]) -> None:
+    assert integrity_violations(diff, {"python3", "pytest", "bash", "sh"}) == bad
+
+
+@pytest.mark.parametrize(
+    ("short", "full"),
+    [
+        ("python:3.13", "docker.io/library/python:3.13"),
+        ("buildpack-deps:jammy", "docker.io/library/buildpack-deps:jammy"),
+        ("someone/tool:1", "docker.io/someone/tool:1"),
+        ("ghcr.io/a/b:1", "ghcr.io/a/b:1"),
+        ("localhost/gem-base-trixie:x", "localhost/gem-base-trixie:x"),
+        ("registry:5000/a", "registry:5000/a"),
+    ],
+    ids=lambda v: str(v),
+)
+def test_short_names_are_qualified_as_docker_reads_them(short: str, full: str) -> None:
+    assert qualified(short) == full
