@@ -17,7 +17,7 @@ from gem_core.core import Env, ResetReturn, StepReturn, require_text_action
 from gem_core.errors import ConfigError, ResetNeeded, ToolError
 from gem_core.registry import format_config_error
 from gem_core.tools import MalformedCall, Tool, ToolResult, parse_tool_calls
-from gem_terminal.loader import SkippedTask, TerminalTask, load_task, load_tasks
+from gem_terminal.loader import REWARD_FILES, SkippedTask, TerminalTask, load_task, load_tasks, read_reward
 
 __all__ = ["TASKS_DIR", "BashTool", "DoneTool", "TerminalEnv", "TerminalEnvConfig", "reference_action"]
 
@@ -71,7 +71,7 @@ class TerminalEnvConfig(BaseModel):
     """Configuration of :class:`TerminalEnv`.
 
     Attributes:
-        tasks_dir: A folder of Terminal-Bench-format tasks (default: the tasks shipped with gem-terminal).
+        tasks_dir: A folder of Terminal-Bench v1 or Harbor task folders (default: the tasks shipped here).
         task: Only this task (its folder's name); otherwise ``reset`` draws one per episode from the seed.
         max_turns: Turns before the episode is truncated (the checker still runs).
         max_calls_per_turn: Commands run per reply; further ones are refused with a message.
@@ -160,6 +160,28 @@ CHECKER_ENV = {
 }
 
 
+#: Where the ``python`` command of a Python image's task lives in the sandbox (first on its PATH).
+PYTHON_SHIM_IN_SANDBOX = "/opt/gem/bin"
+#: The sandbox's PATH when the task sets none.
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def python_shim_folder() -> Path:
+    """A folder (once per process) holding ``python``, a link to the system ``python3``, for Python images' tasks."""
+    with _layers_lock:
+        if "python" in _extras:
+            return _extras["python"]
+        if not _layer_root:
+            _layer_root.append(Path(tempfile.mkdtemp(prefix="gem-terminal-layers-")))
+            atexit.register(_cleanup_layers)
+        folder = _layer_root[0] / "python-shim"
+        folder.mkdir()
+        (folder / "python").symlink_to("/usr/bin/python3")
+        folder.chmod(0o755)
+        _extras["python"] = folder
+        return folder
+
+
 def pytest_folder() -> Path | None:
     """A copy of pytest and what it requires (once per process, from this interpreter's install), for checkers.
 
@@ -217,7 +239,7 @@ class TerminalEnv(Env):
         folder = Path(self.config.tasks_dir) if self.config.tasks_dir else TASKS_DIR
         if not folder.is_dir():
             raise ConfigError(f"terminal env: tasks_dir {str(folder)!r} is not a folder of task folders")
-        if (folder / "task.yaml").exists():  # one task's own folder
+        if (folder / "task.yaml").exists() or (folder / "task.toml").exists():  # one task's own folder
             item = load_task(folder)
             self.tasks, self.skipped = ([item], []) if isinstance(item, TerminalTask) else ([], [item])
         else:
@@ -263,12 +285,16 @@ class TerminalEnv(Env):
         settings = self.sandbox_config.model_dump()
         pytest_copy = pytest_folder()
         binds = tuple(self.sandbox_config.binds) + (((str(pytest_copy), PYTEST_IN_SANDBOX),) if pytest_copy else ())
+        env = {**task.env, **self.sandbox_config.env}
+        if task.python_version:  # a Python image has a `python` command; the host's /usr may not
+            binds += ((str(python_shim_folder()), PYTHON_SHIM_IN_SANDBOX),)
+            env["PATH"] = f"{PYTHON_SHIM_IN_SANDBOX}:{env.get('PATH', DEFAULT_PATH)}"
         settings.update(
             binds=binds,
             workdir=task.workdir,
             command_timeout_s=min(self.config.command_timeout_s, episode_s),
             episode_timeout_s=episode_s,
-            env={**task.env, **self.sandbox_config.env},
+            env=env,
         )
         sandbox = EpisodeSandbox([task_layer(task, self.sandbox_config.uid)], **settings)
         for command in task.setup:
@@ -312,8 +338,9 @@ class TerminalEnv(Env):
         reward = self.config.shaping if commands and all_ok else 0.0
         spent = self._sandbox.spent  # the time or output budget, or the sandbox itself: no command can run
         if done or self._turn >= self.config.max_turns or spent:
-            passed, checker_output = self._check()
-            reward += 1.0 if passed else 0.0
+            score, checker_output = self._check()
+            passed = score >= 1.0
+            reward += score
             ended_by = "done" if done else spent or "turns"
             info.update(success=passed, checker_output=checker_output, ended_by=ended_by)
             outputs.append(f"[episode over] the task's tests {'passed' if passed else 'failed'}.")
@@ -321,18 +348,26 @@ class TerminalEnv(Env):
             return self._cap("\n\n".join(outputs)), reward, done, not done, info
         return self._cap("\n\n".join(outputs)), reward, False, False, info
 
-    def _check(self) -> tuple[bool, str]:
-        """Run the task's checker in the episode's root; ``(passed, the tail of its output)``."""
+    def _check(self) -> tuple[float, str]:
+        """Run the task's checker in the episode's root; ``(reward, the tail of its output)``.
+
+        Terminal-Bench: 1.0 when the checker exits 0. Harbor: the number it writes to a reward file
+        (:func:`gem_terminal.loader.read_reward`); the files are emptied first, so nothing the agent
+        wrote there counts.
+        """
         assert self._task is not None
         task, sandbox = self._task, self._sandbox
         if sandbox.closed:
-            return False, "the episode's sandbox ended before the tests ran"
+            return 0.0, "the episode's sandbox ended before the tests ran"
         try:
             for relative, data in task.tests.items():
-                sandbox.write_file(f"/tests/{relative}", data)
+                sandbox.write_file(f"/tests/{relative}", data, mode=0o755 if relative.endswith(".sh") else 0o644)
             sandbox.write_file("/tests/run-tests.sh", task.checker.encode(), mode=0o755)
+            if task.reward == "reward-file":
+                for path in REWARD_FILES:  # the checker (the agent's uid for now) writes them
+                    sandbox.write_file(path, b"", owned_by_agent=True)
         except ToolError as exc:
-            return False, str(exc)
+            return 0.0, str(exc)
         result = sandbox.run(
             "bash /tests/run-tests.sh",
             timeout_s=task.test_timeout_s,
@@ -341,7 +376,19 @@ class TerminalEnv(Env):
             checker=True,
         )
         # pytest's "2 passed in 0.03s" would make info differ between identical episodes.
-        return result.ok, re.sub(r" in \d+(?:\.\d+)?s\b", " in <time>", result.render(2000))
+        output = re.sub(r" in \d+(?:\.\d+)?s\b", " in <time>", result.render(2000))
+        if task.reward == "exit-code":
+            return (1.0 if result.ok else 0.0), output
+        files = sandbox.run(
+            f"cat {REWARD_FILES[0]} 2>/dev/null; printf '\\n\\0'; cat {REWARD_FILES[1]} 2>/dev/null",
+            timeout_s=10.0,
+            env=CHECKER_ENV,
+            charge_episode=False,
+            checker=True,
+        )
+        json_text, _, text = files.stdout.partition("\0")
+        score, why = read_reward(json_text, text)
+        return score, output + (f"\n[reward] {why}" if why else f"\n[reward] {score:g}")
 
     def _cap(self, text: str) -> str:
         limit = self.config.max_observation_chars
