@@ -309,7 +309,7 @@ def _copy_steps(ins: Instruction, variables: dict[str, str], workdir: str) -> li
         words = _words(_HEREDOC.sub("", ins.rest), variables)
         if len(words) != 1:
             raise DockerfileError(f"line {ins.line}: {ins.keyword} with a heredoc needs one destination")
-        dest = posixpath.join(workdir, words[0])
+        dest = posixpath.normpath(posixpath.join(workdir, words[0]))
         if len(ins.heredocs) == 1:
             return [step((), dest, ins.heredocs[0][1])]
         # Several heredocs: each becomes a file named after its word inside the destination folder.
@@ -318,7 +318,7 @@ def _copy_steps(ins: Instruction, variables: dict[str, str], workdir: str) -> li
     if len(words) < 2:
         raise DockerfileError(f"line {ins.line}: {ins.keyword} needs a source and a destination")
     dest = words[-1]
-    absolute = posixpath.join(workdir, dest)
+    absolute = posixpath.normpath(posixpath.join(workdir, dest))
     if dest.endswith("/") or dest in (".", "./"):
         absolute = absolute.rstrip("/") + "/"
     return [step(tuple(words[:-1]), absolute, None)]

@@ -14,7 +14,7 @@ Harbor folder::
     task.toml            version, [metadata], [verifier] timeout_sec, [agent] timeout_sec, [environment] ...
     instruction.md       the instruction
     environment/         Dockerfile (build context) and optional docker-compose.yaml
-    solution/solve.sh    the reference solution
+    solution/solve.sh    the reference solution (optional in Harbor)
     tests/test.sh        the verifier: writes the reward to /logs/verifier/reward.txt (or reward.json)
 
 :func:`load_task` reads both into one :class:`TerminalTask`, keeping what a container backend needs to
@@ -39,7 +39,7 @@ from typing import Any, Literal
 import yaml
 
 from gem_terminal.dockerfile import CopyStep, DockerfileError, DockerImage, RunStep, read_image
-from gem_terminal.provision import does_nothing, host_python, provision_script, split_commands
+from gem_terminal.provision import does_nothing, host_python, missing_imports, provision_script, split_commands
 
 __all__ = [
     "BASE_IMAGES",
@@ -102,7 +102,8 @@ class TerminalTask:
             ``"3.12"``); ``""`` for OS images, whose ``python3`` is the distribution's.
         image: The Dockerfile as read (``gem_terminal.dockerfile.DockerImage``), or ``None``.
         checker_path: The checker as written (``run-tests.sh`` / ``tests/test.sh``).
-        solution_path: The reference solution as written.
+        solution_path: The reference solution as written (``None``: a Harbor task without one, which
+            Harbor allows; its ``solution`` is empty).
         build_timeout_s, cpus, memory_mb, storage_mb: Harbor's ``[environment]`` (``None``: unset).
         network: Harbor's network mode (``public``, ``no-network``, ``allowlist``); ``""`` for v1.
 
@@ -184,6 +185,15 @@ def load_task(path: Path, *, backend: Backend = "sandbox") -> TerminalTask | Ski
         The task, or a :class:`SkippedTask` with the reason.
     """
     path = Path(path)
+    found = _load_any(path)
+    if isinstance(found, SkippedTask):  # one line, whatever the parser's message held
+        return SkippedTask(found.name, found.path, " ".join(found.reason.split()))
+    if backend == "sandbox" and found.sandbox_reason:
+        return SkippedTask(path.name, path, " ".join(found.sandbox_reason.split()))
+    return found
+
+
+def _load_any(path: Path) -> TerminalTask | SkippedTask:
     try:
         if (path / "task.toml").exists():
             task = _load_harbor(path)
@@ -197,8 +207,6 @@ def load_task(path: Path, *, backend: Backend = "sandbox") -> TerminalTask | Ski
         return SkippedTask(path.name, path, f"cannot read the Dockerfile: {exc}")
     except (OSError, TypeError, ValueError, KeyError, AttributeError, IndexError, yaml.YAMLError) as exc:
         return SkippedTask(path.name, path, f"malformed task files: {type(exc).__name__}: {str(exc)[:200]}")
-    if backend == "sandbox" and task.sandbox_reason:
-        return SkippedTask(path.name, path, task.sandbox_reason)
     return task
 
 
@@ -313,9 +321,10 @@ def _load_harbor(path: Path) -> TerminalTask:
         raise _Refused(f"needs a GPU ({gpus or 'any'}: [environment] gpus/gpu_types) or TPU; none here")
     if environment.get("mcp_servers"):
         raise _Refused("needs MCP servers ([environment] mcp_servers)")
-    host_vars = [k for k, v in (environment.get("env") or {}).items() if re.search(r"\$\{[A-Za-z_]\w*\}", str(v))]
+    # `${VAR}` is resolved from the host at run time (an API key, typically); `${VAR:-default}` has a default.
+    host_vars = sorted({m for v in (environment.get("env") or {}).values() for m in re.findall(r"\$\{(\w+)\}", str(v))})
     if host_vars:
-        raise _Refused(f"needs host variables at run time ({', '.join(host_vars)}: [environment] env)")
+        raise _Refused(f"needs the host's {', '.join(host_vars)} at run time ([environment] env)")
     env_dir = path / "environment"
     compose_file = next(
         (env_dir / n for n in ("docker-compose.yaml", "docker-compose.yml") if (env_dir / n).exists()), None
@@ -331,9 +340,11 @@ def _load_harbor(path: Path) -> TerminalTask:
         fields["workdir"] = str(environment["workdir"])
     if not (path / "tests" / "test.sh").exists():
         raise _Refused("no tests/test.sh (Harbor's verifier)")
-    solution_path = path / "solution" / "solve.sh"
-    if not solution_path.exists():
-        raise _Refused("no reference solution (solution/solve.sh)")
+    # Harbor makes the reference solution optional (only its oracle agent needs one): such a task plays,
+    # with an empty `solution` (its reference run is a no-op).
+    solution_path: Path | None = path / "solution" / "solve.sh"
+    if solution_path is not None and not solution_path.exists():
+        solution_path = None
     solution_files = {rel: data for rel, data in _tests(path / "solution").items() if rel != "solve.sh"}
     tests = _tests(path / "tests")
     network = str(environment.get("network_mode") or "")
@@ -345,7 +356,7 @@ def _load_harbor(path: Path) -> TerminalTask:
         fields,
         format="harbor",
         instruction=instruction,
-        solution=_text(solution_path),
+        solution=_text(solution_path) if solution_path else "",
         solution_path=solution_path,
         solution_files=solution_files,
         checker=_text(path / "tests" / "test.sh"),
@@ -674,6 +685,11 @@ def _finish(path: Path, fields: dict[str, Any], **given: Any) -> TerminalTask:
             f"its reference solution downloads at run time ({solution.downloads[0][:80]!r}); no network here"
         )
     reasons.extend(f"its reference solution installs {m}, which this host lacks" for m in solution.missing)
+    python_tests = {rel: data.decode("utf-8", "replace") for rel, data in tests.items() if rel.endswith(".py")}
+    if checker.ran_pytest or any(rel.startswith("test") for rel in python_tests):
+        reasons.extend(
+            f"its tests import {name}, which this host's python3 lacks" for name in missing_imports(python_tests)
+        )
     if checker.ran_pytest and not _pytest_here():
         reasons.append("its checker runs pytest, which is not installed beside gem-terminal")
     host_version, _ = host_python()

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 __all__ = [
     "PYTEST_COMMAND",
@@ -25,6 +26,8 @@ __all__ = [
     "does_nothing",
     "host_debian_packages",
     "host_python",
+    "host_python_modules",
+    "missing_imports",
     "provision_script",
     "split_commands",
 ]
@@ -153,23 +156,65 @@ _HOST_PYTHON_PROBE = (
     "for x in m.distributions():\n"
     "    n = x.metadata['Name']\n"
     "    if n: d[n.lower().replace('_', '-').replace('.', '-')] = x.version\n"
-    "print(json.dumps({'version': '%d.%d' % sys.version_info[:2], 'dists': d}))\n"
+    "import pkgutil\n"
+    "mods = sorted({x.name for x in pkgutil.iter_modules()} | set(sys.builtin_module_names)"
+    " | set(getattr(sys, 'stdlib_module_names', ())))\n"
+    "print(json.dumps({'version': '%d.%d' % sys.version_info[:2], 'dists': d, 'modules': mods}))\n"
 )
 
 
-@functools.lru_cache(maxsize=1)
+@functools.cache
+def _probe_host_python() -> tuple[str, dict[str, str], frozenset[str]]:
+    try:
+        out = subprocess.run(
+            ["/usr/bin/python3", "-I", "-c", _HOST_PYTHON_PROBE], capture_output=True, text=True, timeout=60
+        )
+        data = json.loads(out.stdout)
+        return str(data["version"]), dict(data["dists"]), frozenset(data["modules"])
+    except (OSError, subprocess.TimeoutExpired, ValueError, KeyError):
+        return "", {}, frozenset()
+
+
 def host_python() -> tuple[str, dict[str, str]]:
     """The system ``python3``'s version (``"3.11"``) and its distributions (normalised name: version).
 
     ``("", {})`` when there is none: the sandbox's commands use the host's ``/usr``.
     """
-    exe = "/usr/bin/python3"
-    try:
-        out = subprocess.run([exe, "-I", "-c", _HOST_PYTHON_PROBE], capture_output=True, text=True, timeout=60)
-        data = json.loads(out.stdout)
-        return str(data["version"]), dict(data["dists"])
-    except (OSError, subprocess.TimeoutExpired, ValueError, KeyError):
-        return "", {}
+    version, dists, _ = _probe_host_python()
+    return version, dists
+
+
+def host_python_modules() -> frozenset[str]:
+    """Top-level modules the system ``python3`` can import (standard library and installed)."""
+    return _probe_host_python()[2]
+
+
+def missing_imports(sources: dict[str, str]) -> list[str]:
+    """Top-level modules the given Python files import unconditionally that neither they nor the host provide.
+
+    ``sources`` maps relative paths to text (a task's ``tests/``); imports inside ``try`` or functions
+    are left out (they may be optional), and so are the files' own modules and ``pytest``.
+    """
+    import ast
+
+    local = {Path(name).stem for name in sources} | {Path(name).parts[0] for name in sources if "/" in name}
+    have = host_python_modules()
+    if not have:
+        return []
+    wanted: list[str] = []
+    for text in sources.values():
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError):
+            continue
+        for node in tree.body:
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            wanted.extend(name.split(".")[0] for name in names)
+    return sorted({n for n in wanted if n not in have and n not in local and n not in ("pytest", "_pytest")})
 
 
 _REQUIREMENT = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*(?:(==|>=|<=|~=|!=|>|<)\s*([^\s;,]+))?")

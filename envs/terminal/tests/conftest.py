@@ -1,0 +1,3 @@
+"""The fixture tasks' own test files are the tasks' checkers, run inside episodes, not tests of gem."""
+
+collect_ignore_glob = ["fixtures/*"]
