@@ -93,7 +93,7 @@ class DockerImage:
     others: tuple[Instruction, ...] = ()
 
 
-_HEREDOC = re.compile(r"<<(-?)(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")
+_HEREDOC = re.compile(r"(?<!<)<<(?!<)(-?)(['\"]?)([A-Za-z_][A-Za-z0-9_.-]*)\2")
 _PARSER_DIRECTIVE = re.compile(r"#\s*([a-zA-Z]+)\s*=\s*(\S+)\s*$")
 
 
@@ -122,14 +122,15 @@ def parse_dockerfile(text: str) -> list[Instruction]:
         parts = [stripped]
         # A continuation: the escape character ends the line; comment and blank lines inside are dropped.
         while parts[-1].endswith(escape) and index < len(lines):
-            parts[-1] = parts[-1][: -len(escape)]
+            parts[-1] = parts[-1][: -len(escape)].rstrip()
             nxt = lines[index].strip()
             index += 1
-            if nxt.startswith("#"):
-                continue
+            while (not nxt or nxt.startswith("#")) and index < len(lines):  # builders skip these inside
+                nxt = lines[index].strip()
+                index += 1
             parts.append(nxt)
         if parts[-1].endswith(escape):
-            parts[-1] = parts[-1][: -len(escape)]
+            parts[-1] = parts[-1][: -len(escape)].rstrip()
         logical = " ".join(part for part in parts if part).strip()
         keyword, _, rest = logical.partition(" ")
         keyword = keyword.upper()

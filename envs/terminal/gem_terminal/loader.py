@@ -688,7 +688,8 @@ def _finish(path: Path, fields: dict[str, Any], **given: Any) -> TerminalTask:
     python_tests = {rel: data.decode("utf-8", "replace") for rel, data in tests.items() if rel.endswith(".py")}
     if checker.ran_pytest or any(rel.startswith("test") for rel in python_tests):
         reasons.extend(
-            f"its tests import {name}, which this host's python3 lacks" for name in missing_imports(python_tests)
+            f"its tests import {name}, which this host's python3 lacks"
+            for name in missing_imports(python_tests, _task_modules(path))
         )
     if checker.ran_pytest and not _pytest_here():
         reasons.append("its checker runs pytest, which is not installed beside gem-terminal")
@@ -721,6 +722,17 @@ def _with_solution_files(solve: str, files: dict[str, bytes]) -> str:
         )
     body = re.sub(r"(?<![\w.-])/solution(?=/|\b)", SOLUTION_DIR_HERE, solve)
     return "\n".join(lines) + "\n" + body
+
+
+def _task_modules(path: Path, limit: int = 5000) -> frozenset[str]:
+    """Names of Python modules and packages anywhere in the task's folder (the agent's code under test)."""
+    names: set[str] = set()
+    for count, file in enumerate(path.rglob("*.py")):
+        if count >= limit:
+            break
+        names.add(file.stem)
+        names.update(part for part in file.relative_to(path).parts[:-1])
+    return frozenset(names)
 
 
 def _with_reason(task: TerminalTask, reason: str) -> TerminalTask:

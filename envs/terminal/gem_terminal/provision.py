@@ -189,15 +189,16 @@ def host_python_modules() -> frozenset[str]:
     return _probe_host_python()[2]
 
 
-def missing_imports(sources: dict[str, str]) -> list[str]:
+def missing_imports(sources: dict[str, str], local: frozenset[str] = frozenset()) -> list[str]:
     """Top-level modules the given Python files import unconditionally that neither they nor the host provide.
 
     ``sources`` maps relative paths to text (a task's ``tests/``); imports inside ``try`` or functions
-    are left out (they may be optional), and so are the files' own modules and ``pytest``.
+    are left out (they may be optional), and so are the files' own modules, ``local`` (modules the
+    task's own files provide) and ``pytest``.
     """
     import ast
 
-    local = {Path(name).stem for name in sources} | {Path(name).parts[0] for name in sources if "/" in name}
+    local = local | {Path(name).stem for name in sources} | {Path(name).parts[0] for name in sources if "/" in name}
     have = host_python_modules()
     if not have:
         return []
