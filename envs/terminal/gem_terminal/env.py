@@ -18,6 +18,7 @@ from gem_core.errors import ConfigError, ResetNeeded, ToolError
 from gem_core.registry import format_config_error
 from gem_core.tools import MalformedCall, Tool, ToolResult, parse_tool_calls
 from gem_terminal.loader import REWARD_FILES, SkippedTask, TerminalTask, load_task, load_tasks, read_reward
+from gem_terminal.provision import SYSTEM_PYTHON
 
 __all__ = ["TASKS_DIR", "BashTool", "DoneTool", "TerminalEnv", "TerminalEnvConfig", "reference_action"]
 
@@ -80,6 +81,9 @@ class TerminalEnvConfig(BaseModel):
         max_observation_chars: Longest observation (the middle of longer ones is cut).
         shaping: Per-turn reward for a turn whose commands all exit 0 (0: the checker's reward only).
         sandbox: Further :class:`gem_tool_python.episode.EpisodeConfig` fields (``disk_mb``, ``max_procs``...).
+        pythons: Host interpreters standing in for Python images' (``{"3.13": "/path/to/bin/python3.13"}``):
+            a task whose image is ``python-3-13`` or ``python:3.13`` runs with that one (its install folder
+            bound read-only at the same path, ``python``/``python3`` first on PATH) instead of being refused.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -93,6 +97,7 @@ class TerminalEnvConfig(BaseModel):
     max_observation_chars: int = Field(8000, ge=200)
     shaping: float = 0.0
     sandbox: dict[str, Any] = Field(default_factory=dict)
+    pythons: dict[str, str] = Field(default_factory=dict)
 
 
 _layers: dict[tuple[str, int], Path] = {}
@@ -166,19 +171,22 @@ PYTHON_SHIM_IN_SANDBOX = "/opt/gem/bin"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-def python_shim_folder() -> Path:
-    """A folder (once per process) holding ``python``, a link to the system ``python3``, for Python images' tasks."""
+def python_shim_folder(python: str = "/usr/bin/python3") -> Path:
+    """A folder (once per process and interpreter) of ``python``/``python3``/``python3.X`` links to ``python``."""
+    key = f"python:{python}"
     with _layers_lock:
-        if "python" in _extras:
-            return _extras["python"]
+        if key in _extras:
+            return _extras[key]
         if not _layer_root:
             _layer_root.append(Path(tempfile.mkdtemp(prefix="gem-terminal-layers-")))
             atexit.register(_cleanup_layers)
-        folder = _layer_root[0] / "python-shim"
-        folder.mkdir()
-        (folder / "python").symlink_to("/usr/bin/python3")
+        folder = Path(tempfile.mkdtemp(prefix="python-", dir=_layer_root[0]))
+        target = str(Path(python).resolve())
+        version = re.search(r"python(\d+\.\d+)$", target)
+        for name in ["python", "python3"] + ([f"python{version.group(1)}"] if version else []):
+            (folder / name).symlink_to(target)
         folder.chmod(0o755)
-        _extras["python"] = folder
+        _extras[key] = folder
         return folder
 
 
@@ -240,10 +248,10 @@ class TerminalEnv(Env):
         if not folder.is_dir():
             raise ConfigError(f"terminal env: tasks_dir {str(folder)!r} is not a folder of task folders")
         if (folder / "task.yaml").exists() or (folder / "task.toml").exists():  # one task's own folder
-            item = load_task(folder)
+            item = load_task(folder, pythons=self.config.pythons)
             self.tasks, self.skipped = ([item], []) if isinstance(item, TerminalTask) else ([], [item])
         else:
-            self.tasks, self.skipped = load_tasks(folder)
+            self.tasks, self.skipped = load_tasks(folder, pythons=self.config.pythons)
         if self.config.task is not None:
             self.tasks = [t for t in self.tasks if t.name == self.config.task]
             if not self.tasks:
@@ -287,7 +295,10 @@ class TerminalEnv(Env):
         binds = tuple(self.sandbox_config.binds) + (((str(pytest_copy), PYTEST_IN_SANDBOX),) if pytest_copy else ())
         env = {**task.env, **self.sandbox_config.env}
         if task.python_version:  # a Python image has a `python` command; the host's /usr may not
-            binds += ((str(python_shim_folder()), PYTHON_SHIM_IN_SANDBOX),)
+            binds += ((str(python_shim_folder(task.python)), PYTHON_SHIM_IN_SANDBOX),)
+            if task.python != SYSTEM_PYTHON:  # its install folder, where it finds its standard library
+                prefix = str(Path(task.python).resolve().parents[1])
+                binds += ((prefix, prefix),)
             env["PATH"] = f"{PYTHON_SHIM_IN_SANDBOX}:{env.get('PATH', DEFAULT_PATH)}"
         settings.update(
             binds=binds,

@@ -32,6 +32,7 @@ import os
 import posixpath
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -39,7 +40,14 @@ from typing import Any, Literal
 import yaml
 
 from gem_terminal.dockerfile import CopyStep, DockerfileError, DockerImage, RunStep, read_image
-from gem_terminal.provision import does_nothing, host_python, missing_imports, provision_script, split_commands
+from gem_terminal.provision import (
+    SYSTEM_PYTHON,
+    does_nothing,
+    missing_imports,
+    provision_script,
+    python_facts,
+    split_commands,
+)
 
 __all__ = [
     "BASE_IMAGES",
@@ -100,6 +108,8 @@ class TerminalTask:
         platform: The ``FROM --platform`` value (``""``: none).
         python_version: The Python of a Python image (``python-3-13``: ``"3.13"``, ``python:3.12-slim``:
             ``"3.12"``); ``""`` for OS images, whose ``python3`` is the distribution's.
+        python: The host interpreter that stands in for the image's Python in the sandbox (the system
+            ``python3``, or the one ``pythons=`` names for ``python_version``).
         image: The Dockerfile as read (``gem_terminal.dockerfile.DockerImage``), or ``None``.
         checker_path: The checker as written (``run-tests.sh`` / ``tests/test.sh``).
         solution_path: The reference solution as written (``None``: a Harbor task without one, which
@@ -144,6 +154,7 @@ class TerminalTask:
     base_image: str = ""
     platform: str = ""
     python_version: str = ""
+    python: str = SYSTEM_PYTHON
     image: DockerImage | None = None
     checker_path: Path | None = None
     solution_path: Path | None = None
@@ -173,19 +184,23 @@ class _Refused(Exception):
     """A reason no backend here can run the task."""
 
 
-def load_task(path: Path, *, backend: Backend = "sandbox") -> TerminalTask | SkippedTask:
+def load_task(
+    path: Path, *, backend: Backend = "sandbox", pythons: Mapping[str, str] | None = None
+) -> TerminalTask | SkippedTask:
     """Load one task folder (Terminal-Bench v1 or Harbor); never raises for what the folder holds.
 
     Args:
         path: The task's folder.
         backend: ``"sandbox"`` also refuses what only the no-daemon sandbox cannot run (the task's
             ``sandbox_reason``); ``"container"`` refuses only what no backend here can run.
+        pythons: Interpreters on this host that stand in for a Python image's (``{"3.13": "/opt/py313/bin/python3"}``)
+            in the sandbox; without one of the image's version, the system ``python3`` must match it.
 
     Returns:
         The task, or a :class:`SkippedTask` with the reason.
     """
     path = Path(path)
-    found = _load_any(path)
+    found = _load_any(path, dict(pythons or {}))
     if isinstance(found, SkippedTask):  # one line, whatever the parser's message held
         return SkippedTask(found.name, found.path, " ".join(found.reason.split()))
     if backend == "sandbox" and found.sandbox_reason:
@@ -193,12 +208,12 @@ def load_task(path: Path, *, backend: Backend = "sandbox") -> TerminalTask | Ski
     return found
 
 
-def _load_any(path: Path) -> TerminalTask | SkippedTask:
+def _load_any(path: Path, pythons: dict[str, str]) -> TerminalTask | SkippedTask:
     try:
         if (path / "task.toml").exists():
-            task = _load_harbor(path)
+            task = _load_harbor(path, pythons)
         elif (path / "task.yaml").exists():
-            task = _load_terminal_bench(path)
+            task = _load_terminal_bench(path, pythons)
         else:
             return SkippedTask(path.name, path, "no task.yaml (Terminal-Bench) or task.toml (Harbor) in the folder")
     except _Refused as exc:
@@ -210,13 +225,15 @@ def _load_any(path: Path) -> TerminalTask | SkippedTask:
     return task
 
 
-def load_tasks(folder: Path, *, backend: Backend = "sandbox") -> tuple[list[TerminalTask], list[SkippedTask]]:
+def load_tasks(
+    folder: Path, *, backend: Backend = "sandbox", pythons: Mapping[str, str] | None = None
+) -> tuple[list[TerminalTask], list[SkippedTask]]:
     """Every task under ``folder`` (subfolders with a task.yaml or task.toml), sorted by name, and those skipped."""
     loaded: list[TerminalTask] = []
     skipped: list[SkippedTask] = []
     for path in sorted(Path(folder).iterdir()):
         if path.is_dir() and ((path / "task.yaml").exists() or (path / "task.toml").exists()):
-            item = load_task(path, backend=backend)
+            item = load_task(path, backend=backend, pythons=pythons)
             (loaded if isinstance(item, TerminalTask) else skipped).append(item)  # type: ignore[arg-type]
     return loaded, skipped
 
@@ -235,7 +252,7 @@ def _text(path: Path) -> str:
 # --- Terminal-Bench v1 -------------------------------------------------------------------------
 
 
-def _load_terminal_bench(path: Path) -> TerminalTask:
+def _load_terminal_bench(path: Path, pythons: dict[str, str]) -> TerminalTask:
     try:
         meta = yaml.safe_load(_text(path / "task.yaml")) or {}
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
@@ -247,7 +264,7 @@ def _load_terminal_bench(path: Path) -> TerminalTask:
         raise _Refused("task.yaml has no instruction")
     compose_file = next((path / n for n in ("docker-compose.yaml", "docker-compose.yml") if (path / n).exists()), None)
     build = _compose(compose_file, path) if compose_file else _Build(path, path / "Dockerfile", {}, {}, "", "")
-    fields = _image_fields(build, path)
+    fields = _image_fields(build, path, pythons)
     if (path / "solution.sh").exists():
         solution_path = path / "solution.sh"
         solution = _text(solution_path)
@@ -293,7 +310,7 @@ def _load_terminal_bench(path: Path) -> TerminalTask:
 # --- Harbor ------------------------------------------------------------------------------------
 
 
-def _load_harbor(path: Path) -> TerminalTask:
+def _load_harbor(path: Path, pythons: dict[str, str]) -> TerminalTask:
     try:
         import tomllib
     except ModuleNotFoundError as exc:  # Python 3.10
@@ -335,7 +352,7 @@ def _load_harbor(path: Path) -> TerminalTask:
         if not docker_image:
             raise _Refused("no environment/Dockerfile and no [environment] docker_image")
         build = _Build(build.context, build.dockerfile, build.compose, build.env, build.workdir, docker_image)
-    fields = _image_fields(build, path)
+    fields = _image_fields(build, path, pythons)
     if environment.get("workdir"):
         fields["workdir"] = str(environment["workdir"])
     if not (path / "tests" / "test.sh").exists():
@@ -461,11 +478,13 @@ def image_python_version(image: str) -> str:
     return f"{match.group(1)}.{match.group(2)}" if match else ""
 
 
-def _image_name(image: str) -> str:
-    return image.rsplit("/", 1)[-1].split(":")[0].split("@")[0]
+def _is_base_os(image: str) -> bool:
+    """Whether an image is a base OS the host's system directories stand in for (any ``python-X-Y`` too)."""
+    name = image.rsplit("/", 1)[-1].split(":")[0].split("@")[0]
+    return name in BASE_IMAGES or re.fullmatch(r"python-\d+-\d+", name) is not None
 
 
-def _image_fields(build: _Build, task_path: Path) -> dict[str, Any]:
+def _image_fields(build: _Build, task_path: Path, pythons: dict[str, str]) -> dict[str, Any]:
     """The image facts (for a container backend) and their sandbox translation (layer, set-up, root)."""
     fields: dict[str, Any] = {
         "build_context": build.context,
@@ -473,14 +492,16 @@ def _image_fields(build: _Build, task_path: Path) -> dict[str, Any]:
         "compose_build": dict(build.compose),
         "dockerfile": None,
         "image": None,
+        "python": SYSTEM_PYTHON,
     }
     reasons: list[str] = []
     if not build.dockerfile.exists():
         if build.prebuilt:
-            fields.update(base_image=build.prebuilt, python_version=image_python_version(build.prebuilt))
+            version = image_python_version(build.prebuilt)
+            fields.update(base_image=build.prebuilt, python_version=version, python=pythons.get(version, SYSTEM_PYTHON))
             fields["workdir"] = build.workdir or "/app"
             fields["env"] = dict(build.env)
-            if _image_name(build.prebuilt) not in BASE_IMAGES:
+            if not _is_base_os(build.prebuilt):
                 reasons.append(f"runs the prebuilt image {build.prebuilt!r}; the sandbox provides only a base OS")
         else:
             fields["workdir"] = build.workdir or "/app"
@@ -497,10 +518,11 @@ def _image_fields(build: _Build, task_path: Path) -> dict[str, Any]:
         base_image=image.base_image,
         platform=image.platform,
         python_version=image_python_version(image.base_image),
+        python=pythons.get(image_python_version(image.base_image), SYSTEM_PYTHON),
         workdir=workdir,
         env={**image.env, **build.env},
     )
-    if _image_name(image.base_image) not in BASE_IMAGES:
+    if not _is_base_os(image.base_image):
         reasons.append(
             f"needs the image {image.base_image!r}; the sandbox provides only a base OS (one of {BASE_IMAGES})"
         )
@@ -511,7 +533,12 @@ def _image_fields(build: _Build, task_path: Path) -> dict[str, Any]:
     setup_root: list[bool] = []
     for step in image.steps:
         if isinstance(step, RunStep):
-            done = provision_script(step.command, checker=False, read_file=lambda p: _context_file(build.context, p))
+            done = provision_script(
+                step.command,
+                checker=False,
+                read_file=lambda p: _context_file(build.context, p),
+                python=fields["python"],
+            )
             if done.downloads:
                 raise _Refused(f"its image build downloads ({done.downloads[0][:80]!r}); no network here")
             if done.missing:
@@ -663,13 +690,14 @@ def _finish(path: Path, fields: dict[str, Any], **given: Any) -> TerminalTask:
     """Resolve the checker and solution against this host and build the task (or refuse it)."""
     reasons: list[str] = fields.pop("sandbox_reasons")
     solution_files: dict[str, bytes] = given["solution_files"]
-    checker = provision_script(given["checker"], checker=True)
+    python = fields["python"]
+    checker = provision_script(given["checker"], checker=True, python=python)
     if checker.downloads:
         raise _Refused(f"its checker downloads at run time ({checker.downloads[0][:80]!r}); no network here")
     tests = dict(given["tests"])
     for relative, data in tests.items():
         if relative.endswith(".sh"):
-            script = provision_script(data.decode("utf-8", "replace"), checker=True)
+            script = provision_script(data.decode("utf-8", "replace"), checker=True, python=python)
             if script.downloads:
                 raise _Refused(
                     f"tests/{relative} downloads at run time ({script.downloads[0][:80]!r}); no network here"
@@ -679,7 +707,7 @@ def _finish(path: Path, fields: dict[str, Any], **given: Any) -> TerminalTask:
     reasons.extend(f"its checker needs {m}, which this host lacks" for m in checker.missing)
     if solution_files:
         given["solution"] = _with_solution_files(given["solution"], solution_files)
-    solution = provision_script(given["solution"], checker=False)
+    solution = provision_script(given["solution"], checker=False, python=python)
     if solution.downloads:
         raise _Refused(
             f"its reference solution downloads at run time ({solution.downloads[0][:80]!r}); no network here"
@@ -689,14 +717,17 @@ def _finish(path: Path, fields: dict[str, Any], **given: Any) -> TerminalTask:
     if checker.ran_pytest or any(rel.startswith("test") for rel in python_tests):
         reasons.extend(
             f"its tests import {name}, which this host's python3 lacks"
-            for name in missing_imports(python_tests, _task_modules(path))
+            for name in missing_imports(python_tests, _task_modules(path), python)
         )
     if checker.ran_pytest and not _pytest_here():
         reasons.append("its checker runs pytest, which is not installed beside gem-terminal")
-    host_version, _ = host_python()
+    have = python_facts(python)[0]
     want = fields.get("python_version", "")
-    if want and host_version and want != host_version:
-        reasons.append(f"its image provides Python {want}; the sandbox has the host's Python {host_version}")
+    if want and want != have:
+        reasons.append(
+            f"its image provides Python {want}; the sandbox has {python} (Python {have or 'not runnable'})"
+            f" and no stand-in for {want} (TerminalEnv(pythons={{{want!r}: ...}}))"
+        )
     if any(fields.get("setup_root", ())) and not _sandbox_runs_root():
         step = fields["setup"][list(fields["setup_root"]).index(True)]
         reasons.append(f"its set-up needs root ({step.splitlines()[-1][:60]!r}); the sandbox runs set-up unprivileged")

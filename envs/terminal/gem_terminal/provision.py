@@ -29,6 +29,7 @@ __all__ = [
     "host_python_modules",
     "missing_imports",
     "provision_script",
+    "python_facts",
     "split_commands",
 ]
 
@@ -163,12 +164,18 @@ _HOST_PYTHON_PROBE = (
 )
 
 
+#: The Python the sandbox's commands get by default: the host's own, under its /usr.
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
 @functools.cache
-def _probe_host_python() -> tuple[str, dict[str, str], frozenset[str]]:
+def python_facts(python: str = SYSTEM_PYTHON) -> tuple[str, dict[str, str], frozenset[str]]:
+    """A Python's version (``"3.11"``), distributions (normalised name: version) and importable top-level modules.
+
+    ``("", {}, frozenset())`` when it cannot be run.
+    """
     try:
-        out = subprocess.run(
-            ["/usr/bin/python3", "-I", "-c", _HOST_PYTHON_PROBE], capture_output=True, text=True, timeout=60
-        )
+        out = subprocess.run([python, "-I", "-c", _HOST_PYTHON_PROBE], capture_output=True, text=True, timeout=60)
         data = json.loads(out.stdout)
         return str(data["version"]), dict(data["dists"]), frozenset(data["modules"])
     except (OSError, subprocess.TimeoutExpired, ValueError, KeyError):
@@ -180,16 +187,18 @@ def host_python() -> tuple[str, dict[str, str]]:
 
     ``("", {})`` when there is none: the sandbox's commands use the host's ``/usr``.
     """
-    version, dists, _ = _probe_host_python()
+    version, dists, _ = python_facts()
     return version, dists
 
 
 def host_python_modules() -> frozenset[str]:
     """Top-level modules the system ``python3`` can import (standard library and installed)."""
-    return _probe_host_python()[2]
+    return python_facts()[2]
 
 
-def missing_imports(sources: dict[str, str], local: frozenset[str] = frozenset()) -> list[str]:
+def missing_imports(
+    sources: dict[str, str], local: frozenset[str] = frozenset(), python: str = SYSTEM_PYTHON
+) -> list[str]:
     """Top-level modules the given Python files import unconditionally that neither they nor the host provide.
 
     ``sources`` maps relative paths to text (a task's ``tests/``); imports inside ``try`` or functions
@@ -199,7 +208,7 @@ def missing_imports(sources: dict[str, str], local: frozenset[str] = frozenset()
     import ast
 
     local = local | {Path(name).stem for name in sources} | {Path(name).parts[0] for name in sources if "/" in name}
-    have = host_python_modules()
+    have = python_facts(python)[2]
     if not have:
         return []
     wanted: list[str] = []
@@ -221,9 +230,9 @@ def missing_imports(sources: dict[str, str], local: frozenset[str] = frozenset()
 _REQUIREMENT = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*(?:(==|>=|<=|~=|!=|>|<)\s*([^\s;,]+))?")
 
 
-def _python_missing(requirements: list[str]) -> list[str]:
-    """Those requirements (``numpy==1.26.4``, ``requests``) the system python3 does not satisfy."""
-    _, dists = host_python()
+def _python_missing(requirements: list[str], python: str = SYSTEM_PYTHON) -> list[str]:
+    """Those requirements (``numpy==1.26.4``, ``requests``) ``python`` does not satisfy."""
+    _, dists, _ = python_facts(python)
     missing = []
     for requirement in requirements:
         match = _REQUIREMENT.match(requirement.strip())
@@ -388,7 +397,13 @@ def _requirement_lines(text: str) -> list[str]:
     return [line for line in lines if line and not line.startswith("-")]
 
 
-def provision_script(text: str, *, checker: bool, read_file: Callable[[str], str | None] | None = None) -> Provisioned:
+def provision_script(
+    text: str,
+    *,
+    checker: bool,
+    read_file: Callable[[str], str | None] | None = None,
+    python: str = SYSTEM_PYTHON,
+) -> Provisioned:
     """Resolve what ``text`` installs against this host; point pytest runs at gem's pytest when ``checker``.
 
     Args:
@@ -396,6 +411,7 @@ def provision_script(text: str, *, checker: bool, read_file: Callable[[str], str
         checker: Rewrite the standard checker's uv bootstrap and pytest run (a checker runs pytest from
             ``$GEM_PYTEST``).
         read_file: The text of a file the script names (``pip install -r PATH``), or ``None`` when unknown.
+        python: The Python whose packages count as installed.
     """
     out: list[str] = []
     missing: list[str] = []
@@ -433,12 +449,12 @@ def provision_script(text: str, *, checker: bool, read_file: Callable[[str], str
             # pytest and its report plugins: gem provides pytest to checkers ($GEM_PYTEST).
             wanted = [n for n in wanted if not _is_pytest_package(n)]
             installs.extend(wanted)
-            missing.extend(f"Python package {name!r}" for name in _python_missing(wanted))
+            missing.extend(f"Python package {name!r}" for name in _python_missing(wanted, python))
             replacement = "true"
         elif kind == "pytest" and checker:
             at, extra = _pytest_at(words) or (0, [])
             wanted = [n for n in extra if not _is_pytest_package(n)]
-            missing.extend(f"Python package {name!r}" for name in _python_missing(wanted))
+            missing.extend(f"Python package {name!r}" for name in _python_missing(wanted, python))
             redirect = _redirections(body)
             replacement = " ".join([PYTEST_COMMAND, *map(_quote, _pytest_arguments(words[at:]))]) + redirect
             ran_pytest = True

@@ -466,3 +466,52 @@ def test_no_folder_content_crashes_the_loader(
         found = load_task(folder, backend=backend)  # type: ignore[arg-type]
         assert isinstance(found, TerminalTask | SkippedTask)
         assert isinstance(found, TerminalTask) or "\n" not in found.reason
+
+
+def other_python() -> tuple[str, str] | None:
+    """``(version, executable)`` of an interpreter whose version differs from the system python3's, if any."""
+    import glob
+
+    from gem_terminal.provision import python_facts
+
+    system = python_facts()[0]
+    candidates = sorted(glob.glob("/root/.pyenv/versions/3.*/bin/python3.[0-9]*"))
+    candidates += [shutil.which(f"python3.{minor}") or "" for minor in range(10, 16)]
+    for exe in (c for c in candidates if c and "/shims/" not in c):
+        version = python_facts(exe)[0]
+        if version and version != system and not exe.endswith("-config"):
+            return version, exe
+    return None
+
+
+OTHER_PYTHON = other_python()
+
+
+@needs_episodes
+@pytest.mark.skipif(OTHER_PYTHON is None, reason="no interpreter of another version than the system python3 here")
+def test_a_python_image_of_another_version_runs_only_with_a_stand_in_of_that_version(tmp_path: Path) -> None:
+    assert OTHER_PYTHON is not None
+    version, exe = OTHER_PYTHON
+    image = f"FROM --platform=linux/amd64 ghcr.io/laude-institute/t-bench/python-{version.replace('.', '-')}:1\n"
+    write_task(
+        tmp_path / "t",
+        Dockerfile=image + "WORKDIR /srv\n",
+        **{
+            "solution.sh": "python -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])' > /srv/out.txt\n",
+            "run-tests.sh": f'test "$(cat /srv/out.txt)" = {version}\n'
+            + "python3 -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])' > /tmp/v\n"
+            + f'test "$(cat /tmp/v)" = {version}\n',
+        },
+    )
+    refused = load_task(tmp_path / "t")
+    assert isinstance(refused, SkippedTask) and f"its image provides Python {version}" in refused.reason
+    task = load_task(tmp_path / "t", pythons={version: exe})
+    assert isinstance(task, TerminalTask) and task.python == exe
+    env = TerminalEnv(tasks_dir=str(tmp_path / "t"), pythons={version: exe})
+    try:
+        env.reset(seed=0)
+        env.step(reference_action(task))
+        _, reward, *_, info = env.step("<done></done>")
+        assert reward == 1.0, info["checker_output"]
+    finally:
+        env.close()
