@@ -705,6 +705,12 @@ def _finish(path: Path, fields: dict[str, Any], **given: Any) -> TerminalTask:
             reasons.extend(f"its checker needs {m}, which this host lacks" for m in script.missing)
             tests[relative] = script.text.encode()
     reasons.extend(f"its checker needs {m}, which this host lacks" for m in checker.missing)
+    for argument in checker.pytest_args:  # the tests the checker runs must be among the task's tests
+        match = re.match(r"^(?:\$TEST_DIR|\$\{TEST_DIR\}|/tests)/([^*?\[]+?)(?:::.*)?$", argument)
+        if match and not any(
+            rel == match.group(1) or rel.startswith(match.group(1).rstrip("/") + "/") for rel in tests
+        ):
+            raise _Refused(f"its checker runs tests/{match.group(1)}, which the task does not have")
     if solution_files:
         given["solution"] = _with_solution_files(given["solution"], solution_files)
     solution = provision_script(given["solution"], checker=False, python=python)

@@ -61,6 +61,8 @@ class Provisioned:
         downloads: Lines that fetch from the network beyond installs (``curl URL``, ``git clone``...):
             nothing can run them without network.
         ran_pytest: Whether a pytest run was found and pointed at gem's pytest.
+        installs: What it installs (Debian packages and Python requirements), as named.
+        pytest_args: The arguments of the pytest runs found (test files among them).
     """
 
     text: str
@@ -68,6 +70,7 @@ class Provisioned:
     downloads: tuple[str, ...] = ()
     ran_pytest: bool = False
     installs: tuple[str, ...] = field(default=())
+    pytest_args: tuple[str, ...] = ()
 
 
 def split_commands(text: str) -> list[tuple[str, str]]:
@@ -418,6 +421,7 @@ def provision_script(
     downloads: list[str] = []
     installs: list[str] = []
     ran_pytest = False
+    pytest_args: list[str] = []
     for separator, command in split_commands(text):
         prefix, body = _strip_prefix(command)
         try:
@@ -456,6 +460,7 @@ def provision_script(
             wanted = [n for n in extra if not _is_pytest_package(n)]
             missing.extend(f"Python package {name!r}" for name in _python_missing(wanted, python))
             redirect = _redirections(body)
+            pytest_args.extend(_pytest_arguments(words[at:]))
             replacement = " ".join([PYTEST_COMMAND, *map(_quote, _pytest_arguments(words[at:]))]) + redirect
             ran_pytest = True
         elif kind == "other" and _downloads(words):
@@ -465,7 +470,14 @@ def provision_script(
         trailing = command[len(command.rstrip()) :]
         text_now = command if replacement is None else prefix + replacement + trailing
         out.append(separator + text_now)
-    return Provisioned("".join(out), tuple(dict.fromkeys(missing)), tuple(downloads), ran_pytest, tuple(installs))
+    return Provisioned(
+        "".join(out),
+        tuple(dict.fromkeys(missing)),
+        tuple(downloads),
+        ran_pytest,
+        tuple(installs),
+        tuple(pytest_args),
+    )
 
 
 def does_nothing(text: str) -> bool:

@@ -221,7 +221,7 @@ TB_REFUSALS = [
     pytest.param({"Dockerfile": BASE + "ADD https://example.com/x.tgz /srv/\n"}, "ADD of a URL", id="add-url"),
     pytest.param(
         {"Dockerfile": "FROM --platform=linux/amd64 ghcr.io/laude-institute/t-bench/python-3-13:20250620\n"},
-        "its image provides Python 3.13; the sandbox has the host's Python 3.11",
+        "its image provides Python 3.13; the sandbox has /usr/bin/python3",
         id="python-3-13",
     ),
     pytest.param(
@@ -260,6 +260,11 @@ TB_REFUSALS = [
         {"run-tests.sh": None, "tests/test_outputs.py": "import gem_no_such_module\n"},
         "its tests import gem_no_such_module",
         id="test-imports",
+    ),
+    pytest.param(
+        {"run-tests.sh": "uv run pytest $TEST_DIR/test_outputs.py -rA\n"},
+        "its checker runs tests/test_outputs.py, which the task does not have",
+        id="tests-missing",
     ),
     pytest.param({"task.yaml": "instruction: ''\n"}, "no instruction", id="empty-instruction"),
     pytest.param({"task.yaml": "- a list\n"}, "not a mapping", id="yaml-list"),
