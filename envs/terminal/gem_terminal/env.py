@@ -19,7 +19,8 @@ from gem_core.errors import ConfigError, ResetNeeded, ToolError
 from gem_core.registry import format_config_error
 from gem_core.tools import MalformedCall, Tool, ToolResult, parse_tool_calls
 from gem_terminal.container.backend import Backend, ContainerConfig
-from gem_terminal.loader import SkippedTask, TerminalTask, load_task, load_tasks
+from gem_terminal.loader import REWARD_FILES, SkippedTask, TerminalTask, load_task, load_tasks, read_reward
+from gem_terminal.provision import SYSTEM_PYTHON
 
 __all__ = ["TASKS_DIR", "BashTool", "DoneTool", "TerminalEnv", "TerminalEnvConfig", "reference_action"]
 
@@ -73,7 +74,7 @@ class TerminalEnvConfig(BaseModel):
     """Configuration of :class:`TerminalEnv`.
 
     Attributes:
-        tasks_dir: A folder of Terminal-Bench-format tasks (default: the tasks shipped with gem-terminal).
+        tasks_dir: A folder of Terminal-Bench v1 or Harbor task folders (default: the tasks shipped here).
         task: Only this task (its folder's name); otherwise ``reset`` draws one per episode from the seed.
         max_turns: Turns before the episode is truncated (the checker still runs).
         max_calls_per_turn: Commands run per reply; further ones are refused with a message.
@@ -87,6 +88,9 @@ class TerminalEnvConfig(BaseModel):
             on Podman (none: it stays skipped with the reason). ``sandbox``, ``podman``, ``docker``: every
             task there. Default: ``$GEM_TERMINAL_BACKEND``, else ``auto``.
         container: :class:`gem_terminal.container.backend.ContainerConfig` fields (``ca_bundle``...).
+        pythons: Host interpreters standing in for Python images' (``{"3.13": "/path/to/bin/python3.13"}``):
+            a task whose image is ``python-3-13`` or ``python:3.13`` runs with that one (its install folder
+            bound read-only at the same path, ``python``/``python3`` first on PATH) instead of being refused.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -102,6 +106,7 @@ class TerminalEnvConfig(BaseModel):
     sandbox: dict[str, Any] = Field(default_factory=dict)
     backend: Backend = "auto"
     container: dict[str, Any] = Field(default_factory=dict)
+    pythons: dict[str, str] = Field(default_factory=dict)
 
 
 _layers: dict[tuple[str, int], Path] = {}
@@ -169,6 +174,31 @@ CHECKER_ENV = {
 }
 
 
+#: Where the ``python`` command of a Python image's task lives in the sandbox (first on its PATH).
+PYTHON_SHIM_IN_SANDBOX = "/opt/gem/bin"
+#: The sandbox's PATH when the task sets none.
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def python_shim_folder(python: str = "/usr/bin/python3") -> Path:
+    """A folder (once per process and interpreter) of ``python``/``python3``/``python3.X`` links to ``python``."""
+    key = f"python:{python}"
+    with _layers_lock:
+        if key in _extras:
+            return _extras[key]
+        if not _layer_root:
+            _layer_root.append(Path(tempfile.mkdtemp(prefix="gem-terminal-layers-")))
+            atexit.register(_cleanup_layers)
+        folder = Path(tempfile.mkdtemp(prefix="python-", dir=_layer_root[0]))
+        target = str(Path(python).resolve())
+        version = re.search(r"python(\d+\.\d+)$", target)
+        for name in ["python", "python3"] + ([f"python{version.group(1)}"] if version else []):
+            (folder / name).symlink_to(target)
+        folder.chmod(0o755)
+        _extras[key] = folder
+        return folder
+
+
 def pytest_folder() -> Path | None:
     """A copy of pytest and what it requires (once per process, from this interpreter's install), for checkers.
 
@@ -232,11 +262,11 @@ class TerminalEnv(Env):
         folder = Path(self.config.tasks_dir) if self.config.tasks_dir else TASKS_DIR
         if not folder.is_dir():
             raise ConfigError(f"terminal env: tasks_dir {str(folder)!r} is not a folder of task folders")
-        if (folder / "task.yaml").exists():  # one task's own folder
-            item = load_task(folder)
+        if (folder / "task.yaml").exists() or (folder / "task.toml").exists():  # one task's own folder
+            item = load_task(folder, pythons=self.config.pythons)
             self.tasks, self.skipped = ([item], []) if isinstance(item, TerminalTask) else ([], [item])
         else:
-            self.tasks, self.skipped = load_tasks(folder)
+            self.tasks, self.skipped = load_tasks(folder, pythons=self.config.pythons)
         #: Tasks that run in a container (their own image) rather than the sandbox.
         self.container_tasks: set[str] = set()
         if self.config.backend != "sandbox":
@@ -290,7 +320,15 @@ class TerminalEnv(Env):
         moved = [t for t in loaded if isinstance(t, TerminalTask)]
         keep = [t for t in self.tasks if self.config.backend == "auto"]
         self.tasks = sorted([*keep, *moved], key=lambda t: t.name)
-        self.skipped = [s for s in loaded if isinstance(s, SkippedTask)]
+        # A task neither backend runs keeps both reasons: the sandbox's says what the container's does not.
+        sandbox_reasons = {item.name: item.reason for item in candidates if isinstance(item, SkippedTask)}
+        self.skipped = [
+            SkippedTask(s.name, s.path, f"sandbox: {sandbox_reasons[s.name]}; container: {s.reason}")
+            if s.name in sandbox_reasons and sandbox_reasons[s.name] != s.reason
+            else s
+            for s in loaded
+            if isinstance(s, SkippedTask)
+        ]
         self.container_tasks = {t.name for t in moved}
 
     @property
@@ -319,12 +357,19 @@ class TerminalEnv(Env):
         settings = self.sandbox_config.model_dump()
         pytest_copy = pytest_folder()
         binds = tuple(self.sandbox_config.binds) + (((str(pytest_copy), PYTEST_IN_SANDBOX),) if pytest_copy else ())
+        env = {**task.env, **self.sandbox_config.env}
+        if task.python_version:  # a Python image has a `python` command; the host's /usr may not
+            binds += ((str(python_shim_folder(task.python)), PYTHON_SHIM_IN_SANDBOX),)
+            if task.python != SYSTEM_PYTHON:  # its install folder, where it finds its standard library
+                prefix = str(Path(task.python).resolve().parents[1])
+                binds += ((prefix, prefix),)
+            env["PATH"] = f"{PYTHON_SHIM_IN_SANDBOX}:{env.get('PATH', DEFAULT_PATH)}"
         settings.update(
             binds=binds,
             workdir=task.workdir,
             command_timeout_s=min(self.config.command_timeout_s, episode_s),
             episode_timeout_s=episode_s,
-            env={**task.env, **self.sandbox_config.env},
+            env=env,
         )
         sandbox = EpisodeSandbox([task_layer(task, self.sandbox_config.uid)], **settings)
         for command in task.setup:
@@ -382,8 +427,9 @@ class TerminalEnv(Env):
         reward = self.config.shaping if commands and all_ok else 0.0
         spent = self._sandbox.spent  # the time or output budget, or the sandbox itself: no command can run
         if done or self._turn >= self.config.max_turns or spent:
-            passed, checker_output = self._check()
-            reward += 1.0 if passed else 0.0
+            score, checker_output = self._check()
+            passed = score >= 1.0
+            reward += score
             ended_by = "done" if done else spent or "turns"
             info.update(success=passed, checker_output=checker_output, ended_by=ended_by)
             outputs.append(f"[episode over] the task's tests {'passed' if passed else 'failed'}.")
@@ -391,18 +437,26 @@ class TerminalEnv(Env):
             return self._cap("\n\n".join(outputs)), reward, done, not done, info
         return self._cap("\n\n".join(outputs)), reward, False, False, info
 
-    def _check(self) -> tuple[bool, str]:
-        """Run the task's checker in the episode's root; ``(passed, the tail of its output)``."""
+    def _check(self) -> tuple[float, str]:
+        """Run the task's checker in the episode's root; ``(reward, the tail of its output)``.
+
+        Terminal-Bench: 1.0 when the checker exits 0. Harbor: the number it writes to a reward file
+        (:func:`gem_terminal.loader.read_reward`); the files are emptied first, so nothing the agent
+        wrote there counts.
+        """
         assert self._task is not None
         task, sandbox = self._task, self._sandbox
         if sandbox.closed:
-            return False, "the episode's sandbox ended before the tests ran"
+            return 0.0, "the episode's sandbox ended before the tests ran"
         try:
             for relative, data in task.tests.items():
-                sandbox.write_file(f"/tests/{relative}", data)
+                sandbox.write_file(f"/tests/{relative}", data, mode=0o755 if relative.endswith(".sh") else 0o644)
             sandbox.write_file("/tests/run-tests.sh", task.checker.encode(), mode=0o755)
+            if task.reward == "reward-file":
+                for path in REWARD_FILES:  # the checker (the agent's uid for now) writes them
+                    sandbox.write_file(path, b"", owned_by_agent=True)
         except ToolError as exc:
-            return False, str(exc)
+            return 0.0, str(exc)
         result = sandbox.run(
             "bash /tests/run-tests.sh",
             timeout_s=task.test_timeout_s,
@@ -411,7 +465,19 @@ class TerminalEnv(Env):
             checker=True,
         )
         # pytest's "2 passed in 0.03s" would make info differ between identical episodes.
-        return result.ok, re.sub(r" in \d+(?:\.\d+)?s\b", " in <time>", result.render(2000))
+        output = re.sub(r" in \d+(?:\.\d+)?s\b", " in <time>", result.render(2000))
+        if task.reward == "exit-code":
+            return (1.0 if result.ok else 0.0), output
+        files = sandbox.run(
+            f"cat {REWARD_FILES[0]} 2>/dev/null; printf '\\n\\0'; cat {REWARD_FILES[1]} 2>/dev/null",
+            timeout_s=10.0,
+            env=CHECKER_ENV,
+            charge_episode=False,
+            checker=True,
+        )
+        json_text, _, text = files.stdout.partition("\0")
+        score, why = read_reward(json_text, text)
+        return score, output + (f"\n[reward] {why}" if why else f"\n[reward] {score:g}")
 
     def _cap(self, text: str) -> str:
         limit = self.config.max_observation_chars

@@ -1,3 +1,3 @@
-"""The container backend's fixture tasks hold Terminal-Bench checkers (test_outputs.py): they are data here."""
+"""Fixture tasks hold the tasks' own checkers (test_outputs.py...), run inside episodes: data here, not tests of gem."""
 
-collect_ignore_glob = ["container_tasks/*"]
+collect_ignore_glob = ["container_tasks/*", "fixtures/*"]

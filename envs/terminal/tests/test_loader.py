@@ -1,19 +1,25 @@
-"""The Terminal-Bench folder loader: what loads, what is skipped and why, and that no folder content crashes it."""
+"""The task loader: both formats (Terminal-Bench v1, Harbor), what loads, what is refused and why, and playing them."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gem_core.errors import ConfigError
 from gem_core.testing import check_env
 from gem_terminal.env import TerminalEnv, reference_action
-from gem_terminal.loader import SkippedTask, TerminalTask, _host_has_pytest, load_task, load_tasks
+from gem_terminal.loader import SkippedTask, TerminalTask, _host_has_pytest, load_task, load_tasks, read_reward
 from gem_tool_python.episode import episodes_available
 
-BASE = "FROM ghcr.io/laude-institute/t-bench/python-3-13:20250620\n"
+FIXTURES = Path(__file__).parent / "fixtures"
+BASE = "FROM ghcr.io/laude-institute/t-bench/ubuntu-24-04:20250624\n"
+needs_episodes = pytest.mark.skipif(
+    not episodes_available()[0], reason=f"episode sandbox unavailable: {episodes_available()[1]}"
+)
 
 
 def write_task(folder: Path, **files: str | None) -> Path:
@@ -39,15 +45,322 @@ def write_task(folder: Path, **files: str | None) -> Path:
     return folder
 
 
-def test_a_terminal_bench_task_loads_with_its_dockerfile_translated(tmp_path: Path) -> None:
-    task = load_task(write_task(tmp_path / "hello"))
-    assert isinstance(task, TerminalTask)
-    assert task.workdir == "/srv" and task.env == {"GREETING": "hello"}
-    assert task.copies == (("data.txt", "/srv/data.txt"),) and task.setup == ("echo prepared > ready",)
-    assert (task.agent_timeout_s, task.test_timeout_s) == (60.0, 10.0) and "check.py" in task.tests
+HARBOR_TOML = '[verifier]\ntimeout_sec = 20.0\n[agent]\ntimeout_sec = 60.0\n[environment]\nmemory = "1G"\n'
+HARBOR_TEST = (
+    "#!/bin/bash\nmkdir -p /logs/verifier\ngrep -qx hello /app/out.txt && echo 1 > /logs/verifier/reward.txt\n"
+)
 
 
-@pytest.mark.skipif(not episodes_available()[0], reason=f"episode sandbox unavailable: {episodes_available()[1]}")
+def write_harbor(folder: Path, **files: str | None) -> Path:
+    """A task folder in Harbor's format; ``files`` replaces (``None``: removes) a default file."""
+    defaults = {
+        "task.toml": HARBOR_TOML,
+        "instruction.md": "Write hello to /app/out.txt.\n",
+        "environment/Dockerfile": "FROM debian:bookworm-slim\nWORKDIR /app\n",
+        "solution/solve.sh": "#!/bin/bash\necho hello > /app/out.txt\n",
+        "tests/test.sh": HARBOR_TEST,
+    }
+    folder.mkdir(parents=True)
+    for name, text in {**defaults, **files}.items():
+        if text is None:
+            continue
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return folder
+
+
+# --- The fixture tasks: every feature, both formats -----------------------------------------------------------
+
+
+def test_the_dockerfile_fixture_is_read_line_by_line() -> None:
+    task = load_task(FIXTURES / "tb-dockerfile")
+    assert isinstance(task, TerminalTask), task
+    assert task.format == "terminal-bench" and task.reward == "exit-code"
+    # FROM --platform: the flag apart from the image; the ARG before FROM substituted into it.
+    assert task.base_image == "ghcr.io/laude-institute/t-bench/ubuntu-24-04:20250624"
+    assert task.platform == "linux/amd64" and task.python_version == ""
+    assert task.workdir == "/app" and task.dockerfile == FIXTURES / "tb-dockerfile" / "Dockerfile"
+    assert task.env == {"LANG": "C.UTF-8", "TASK_MODE": "fast mode", "LEGACY_FORM": "some value"}
+    # COPY --chown --chmod src/ ./src/: relative to the WORKDIR of that line.
+    assert task.copies == ((str((FIXTURES / "tb-dockerfile" / "src").resolve()), "/app/src"),)
+    # apt-get of what the host has resolved away; the RUN after the relative WORKDIR runs in /app/src.
+    assert not any("apt-get" in step for step in task.setup)
+    assert "cd /app/src" in task.setup[0] and "export GREETING=hello" in task.setup[0]
+    assert "/app/config.ini" in task.setup[1]  # COPY <<EOT
+    assert "greeting.txt" in task.setup[2] and "cd /app/src" in task.setup[2]  # RUN <<EOF
+    assert "exec-form" in task.setup[3] and "cd /app" in task.setup[3]  # exec form, back in /app
+    assert task.setup_root == (False, False, False, False)
+    # The standard run-tests.sh: uv and pytest's install gone, pytest from $GEM_PYTEST on the same file.
+    assert "curl" not in task.checker and "uv pip" not in task.checker
+    assert "python3 -P -m pytest -p no:cacheprovider $TEST_DIR/test_outputs.py -rA" in task.checker
+    assert task.checker_path == FIXTURES / "tb-dockerfile" / "run-tests.sh"
+    assert (task.agent_timeout_s, task.test_timeout_s, task.tags) == (120.0, 60.0, ("dockerfile",))
+    assert task.metadata["author_name"] == "gem"
+
+
+def test_the_compose_fixture_builds_from_its_context_with_its_args() -> None:
+    task = load_task(FIXTURES / "tb-compose-context")
+    assert isinstance(task, TerminalTask), task
+    context = (FIXTURES / "tb-compose-context" / "client").resolve()
+    assert task.build_context == context and task.dockerfile == context / "Dockerfile.client"
+    assert task.compose_build == {
+        "context": "client",
+        "dockerfile": "Dockerfile.client",
+        "args": {"FILES_DIR": "files"},
+    }
+    assert task.copies == ((str(context / "files"), "/srv/files"),)  # ARG from compose, source from the context
+    assert task.env == {"COUNT_UNIT": "lines"}  # compose environment, the harness's TEST_DIR left out
+    assert "wc -l" in task.solution and "COUNT_UNIT" in task.solution  # solution.yaml
+
+
+def test_harbor_fields_map_as_harbor_reads_them() -> None:
+    task = load_task(FIXTURES / "harbor-reward-txt")
+    assert isinstance(task, TerminalTask), task
+    assert task.format == "harbor" and task.reward == "reward-file"
+    assert (task.agent_timeout_s, task.test_timeout_s, task.build_timeout_s) == (120.0, 60.0, 300.0)
+    assert (task.cpus, task.memory_mb, task.storage_mb, task.network) == (1.0, 2048, 4096, "no-network")
+    assert task.metadata["version"] == "1.0" and task.difficulty == "easy" and task.tags == ("harbor", "python")
+    assert task.python_version == "3.11" and task.base_image == "python:3.11-slim"
+    assert task.solution_files == {"total.py": (FIXTURES / "harbor-reward-txt/solution/total.py").read_bytes()}
+    assert "/tmp/gem-solution/total.py" in task.solution and "/solution/" not in task.solution.split("\n", 1)[1]
+    # uvx -w pytest -w pytest-json-ctrf pytest --ctrf FILE: gem's pytest, the report option left out.
+    assert "uvx" not in task.checker and "--ctrf" not in task.checker and "/tests/test_report.py -rA" in task.checker
+    json_task = load_task(FIXTURES / "harbor-reward-json")
+    assert isinstance(json_task, TerminalTask), json_task
+    assert json_task.workdir == "/work" and json_task.compose_build == {"context": "."}
+    assert json_task.agent_timeout_s == 60.0 and json_task.memory_mb == 1024 and json_task.network == "public"
+
+
+def play(folder: Path, *replies: str) -> tuple[float, dict]:
+    env = TerminalEnv(tasks_dir=str(folder))
+    try:
+        env.reset(seed=0)
+        for reply in replies:
+            env.step(reply)
+        _, reward, *_, info = env.step("<done></done>")
+        return reward, info
+    finally:
+        env.close()
+
+
+FIXTURE_NAMES = sorted(path.name for path in FIXTURES.iterdir() if path.is_dir())
+
+
+@needs_episodes
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_each_fixture_task_scores_one_with_its_reference_and_zero_with_a_no_op(name: str) -> None:
+    if not _host_has_pytest():
+        pytest.skip("pytest is not installed beside gem-terminal")
+    task = load_task(FIXTURES / name)
+    assert isinstance(task, TerminalTask), task
+    reward, info = play(FIXTURES / name, reference_action(task))
+    assert reward == 1.0, info["checker_output"]
+    reward, info = play(FIXTURES / name)
+    assert reward == 0.0, info["checker_output"]
+
+
+@needs_episodes
+def test_a_harbor_reward_json_counts_its_reward_entry() -> None:
+    commit = "git -c user.name=a -c user.email=a@b commit -qm x"
+    half = f"<bash>cd /work/repo && touch NOTES.md && git add NOTES.md && {commit}</bash>"
+    reward, info = play(FIXTURES / "harbor-reward-json", half)
+    assert reward == 0.5 and "[reward] 0.5" in info["checker_output"]
+
+
+@needs_episodes
+def test_the_agent_cannot_leave_a_reward_file_for_the_verifier(tmp_path: Path) -> None:
+    # The verifier exits before writing a reward: only what the agent left there could count.
+    write_harbor(tmp_path / "t", **{"tests/test.sh": "#!/bin/bash\nexit 0\n"})
+    forge = (
+        "<bash>mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; echo '{\"reward\": 1}' > "
+        "/logs/verifier/reward.json; echo 1 > /tmp/reward.txt; ln -s /tmp/reward.txt /logs/verifier/reward.txt</bash>"
+    )
+    reward, info = play(tmp_path / "t", forge)
+    assert reward == 0.0 and "wrote no reward file" in info["checker_output"]
+
+
+@pytest.mark.parametrize(
+    ("json_text", "text", "expected"),
+    [
+        pytest.param("", "1\n", (1.0, ""), id="txt"),
+        pytest.param('{"reward": 0.25, "other": 1}', "1", (0.25, ""), id="json-wins"),
+        pytest.param('{"a": 1, "b": 0}', "", (0.5, ""), id="json-mean"),
+        pytest.param("0.75", "", (0.75, ""), id="json-number"),
+        pytest.param("", "", (0.0, "the verifier wrote no reward file"), id="none"),
+        pytest.param("", "yes", (0.0, "reward.txt is not a number ('yes')"), id="txt-word"),
+        pytest.param("", "nan", (0.0, "the reward is not finite"), id="nan"),
+        pytest.param('{"reward": true}', "", (0.0, "reward.json holds no number"), id="json-bool"),
+        pytest.param("{", "1", (0.0, "reward.json is not JSON"), id="json-broken"),
+    ],
+)
+def test_read_reward_follows_harbors_verifier_contract(json_text: str, text: str, expected: tuple) -> None:
+    assert read_reward(json_text, text) == expected
+
+
+# --- Refusals: one line naming the reason ----------------------------------------------------------------------
+
+MISSING_APT = BASE + "RUN apt-get update && apt-get install -y gem-no-such-package && rm -rf /var/lib/apt/lists/*\n"
+TB_REFUSALS = [
+    pytest.param({"Dockerfile": "FROM postgres:16\n"}, "needs the image 'postgres:16'", id="other-image"),
+    pytest.param({"Dockerfile": MISSING_APT}, "Debian package 'gem-no-such-package', which this host lacks", id="apt"),
+    pytest.param({"Dockerfile": BASE + "RUN pip install gem-no-such-dist\n"}, "'gem-no-such-dist'", id="pip"),
+    pytest.param({"Dockerfile": BASE + "COPY data.txt /etc/x\n"}, "outside the work dir", id="copy-outside"),
+    pytest.param(
+        {"Dockerfile": "FROM debian AS build\n" + BASE + "COPY --from=build /x /srv/x\n"}, "multi-stage", id="stages"
+    ),
+    pytest.param({"Dockerfile": BASE + "ENV A='unbalanced\n"}, "cannot read the Dockerfile", id="bad-quotes"),
+    pytest.param({"Dockerfile": "RUN true\n"}, "RUN before the first FROM", id="no-from"),
+    pytest.param({"Dockerfile": BASE + "RUN <<EOF\ntrue\n"}, "never ends", id="open-heredoc"),
+    pytest.param({"Dockerfile": BASE + "COPY missing.txt /srv/\n"}, "'missing.txt' is not in the build", id="no-src"),
+    pytest.param(
+        {"Dockerfile": BASE + "RUN curl -fsSL https://example.com/tool.tgz | tar xz\n"},
+        "its image build downloads ('curl -fsSL https://example.com/tool.tgz | tar xz')",
+        id="build-download",
+    ),
+    pytest.param({"Dockerfile": BASE + "ADD https://example.com/x.tgz /srv/\n"}, "ADD of a URL", id="add-url"),
+    pytest.param(
+        {"Dockerfile": "FROM --platform=linux/amd64 ghcr.io/laude-institute/t-bench/python-3-13:20250620\n"},
+        "its image provides Python 3.13; the sandbox has /usr/bin/python3",
+        id="python-3-13",
+    ),
+    pytest.param(
+        {"Dockerfile": BASE + "RUN mkdir -p /opt/tool && echo hi > /usr/local/bin/tool\n"},
+        "its set-up needs root",
+        id="root",
+    ),
+    pytest.param({"docker-compose.yaml": "services:\n  app: {}\n  db: {}\n"}, "needs 2 containers", id="two-services"),
+    pytest.param(
+        {
+            "docker-compose.yaml": "services:\n  client:\n    build: .\n    deploy:\n      resources:\n"
+            "        reservations:\n          devices:\n            - capabilities: [gpu]\n"
+        },
+        "needs a GPU",
+        id="compose-gpu",
+    ),
+    pytest.param({"docker-compose.yaml": "services:\n  client:\n    build: nowhere\n"}, "not a folder", id="ctx"),
+    pytest.param({"solution.sh": None}, "no reference solution", id="no-solution"),
+    pytest.param(
+        {"solution.sh": "git clone https://github.com/example/x\n"},
+        "its reference solution downloads at run time",
+        id="solution-network",
+    ),
+    pytest.param({"run-tests.sh": None, "tests/check.py": None}, "no checker", id="no-checker"),
+    pytest.param(
+        {"run-tests.sh": "curl -s https://example.com/expected -o /tmp/e\ncmp /tmp/e /srv/out.txt\n"},
+        "its checker downloads at run time ('curl -s https://example.com/expected -o /tmp/e')",
+        id="checker-network",
+    ),
+    pytest.param(
+        {"run-tests.sh": "source $TEST_DIR/setup.sh\n", "tests/setup.sh": "curl -LsSf x | sh\n"},
+        "tests/setup.sh downloads",
+        id="tests-script-network",
+    ),
+    pytest.param(
+        {"run-tests.sh": None, "tests/test_outputs.py": "import gem_no_such_module\n"},
+        "its tests import gem_no_such_module",
+        id="test-imports",
+    ),
+    pytest.param(
+        {"run-tests.sh": "uv run pytest $TEST_DIR/test_outputs.py -rA\n"},
+        "its checker runs tests/test_outputs.py, which the task does not have",
+        id="tests-missing",
+    ),
+    pytest.param({"task.yaml": "instruction: ''\n"}, "no instruction", id="empty-instruction"),
+    pytest.param({"task.yaml": "- a list\n"}, "not a mapping", id="yaml-list"),
+    pytest.param({"task.yaml": "instruction: x\nmax_agent_timeout_sec: -1\n"}, "positive number", id="bad-timeout"),
+    pytest.param({"task.yaml": "instruction: [unclosed\n"}, "not valid YAML", id="bad-yaml"),
+]
+
+
+@pytest.mark.parametrize(("files", "reason"), TB_REFUSALS)
+def test_a_terminal_bench_task_that_cannot_run_is_refused_with_one_line(
+    tmp_path: Path, files: dict[str, str], reason: str
+) -> None:
+    found = load_task(write_task(tmp_path / "t", **files))
+    assert isinstance(found, SkippedTask), found
+    assert reason in found.reason and "\n" not in found.reason
+
+
+HARBOR_REFUSALS = [
+    pytest.param({"task.toml": "[environment]\ngpus = 1\n"}, "needs a GPU", id="gpu"),
+    pytest.param({"task.toml": "[[steps]]\nname = 'a'\n[[steps]]\nname = 'b'\n"}, "multi-step", id="steps"),
+    pytest.param({"task.toml": "[environment]\nos = 'windows'\n"}, "needs a windows container", id="windows"),
+    pytest.param({"task.toml": "[environment.env]\nKEY = '${OPENAI_API_KEY}'\n"}, "OPENAI_API_KEY", id="host-env"),
+    pytest.param({"task.toml": "[verifier\n"}, "task.toml is not valid TOML", id="bad-toml"),
+    pytest.param({"instruction.md": None}, "without instruction.md", id="no-instruction"),
+    pytest.param({"tests/test.sh": None}, "no tests/test.sh", id="no-verifier"),
+    pytest.param({"environment/Dockerfile": None}, "no environment/Dockerfile and no", id="no-image"),
+    pytest.param(
+        {"environment/Dockerfile": None, "task.toml": "[environment]\ndocker_image = 'redis:7'\n"},
+        "runs the prebuilt image 'redis:7'",
+        id="prebuilt",
+    ),
+    pytest.param(
+        {"environment/docker-compose.yaml": "services:\n  main:\n    build: .\n  db:\n    image: postgres\n"},
+        "needs 2 containers (main, db)",
+        id="two-services",
+    ),
+    pytest.param(
+        {"environment/Dockerfile": "FROM python:3.13-slim\n"}, "its image provides Python 3.13", id="python-3-13"
+    ),
+]
+
+
+@pytest.mark.parametrize(("files", "reason"), HARBOR_REFUSALS)
+def test_a_harbor_task_that_cannot_run_is_refused_with_one_line(
+    tmp_path: Path, files: dict[str, str], reason: str
+) -> None:
+    found = load_task(write_harbor(tmp_path / "t", **files))
+    assert isinstance(found, SkippedTask), found
+    assert reason in found.reason and "\n" not in found.reason
+
+
+@pytest.mark.parametrize(
+    ("files", "field", "value"),
+    [
+        pytest.param(
+            {"Dockerfile": "FROM --platform=linux/amd64 ghcr.io/laude-institute/t-bench/python-3-13:20250620\n"},
+            "python_version",
+            "3.13",
+            id="python-version",
+        ),
+        pytest.param(
+            {"Dockerfile": BASE + "RUN mkdir -p /opt/tool && echo hi > /usr/local/bin/tool\nRUN echo ok > ok\n"},
+            "setup_root",
+            (True, False),
+            id="root-per-step",
+        ),
+        pytest.param(
+            {"Dockerfile": BASE + "WORKDIR /build\nRUN make\nWORKDIR /srv\n"}, "setup_root", (True,), id="root-workdir"
+        ),
+        pytest.param({"Dockerfile": MISSING_APT}, "setup", (), id="apt-for-the-builder"),
+    ],
+)
+def test_a_container_backend_gets_what_only_the_sandbox_cannot_run(
+    tmp_path: Path, files: dict[str, str], field: str, value: object
+) -> None:
+    task = load_task(write_task(tmp_path / "t", **files), backend="container")
+    assert isinstance(task, TerminalTask), task
+    assert getattr(task, field) == value and task.sandbox_reason
+    assert isinstance(load_task(tmp_path / "t"), SkippedTask)
+
+
+def test_a_folder_that_is_no_task_says_so(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    found = load_task(tmp_path / "empty")
+    assert isinstance(found, SkippedTask) and "no task.yaml (Terminal-Bench) or task.toml (Harbor)" in found.reason
+
+
+def test_a_harbor_task_without_a_solution_loads_with_an_empty_one(tmp_path: Path) -> None:
+    task = load_task(write_harbor(tmp_path / "t", **{"solution/solve.sh": None}))
+    assert isinstance(task, TerminalTask) and task.solution == "" and task.solution_path is None
+
+
+# --- Playing loaded tasks ----------------------------------------------------------------------------------
+
+
+@needs_episodes
 def test_a_loaded_terminal_bench_task_plays_to_reward_one(tmp_path: Path) -> None:
     write_task(tmp_path / "tasks" / "hello")
     env = TerminalEnv(tasks_dir=str(tmp_path / "tasks"))
@@ -63,36 +376,13 @@ def test_a_loaded_terminal_bench_task_plays_to_reward_one(tmp_path: Path) -> Non
         env.close()
 
 
-NETWORK_DOCKERFILE = BASE + "RUN apt-get update && apt-get install -y jq\n"
-SKIPS = [
-    pytest.param({"Dockerfile": "FROM postgres:16\n"}, "needs the image 'postgres:16'", id="other-image"),
-    pytest.param({"Dockerfile": NETWORK_DOCKERFILE}, "installs packages or downloads", id="apt-get"),
-    pytest.param({"Dockerfile": BASE + "RUN pip install numpy\n"}, "no network", id="pip"),
-    pytest.param({"Dockerfile": BASE + "COPY x /etc/x\n"}, "outside the work dir", id="copy-outside"),
-    pytest.param({"Dockerfile": BASE + "VOLUME /data\n"}, "instruction VOLUME", id="unknown-instruction"),
-    pytest.param({"Dockerfile": BASE + "ENV A='unbalanced\n"}, "cannot read the Dockerfile", id="bad-quotes"),
-    pytest.param({"docker-compose.yaml": "services:\n  app: {}\n  db: {}\n"}, "needs 2 containers", id="two-services"),
-    pytest.param({"solution.sh": None}, "no reference solution", id="no-solution"),
-    pytest.param({"run-tests.sh": None, "tests/check.py": None}, "no checker", id="no-checker"),
-    pytest.param(
-        {"run-tests.sh": "source $TEST_DIR/setup.sh\n", "tests/setup.sh": "curl -LsSf x | sh\n"},
-        "tests/setup.sh",
-        id="uv",
-    ),
-    pytest.param({"task.yaml": "instruction: ''\n"}, "no instruction", id="empty-instruction"),
-    pytest.param({"task.yaml": "- a list\n"}, "not a mapping", id="yaml-list"),
-    pytest.param({"task.yaml": "instruction: x\nmax_agent_timeout_sec: -1\n"}, "positive number", id="bad-timeout"),
-    pytest.param({"task.yaml": "instruction: [unclosed\n"}, "not valid YAML", id="bad-yaml"),
-]
-
-
-@pytest.mark.parametrize(("files", "reason"), SKIPS)
-def test_what_the_sandbox_cannot_run_is_skipped_with_the_reason(
-    tmp_path: Path, files: dict[str, str], reason: str
-) -> None:
-    found = load_task(write_task(tmp_path / "t", **files))
-    assert isinstance(found, SkippedTask), found
-    assert reason in found.reason
+@needs_episodes
+def test_a_harbor_folder_plays_and_a_python_image_has_python(tmp_path: Path) -> None:
+    solve = "#!/bin/bash\npython -c 'print(\"hello\")' > /app/out.txt\n"
+    write_harbor(tmp_path / "one", **{"environment/Dockerfile": "FROM python:3.11\nWORKDIR /app\n"})
+    (tmp_path / "one" / "solution" / "solve.sh").write_text(solve)
+    reward, info = play(tmp_path / "one", reference_action(load_task(tmp_path / "one")))  # type: ignore[arg-type]
+    assert reward == 1.0, info["checker_output"]
 
 
 PYTEST_TESTS = """
@@ -104,7 +394,7 @@ def test_the_file_says_hello():
 """
 
 
-@pytest.mark.skipif(not episodes_available()[0], reason=f"episode sandbox unavailable: {episodes_available()[1]}")
+@needs_episodes
 def test_a_pytest_task_without_run_tests_uses_terminal_bench_default_checker(tmp_path: Path) -> None:
     write_task(tmp_path / "tasks" / "hello", **{"run-tests.sh": None, "tests/test_outputs.py": PYTEST_TESTS})
     env = TerminalEnv(tasks_dir=str(tmp_path / "tasks"))
@@ -126,32 +416,107 @@ def test_a_pytest_task_without_run_tests_uses_terminal_bench_default_checker(tmp
 
 def test_load_tasks_splits_loaded_and_skipped_and_env_names_the_reason(tmp_path: Path) -> None:
     write_task(tmp_path / "good")
-    write_task(tmp_path / "bad", Dockerfile=NETWORK_DOCKERFILE)
+    write_task(tmp_path / "bad", Dockerfile=MISSING_APT)
+    write_harbor(tmp_path / "harbor-gpu", **{"task.toml": "[environment]\ngpus = 2\n"})
     (tmp_path / "not-a-task").mkdir()
     loaded, skipped = load_tasks(tmp_path)
-    assert [t.name for t in loaded] == ["good"] and [s.name for s in skipped] == ["bad"]
-    from gem_core.errors import ConfigError
-
-    with pytest.raises(ConfigError, match="skipped, its set-up installs packages"):
+    assert [t.name for t in loaded] == ["good"] and [s.name for s in skipped] == ["bad", "harbor-gpu"]
+    with pytest.raises(ConfigError, match="skipped, its image installs Debian package 'gem-no-such-package'"):
         TerminalEnv(tasks_dir=str(tmp_path), task="bad")
+    with pytest.raises(ConfigError, match=r"no runnable task .*harbor-gpu: needs a GPU"):
+        TerminalEnv(tasks_dir=str(tmp_path / "harbor-gpu"))
 
 
 TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=200)
 LINES = st.lists(
     st.one_of(
-        st.sampled_from(["FROM ubuntu", "WORKDIR /app", "COPY a b", "RUN x", "ENV A=1", "ENV A", "COPY", "\\"]), TEXT
+        st.sampled_from(
+            [
+                "FROM ubuntu",
+                "FROM --platform=linux/amd64 python:3.11",
+                "WORKDIR /app",
+                "WORKDIR sub",
+                "COPY a b",
+                "COPY <<EOT /app/x",
+                "EOT",
+                "RUN <<EOF",
+                "EOF",
+                "RUN apt-get install -y git",
+                "ARG X=1",
+                "ENV A=1",
+                "ENV A",
+                "COPY",
+                "\\",
+            ]
+        ),
+        TEXT,
     ),
-    max_size=6,
+    max_size=8,
 )
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(dockerfile=LINES, meta=TEXT, compose=TEXT)
-def test_no_folder_content_crashes_the_loader(tmp_path: Path, dockerfile: list[str], meta: str, compose: str) -> None:
+@given(dockerfile=LINES, meta=TEXT, compose=TEXT, toml=TEXT, harbor=st.booleans())
+def test_no_folder_content_crashes_the_loader(
+    tmp_path: Path, dockerfile: list[str], meta: str, compose: str, toml: str, harbor: bool
+) -> None:
     folder = tmp_path / "fuzz"
     if folder.exists():
-        import shutil
-
         shutil.rmtree(folder)
-    write_task(folder, **{"Dockerfile": "\n".join(dockerfile), "task.yaml": meta, "docker-compose.yaml": compose})
-    assert isinstance(load_task(folder), TerminalTask | SkippedTask)
+    if harbor:
+        write_harbor(folder, **{"environment/Dockerfile": "\n".join(dockerfile), "task.toml": toml})
+    else:
+        write_task(folder, **{"Dockerfile": "\n".join(dockerfile), "task.yaml": meta, "docker-compose.yaml": compose})
+    for backend in ("sandbox", "container"):
+        found = load_task(folder, backend=backend)  # type: ignore[arg-type]
+        assert isinstance(found, TerminalTask | SkippedTask)
+        assert isinstance(found, TerminalTask) or "\n" not in found.reason
+
+
+def other_python() -> tuple[str, str] | None:
+    """``(version, executable)`` of an interpreter whose version differs from the system python3's, if any."""
+    import glob
+
+    from gem_terminal.provision import python_facts
+
+    system = python_facts()[0]
+    candidates = sorted(glob.glob("/root/.pyenv/versions/3.*/bin/python3.[0-9]*"))
+    candidates += [shutil.which(f"python3.{minor}") or "" for minor in range(10, 16)]
+    for exe in (c for c in candidates if c and "/shims/" not in c):
+        version = python_facts(exe)[0]
+        if version and version != system and not exe.endswith("-config"):
+            return version, exe
+    return None
+
+
+OTHER_PYTHON = other_python()
+
+
+@needs_episodes
+@pytest.mark.skipif(OTHER_PYTHON is None, reason="no interpreter of another version than the system python3 here")
+def test_a_python_image_of_another_version_runs_only_with_a_stand_in_of_that_version(tmp_path: Path) -> None:
+    assert OTHER_PYTHON is not None
+    version, exe = OTHER_PYTHON
+    image = f"FROM --platform=linux/amd64 ghcr.io/laude-institute/t-bench/python-{version.replace('.', '-')}:1\n"
+    write_task(
+        tmp_path / "t",
+        Dockerfile=image + "WORKDIR /srv\n",
+        **{
+            "solution.sh": "python -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])' > /srv/out.txt\n",
+            "run-tests.sh": f'test "$(cat /srv/out.txt)" = {version}\n'
+            + "python3 -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])' > /tmp/v\n"
+            + f'test "$(cat /tmp/v)" = {version}\n',
+        },
+    )
+    refused = load_task(tmp_path / "t")
+    assert isinstance(refused, SkippedTask) and f"its image provides Python {version}" in refused.reason
+    task = load_task(tmp_path / "t", pythons={version: exe})
+    assert isinstance(task, TerminalTask) and task.python == exe
+    env = TerminalEnv(tasks_dir=str(tmp_path / "t"), pythons={version: exe})
+    try:
+        env.reset(seed=0)
+        env.step(reference_action(task))
+        _, reward, *_, info = env.step("<done></done>")
+        assert reward == 1.0, info["checker_output"]
+    finally:
+        env.close()

@@ -86,6 +86,8 @@ def load_container_task(path: Path) -> TerminalTask | SkippedTask:
     """
     path = Path(path)
     name = path.name
+    if not (path / "task.yaml").exists() and (path / "task.toml").exists():
+        return SkippedTask(name, path, "a Harbor folder: the container backend reads Terminal-Bench v1 folders only")
     try:
         meta = yaml.safe_load((path / "task.yaml").read_text()) or {}
         if not isinstance(meta, dict) or not isinstance(meta.get("instruction"), str):

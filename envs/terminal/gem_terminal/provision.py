@@ -1,0 +1,528 @@
+"""What a task's shell text installs or downloads, whether this host already has it, and the standard checker.
+
+Tasks install their tools the way their images do (``apt-get install``, ``pip install``) and their
+checkers fetch pytest through uv (Terminal-Bench's ``run-tests.sh``, Harbor's ``uvx ... pytest``).
+Where nothing can be downloaded, such a line is only a problem when what it installs is missing:
+each Debian package is looked up with ``dpkg-query`` (or a command of its name on ``PATH``), each
+Python distribution in the system ``python3``. The standard checker is rewritten to run the pytest
+gem provides (``$GEM_PYTEST``); a line that truly downloads is reported with its text.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import shlex
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "PYTEST_COMMAND",
+    "Provisioned",
+    "does_nothing",
+    "host_debian_packages",
+    "host_python",
+    "host_python_modules",
+    "missing_imports",
+    "provision_script",
+    "python_facts",
+    "split_commands",
+]
+
+#: What the standard checker's pytest line becomes: the system python3 with gem's pytest copy first on its path.
+PYTEST_COMMAND = 'PYTHONPATH="$GEM_PYTEST${PYTHONPATH:+:$PYTHONPATH}" python3 -P -m pytest -p no:cacheprovider'
+#: Commands that fetch from the network whatever their arguments.
+_DOWNLOADS = re.compile(
+    r"(?:^|[\s|;&(`])(curl|wget|git\s+clone|git\s+fetch|git\s+pull|npm\s+(?:install|i|ci)|npx|yarn\s+add|"
+    r"conda\s+install|cargo\s+install|go\s+install|go\s+get|gem\s+install|apk\s+add|yum\s+install|dnf\s+install|"
+    r"huggingface-cli\s+download|snap\s+install)\b"
+)
+_SHELL_PREFIX = re.compile(r"^(?:then|do|else|elif|if|while|until|\{|\(|!|time)\s+")
+#: pytest plugins whose only use in the standard checkers is a report file gem does not read.
+_REPORT_PLUGINS = {"pytest-json-ctrf", "pytest-json-report"}
+#: Installing or upgrading these installs no tool a task uses.
+_INSTALLER_TOOLS = {"pip", "uv", "setuptools", "wheel", "virtualenv"}
+
+
+@dataclass(frozen=True)
+class Provisioned:
+    """Shell text with its installs resolved.
+
+    Attributes:
+        text: The text to run here: installs of what the host has, package-index bookkeeping and the uv
+            bootstrap replaced by ``true`` (so compound statements stay valid), pytest runs pointed at
+            gem's pytest.
+        missing: What it installs that this host lacks (``"Debian package 'jq'"``...): the no-daemon sandbox
+            cannot run it; a container backend installs it at build.
+        downloads: Lines that fetch from the network beyond installs (``curl URL``, ``git clone``...):
+            nothing can run them without network.
+        ran_pytest: Whether a pytest run was found and pointed at gem's pytest.
+        installs: What it installs (Debian packages and Python requirements), as named.
+        pytest_args: The arguments of the pytest runs found (test files among them).
+    """
+
+    text: str
+    missing: tuple[str, ...] = ()
+    downloads: tuple[str, ...] = ()
+    ran_pytest: bool = False
+    installs: tuple[str, ...] = field(default=())
+    pytest_args: tuple[str, ...] = ()
+
+
+def split_commands(text: str) -> list[tuple[str, str]]:
+    """Top-level commands of shell text as ``(separator before it, command)``; quotes and escapes respected.
+
+    Separators are ``&&``, ``||``, ``;`` and newlines (not inside quotes, ``$(...)`` or after a backslash);
+    a pipeline stays one command.
+    """
+    pieces: list[tuple[str, str]] = []
+    current: list[str] = []
+    separator = ""
+    quote = ""
+    depth = 0
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if quote:
+            current.append(char)
+            if char == "\\" and quote == '"' and i + 1 < len(text):
+                current.append(text[i + 1])
+                i += 1
+            elif char == quote:
+                quote = ""
+        elif char == "\\" and i + 1 < len(text):
+            current.append(text[i : i + 2])
+            i += 1
+        elif char in "'\"":
+            quote = char
+            current.append(char)
+        elif char == "#" and (not current or current[-1][-1:].isspace()):
+            end = text.find("\n", i)
+            end = len(text) if end < 0 else end
+            current.append(text[i:end])
+            i = end - 1
+        elif char == "(":
+            depth += 1
+            current.append(char)
+        elif char == ")":
+            depth = max(0, depth - 1)
+            current.append(char)
+        elif depth == 0 and (text.startswith("&&", i) or text.startswith("||", i)):
+            pieces.append((separator, "".join(current)))
+            separator, current = text[i : i + 2], []
+            i += 1
+        elif depth == 0 and char in ";\n" and not text.startswith(";;", i):
+            pieces.append((separator, "".join(current)))
+            separator, current = char, []
+        else:
+            current.append(char)
+        i += 1
+    pieces.append((separator, "".join(current)))
+    return pieces
+
+
+@functools.cache
+def _dpkg_installed(name: str) -> bool:
+    try:
+        out = subprocess.run(
+            ["dpkg-query", "-W", "-f=${db:Status-Status}", name], capture_output=True, text=True, timeout=10
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.strip() == "installed"
+
+
+#: Packages Terminal-Bench's images carry for its harness, not for tasks (it records sessions with asciinema).
+HARNESS_PACKAGES = frozenset({"asciinema"})
+
+
+def host_debian_packages(names: list[str]) -> list[str]:
+    """Those of ``names`` (apt package names, version or arch suffixes allowed) this host lacks.
+
+    A package counts as present when dpkg lists it installed, or a command of its name is on ``PATH``
+    (``python3-pip`` has no ``python3-pip`` command, but ``git`` installed by hand is still git).
+    """
+    missing = []
+    for name in names:
+        bare = re.split(r"[=:]", name, maxsplit=1)[0]
+        if bare not in HARNESS_PACKAGES and not (_dpkg_installed(bare) or shutil.which(bare)):
+            missing.append(bare)
+    return missing
+
+
+_HOST_PYTHON_PROBE = (
+    "import importlib.metadata as m, json, sys\n"
+    "d = {}\n"
+    "for x in m.distributions():\n"
+    "    n = x.metadata['Name']\n"
+    "    if n: d[n.lower().replace('_', '-').replace('.', '-')] = x.version\n"
+    "import pkgutil\n"
+    "mods = sorted({x.name for x in pkgutil.iter_modules()} | set(sys.builtin_module_names)"
+    " | set(getattr(sys, 'stdlib_module_names', ())))\n"
+    "print(json.dumps({'version': '%d.%d' % sys.version_info[:2], 'dists': d, 'modules': mods}))\n"
+)
+
+
+#: The Python the sandbox's commands get by default: the host's own, under its /usr.
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+@functools.cache
+def python_facts(python: str = SYSTEM_PYTHON) -> tuple[str, dict[str, str], frozenset[str]]:
+    """A Python's version (``"3.11"``), distributions (normalised name: version) and importable top-level modules.
+
+    ``("", {}, frozenset())`` when it cannot be run.
+    """
+    try:
+        out = subprocess.run([python, "-I", "-c", _HOST_PYTHON_PROBE], capture_output=True, text=True, timeout=60)
+        data = json.loads(out.stdout)
+        return str(data["version"]), dict(data["dists"]), frozenset(data["modules"])
+    except (OSError, subprocess.TimeoutExpired, ValueError, KeyError):
+        return "", {}, frozenset()
+
+
+def host_python() -> tuple[str, dict[str, str]]:
+    """The system ``python3``'s version (``"3.11"``) and its distributions (normalised name: version).
+
+    ``("", {})`` when there is none: the sandbox's commands use the host's ``/usr``.
+    """
+    version, dists, _ = python_facts()
+    return version, dists
+
+
+def host_python_modules() -> frozenset[str]:
+    """Top-level modules the system ``python3`` can import (standard library and installed)."""
+    return python_facts()[2]
+
+
+def missing_imports(
+    sources: dict[str, str], local: frozenset[str] = frozenset(), python: str = SYSTEM_PYTHON
+) -> list[str]:
+    """Top-level modules the given Python files import unconditionally that neither they nor the host provide.
+
+    ``sources`` maps relative paths to text (a task's ``tests/``); imports inside ``try`` or functions
+    are left out (they may be optional), and so are the files' own modules, ``local`` (modules the
+    task's own files provide) and ``pytest``.
+    """
+    import ast
+
+    local = local | {Path(name).stem for name in sources} | {Path(name).parts[0] for name in sources if "/" in name}
+    have = python_facts(python)[2]
+    if not have:
+        return []
+    wanted: list[str] = []
+    for text in sources.values():
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError):
+            continue
+        for node in tree.body:
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            wanted.extend(name.split(".")[0] for name in names)
+    return sorted({n for n in wanted if n not in have and n not in local and n not in ("pytest", "_pytest")})
+
+
+_REQUIREMENT = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*(?:(==|>=|<=|~=|!=|>|<)\s*([^\s;,]+))?")
+
+
+def _python_missing(requirements: list[str], python: str = SYSTEM_PYTHON) -> list[str]:
+    """Those requirements (``numpy==1.26.4``, ``requests``) ``python`` does not satisfy."""
+    _, dists, _ = python_facts(python)
+    missing = []
+    for requirement in requirements:
+        match = _REQUIREMENT.match(requirement.strip())
+        if not match:
+            missing.append(requirement)
+            continue
+        name = match.group(1).lower().replace("_", "-").replace(".", "-")
+        have = dists.get(name)
+        if have is None or (match.group(3) == "==" and have != match.group(4)):
+            missing.append(requirement + (f" (the host has {have})" if have else ""))
+    return missing
+
+
+def _strip_prefix(command: str) -> tuple[str, str]:
+    """``("then ", "apt-get ...")`` for a command behind a shell keyword, so it can be judged alone."""
+    stripped = command.strip()
+    match = _SHELL_PREFIX.match(stripped)
+    while match:
+        stripped = stripped[match.end() :]
+        match = _SHELL_PREFIX.match(stripped)
+    prefix = command[: len(command) - len(command.lstrip())] + command.strip()[: len(command.strip()) - len(stripped)]
+    return prefix, stripped
+
+
+def _drop_env_assignments(words: list[str]) -> list[str]:
+    index = 0
+    while index < len(words) and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[index]):
+        index += 1
+    if words[index : index + 1] in (["sudo"], ["env"]):
+        return _drop_env_assignments(words[index + 1 :])
+    return words[index:]
+
+
+def _packages(words: list[str], *, value_options: tuple[str, ...] = ()) -> list[str]:
+    """Positional words (package names) after the subcommand, options and their values left out."""
+    names: list[str] = []
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+        elif word in value_options:
+            skip = True
+        elif not word.startswith("-"):
+            names.append(word)
+    return names
+
+
+_PIP_VALUE_OPTIONS = (
+    "-i", "--index-url", "--extra-index-url", "-c", "--constraint", "--python", "-p", "-f", "--find-links",
+    "--retries", "--timeout", "-t", "--target", "--prefix", "--root", "--platform", "--python-version",
+    "--only-binary", "--no-binary", "--cache-dir", "-r", "--requirement", "-e", "--editable", "--progress-bar",
+)  # fmt: skip
+_APT_BOOKKEEPING = {"update", "clean", "autoclean", "autoremove", "upgrade", "dist-upgrade"}
+_UV_BOOTSTRAP = re.compile(
+    r"^(?:(?:curl|wget)\b[^|]*astral\.sh/uv[^|]*\|\s*(?:env\s+\S+\s+)?(?:ba)?sh\b.*|"
+    r"(?:source|\.)\s+(?:\$HOME|~|\$\{HOME\}|/root)/\.(?:local/bin|cargo)/env\b.*|"
+    r"(?:source|\.)\s+\S*/bin/activate\b.*|uv\s+(?:init|venv|sync)\b.*)$"
+)
+
+
+def _classify(words: list[str], command: str) -> tuple[str, list[str]]:
+    """``(kind, names)``: apt-bookkeeping, apt-install, pip-install, uv-bootstrap, pytest, cleanup, other."""
+    if not words:
+        return "other", []
+    for index, word in enumerate(words):
+        if re.match(r"^(?:\d?>>?|&>|\||<|\|\|)", word):
+            words = words[:index]  # what follows a redirection or pipe is not the command's arguments
+            break
+    if not words:
+        return "other", []
+    head = words[0].rsplit("/", 1)[-1]
+    if head in ("apt-get", "apt", "aptitude"):
+        sub = next((w for w in words[1:] if not w.startswith("-")), "")
+        if sub in _APT_BOOKKEEPING:
+            return "apt-bookkeeping", []
+        if sub == "install":
+            return "apt-install", _packages(words[words.index("install") + 1 :], value_options=("-o", "-t"))
+        return "other", []
+    if head in ("rm",) and any("/var/lib/apt/lists" in w or "/var/cache/apt" in w for w in words):
+        return "cleanup", []
+    if _UV_BOOTSTRAP.match(command.strip()):
+        return "uv-bootstrap", []
+    pip_at = _pip_install_at(words)
+    if pip_at is not None:
+        requirement_files = [words[i + 1] for i, w in enumerate(words[:-1]) if w in ("-r", "--requirement")] + [
+            w.split("=", 1)[1] for w in words if w.startswith("--requirement=")
+        ]
+        names = _packages(words[pip_at:], value_options=_PIP_VALUE_OPTIONS)
+        if requirement_files:
+            return "pip-requirements", names + [f"-r {f}" for f in requirement_files]
+        if names and set(names) <= _INSTALLER_TOOLS:
+            return "uv-bootstrap", []  # the installers themselves: only what they install matters
+        return "pip-install", names
+    if head == "uv" and words[1:2] == ["add"]:
+        return "pip-install", _packages(words[2:], value_options=("--python", "-p", "--group"))
+    if _pytest_at(words) is not None:
+        return "pytest", []
+    return "other", []
+
+
+def _pip_install_at(words: list[str]) -> int | None:
+    """Where the requirements start when ``words`` is a pip/uv install, else ``None``."""
+    head = words[0].rsplit("/", 1)[-1]
+    if re.fullmatch(r"pip3?(?:\.\d+)?", head) and words[1:2] == ["install"]:
+        return 2
+    if re.fullmatch(r"python3?(?:\.\d+)?", head) and words[1:4] == ["-m", "pip", "install"]:
+        return 4
+    if head == "uv" and words[1:3] == ["pip", "install"]:
+        return 3
+    return None
+
+
+def _pytest_at(words: list[str]) -> tuple[int, list[str]] | None:
+    """``(where pytest's own arguments start, packages the runner adds)`` for a pytest run, else ``None``.
+
+    Forms: ``pytest ARGS``, ``python3 -m pytest ARGS``, ``uv run [opts] pytest|python -m pytest ARGS``,
+    ``uvx [-p V] [-w PKG]... pytest ARGS``.
+    """
+    extra: list[str] = []
+    index = 0
+    head = words[0].rsplit("/", 1)[-1] if words else ""
+    if head == "uv" and words[1:2] == ["run"]:
+        index = 2
+    elif head == "uvx" or (head == "uv" and words[1:3] == ["tool", "run"]):
+        index = 1 if head == "uvx" else 3
+    if index:
+        while index < len(words) and words[index].startswith("-"):
+            option = words[index]
+            takes_value = option in ("-p", "--python", "-w", "--with", "--from", "--project", "--directory")
+            if option in ("-w", "--with") and index + 1 < len(words):
+                extra.append(words[index + 1])
+            index += 2 if takes_value else 1
+    rest = words[index:]
+    if rest[:1] == ["pytest"] or (rest[:1] and rest[0].endswith("/pytest")):
+        return index + 1, extra
+    if rest[:1] and re.fullmatch(r"python3?(?:\.\d+)?", rest[0].rsplit("/", 1)[-1]) and rest[1:3] == ["-m", "pytest"]:
+        return index + 3, extra
+    return None
+
+
+def _pytest_arguments(arguments: list[str]) -> list[str]:
+    """Pytest's arguments without the report-plugin options gem does not provide (``--ctrf FILE``...)."""
+    kept: list[str] = []
+    skip = False
+    for word in arguments:
+        if re.match(r"^(?:\d?>>?|&>|\||<|2>&1)", word):
+            break  # redirections and pipes are kept as written
+        if skip:
+            skip = False
+        elif word in ("--ctrf", "--json-report-file"):
+            skip = True
+        elif word.startswith(("--ctrf=", "--json-report")):
+            continue
+        else:
+            kept.append(word)
+    return kept
+
+
+def _requirement_lines(text: str) -> list[str]:
+    """Requirements of a requirements file (comments, options and environment markers left out)."""
+    lines = (line.split("#", 1)[0].split(";", 1)[0].strip() for line in text.splitlines())
+    return [line for line in lines if line and not line.startswith("-")]
+
+
+def provision_script(
+    text: str,
+    *,
+    checker: bool,
+    read_file: Callable[[str], str | None] | None = None,
+    python: str = SYSTEM_PYTHON,
+) -> Provisioned:
+    """Resolve what ``text`` installs against this host; point pytest runs at gem's pytest when ``checker``.
+
+    Args:
+        text: Shell text (a RUN line, ``run-tests.sh``, ``tests/test.sh``, a solution).
+        checker: Rewrite the standard checker's uv bootstrap and pytest run (a checker runs pytest from
+            ``$GEM_PYTEST``).
+        read_file: The text of a file the script names (``pip install -r PATH``), or ``None`` when unknown.
+        python: The Python whose packages count as installed.
+    """
+    out: list[str] = []
+    missing: list[str] = []
+    downloads: list[str] = []
+    installs: list[str] = []
+    ran_pytest = False
+    pytest_args: list[str] = []
+    for separator, command in split_commands(text):
+        prefix, body = _strip_prefix(command)
+        try:
+            words = _drop_env_assignments(shlex.split(body.replace("\\\n", " "), comments=True))
+        except ValueError:
+            words = []
+        kind, names = _classify(words, body)
+        replacement = None
+        if kind in ("apt-bookkeeping", "cleanup"):
+            replacement = "true"
+        elif kind == "apt-install":
+            installs.extend(names)
+            lacking = host_debian_packages(names)
+            missing.extend(f"Debian package {name!r}" for name in lacking)
+            replacement = "true"
+        elif kind == "uv-bootstrap":
+            replacement = "true"
+        elif kind in ("pip-install", "pip-requirements"):
+            wanted: list[str] = []
+            for name in names:
+                if name.startswith("-r "):
+                    text_of = read_file(name[3:]) if read_file else None
+                    if text_of is None:
+                        missing.append(f"the Python requirements in {name[3:]!r}")
+                        continue
+                    wanted.extend(_requirement_lines(text_of))
+                else:
+                    wanted.append(name)
+            # pytest and its report plugins: gem provides pytest to checkers ($GEM_PYTEST).
+            wanted = [n for n in wanted if not _is_pytest_package(n)]
+            installs.extend(wanted)
+            missing.extend(f"Python package {name!r}" for name in _python_missing(wanted, python))
+            replacement = "true"
+        elif kind == "pytest" and checker:
+            at, extra = _pytest_at(words) or (0, [])
+            wanted = [n for n in extra if not _is_pytest_package(n)]
+            missing.extend(f"Python package {name!r}" for name in _python_missing(wanted, python))
+            redirect = _redirections(body)
+            pytest_args.extend(_pytest_arguments(words[at:]))
+            replacement = " ".join([PYTEST_COMMAND, *map(_quote, _pytest_arguments(words[at:]))]) + redirect
+            ran_pytest = True
+        elif kind == "other" and _downloads(words):
+            downloads.append(body.strip()[:120])
+        if kind == "other" and words[:2] == ["uv", "run"]:
+            replacement = shlex.join(words[2:])
+        trailing = command[len(command.rstrip()) :]
+        text_now = command if replacement is None else prefix + replacement + trailing
+        out.append(separator + text_now)
+    return Provisioned(
+        "".join(out),
+        tuple(dict.fromkeys(missing)),
+        tuple(downloads),
+        ran_pytest,
+        tuple(installs),
+        tuple(pytest_args),
+    )
+
+
+def does_nothing(text: str) -> bool:
+    """Whether shell text is only ``true``, comments and blanks (an install resolved away)."""
+    for _, command in split_commands(text):
+        try:
+            words = shlex.split(command, comments=True)
+        except ValueError:
+            return False
+        if words not in ([], ["true"]):
+            return False
+    return True
+
+
+_LOOPBACK_URL = re.compile(r"^(?:[a-z]+://)?(?:localhost|127\.\d+\.\d+\.\d+|0\.0\.0\.0|\[::1\])(?:[:/]|$)")
+
+
+def _downloads(words: list[str]) -> bool:
+    """Whether a command fetches from the network: a download tool, unless every URL it names is loopback."""
+    if not words or _is_echo(words) or not _DOWNLOADS.search(" " + " ".join(words)):
+        return False
+    head = words[0].rsplit("/", 1)[-1]
+    if head in ("curl", "wget"):
+        targets = [w for w in words[1:] if not w.startswith("-") and ("://" in w or "." in w or ":" in w)]
+        return not targets or not all(_LOOPBACK_URL.match(t) for t in targets)
+    return True
+
+
+def _is_pytest_package(requirement: str) -> bool:
+    name = re.split(r"[=<>~!\[ ]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
+    return name == "pytest" or name in _REPORT_PLUGINS or name in _INSTALLER_TOOLS
+
+
+def _quote(word: str) -> str:
+    """A word for the shell again: variables (``$TEST_DIR``) stay expandable, anything else odd is quoted."""
+    if re.fullmatch(r"[\w@%+=:,./${}-]+", word):
+        return word
+    return shlex.quote(word)
+
+
+def _is_echo(words: list[str]) -> bool:
+    return bool(words) and words[0] in ("echo", "printf", "#")
+
+
+def _redirections(body: str) -> str:
+    """Trailing output redirections and pipes of a pytest line (``| tee log``, ``> out 2>&1``), kept as written."""
+    match = re.search(r"\s((?:\d?>>?|\|)\s*.*)$", body.strip())
+    return " " + match.group(1) if match else ""

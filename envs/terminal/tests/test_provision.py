@@ -1,0 +1,180 @@
+"""Installs resolved against the host, the standard checker recognised, real downloads reported."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gem_terminal.provision import (
+    PYTEST_COMMAND,
+    does_nothing,
+    host_debian_packages,
+    missing_imports,
+    provision_script,
+    split_commands,
+)
+
+# The standard checkers' shapes, written here: Terminal-Bench's run-tests.sh and Harbor's test.sh.
+TB_STANDARD = """#!/bin/bash
+apt-get update
+apt-get install -y curl
+curl -LsSf https://astral.sh/uv/0.7.13/install.sh | sh
+source $HOME/.local/bin/env
+if [ "$PWD" = "/" ]; then
+    echo "Error: No working directory set."
+    exit 1
+fi
+uv init
+uv add pytest==8.4.1
+uv run pytest $TEST_DIR/test_outputs.py -rA
+"""
+HARBOR_STANDARD = """#!/bin/bash
+apt-get update && apt-get install -y curl > /dev/null
+curl -LsSf https://astral.sh/uv/0.9.5/install.sh | sh
+source $HOME/.local/bin/env
+uvx \\
+  -p 3.13 \\
+  -w pytest==8.4.1 \\
+  -w pytest-json-ctrf==0.3.5 \\
+  pytest --ctrf /logs/verifier/ctrf.json /tests/test_state.py -rA
+if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
+"""
+
+
+def bash_parses(text: str) -> bool:
+    return subprocess.run(["bash", "-n"], input=text.encode(), capture_output=True, timeout=10).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("script", "pytest_line"),
+    [
+        pytest.param(TB_STANDARD, f"{PYTEST_COMMAND} $TEST_DIR/test_outputs.py -rA", id="terminal-bench"),
+        pytest.param(HARBOR_STANDARD, f"{PYTEST_COMMAND} /tests/test_state.py -rA", id="harbor-uvx"),
+        pytest.param(
+            "uv venv .venv\nsource .venv/bin/activate\nuv pip install pytest requests\npython -m pytest /tests -q\n",
+            f"{PYTEST_COMMAND} /tests -q",
+            id="venv-python-m",
+        ),
+    ],
+)
+def test_the_standard_checker_runs_gems_pytest_without_downloading(script: str, pytest_line: str) -> None:
+    done = provision_script(script, checker=True)
+    assert done.downloads == () and done.ran_pytest
+    assert pytest_line in done.text
+    assert "curl" not in done.text and "uv " not in done.text and "apt-get" not in done.text
+    assert bash_parses(done.text)
+
+
+def test_a_pytest_run_keeps_its_redirections() -> None:
+    done = provision_script("uv run pytest /tests/t.py -rA | tee /logs/out.txt\n", checker=True)
+    assert done.text == f"{PYTEST_COMMAND} /tests/t.py -rA | tee /logs/out.txt\n"
+
+
+@pytest.mark.parametrize(
+    ("script", "download"),
+    [
+        pytest.param("curl -fsSL https://example.com/data.csv -o d.csv\n", "curl -fsSL", id="curl"),
+        pytest.param("wget https://example.com/x\n", "wget", id="wget"),
+        pytest.param("git clone https://github.com/google/googletest.git\n", "git clone", id="git-clone"),
+        pytest.param("cd web && npm install\n", "npm install", id="npm"),
+        pytest.param("if curl -s https://example.com; then echo up; fi\n", "curl -s https://example.com", id="if"),
+    ],
+)
+def test_a_real_download_is_reported_with_its_text(script: str, download: str) -> None:
+    done = provision_script(script, checker=True)
+    assert done.downloads and download in done.downloads[0]
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        pytest.param("curl -s http://localhost:8080/health\n", id="localhost"),
+        pytest.param("curl -sf http://127.0.0.1:5000/api -d '{}'\n", id="loopback"),
+        pytest.param("echo 'run curl https://example.com yourself'\n", id="echo"),
+        pytest.param("# curl https://example.com\ntrue\n", id="comment"),
+    ],
+)
+def test_loopback_requests_and_mentions_are_not_downloads(script: str) -> None:
+    assert provision_script(script, checker=True).downloads == ()
+
+
+@pytest.mark.skipif(not shutil.which("git"), reason="git is not installed")
+def test_apt_installs_of_what_the_host_has_resolve_and_missing_ones_are_named() -> None:
+    assert host_debian_packages(["git", "bash=5.2-1", "coreutils:amd64", "asciinema"]) == []
+    done = provision_script(
+        "apt-get update && apt-get install -y --no-install-recommends git gem-nope\n", checker=False
+    )
+    assert done.missing == ("Debian package 'gem-nope'",) and done.installs == ("git", "gem-nope")
+    assert does_nothing(done.text)
+
+
+def test_pip_installs_are_checked_against_the_system_python() -> None:
+    done = provision_script(
+        "pip install --no-cache-dir --retries 3 pyyaml gem-nope==1.0 pytest==8.4.1\n", checker=False
+    )
+    assert done.missing == ("Python package 'gem-nope==1.0'",)  # pytest: gem provides it to checkers
+    requirements = provision_script(
+        "pip install --no-index --find-links=/w -r /tmp/requirements.txt\n",
+        checker=False,
+        read_file=lambda path: (
+            "# pinned\ngem-other>=2 ; python_version > '3'\npytest\n" if path.endswith(".txt") else None
+        ),
+    )
+    assert requirements.missing == ("Python package 'gem-other>=2'",)
+    unknown = provision_script("pip install -r /nowhere.txt\n", checker=False, read_file=lambda path: None)
+    assert unknown.missing == ("the Python requirements in '/nowhere.txt'",)
+
+
+def test_missing_imports_leave_out_the_tasks_own_modules_and_optional_ones() -> None:
+    sources = {
+        "test_outputs.py": "import os\nimport gem_nope.sub\nfrom helper import x\nimport shop\n"
+        "try:\n    import gem_optional\nexcept ImportError:\n    pass\n",
+        "helper.py": "x = 1\n",
+    }
+    assert missing_imports(sources, frozenset({"shop"})) == ["gem_nope"]
+
+
+def test_split_commands_respects_quotes_escapes_and_subshells() -> None:
+    text = "a 'x && y'; b \"c;d\" && e $(f; g) || h\\;i\nj # k && l\n"
+    assert [sep for sep, _ in split_commands(text)] == ["", ";", "&&", "||", "\n", "\n"]
+
+
+FRAGMENTS = st.sampled_from(
+    [
+        "apt-get update",
+        "apt-get install -y git",
+        "apt-get install -y gem-nope > /dev/null",
+        "pip install requests",
+        "uv pip install pytest",
+        "uv run pytest /tests -q",
+        "curl -LsSf https://astral.sh/uv/install.sh | sh",
+        "curl -s http://localhost:1/x",
+        "source $HOME/.local/bin/env",
+        "echo 'a; b && c'",
+        "x=$(echo 1; echo 2)",
+        "rm -rf /var/lib/apt/lists/*",
+        "true",
+    ]
+)
+SHELL = st.lists(
+    st.tuples(st.sampled_from(["\n", "; ", " && ", " || "]), FRAGMENTS, st.booleans()), min_size=1, max_size=8
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(parts=SHELL, checker=st.booleans())
+def test_resolving_installs_never_breaks_the_scripts_syntax(parts: list[tuple[str, str, bool]], checker: bool) -> None:
+    # Fragments, some inside if/then blocks: what bash parsed before it still parses after.
+    text = ""
+    for separator, fragment, wrapped in parts:
+        body = f"if true; then {fragment}; fi" if wrapped else fragment
+        text += (separator if text else "") + body
+    text += "\n"
+    assert bash_parses(text)
+    done = provision_script(text, checker=checker)
+    assert bash_parses(done.text), done.text
+    assert len(split_commands(done.text)) == len(split_commands(text))
