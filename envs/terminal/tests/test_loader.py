@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pytest
@@ -120,6 +121,54 @@ def test_a_pytest_task_without_run_tests_uses_terminal_bench_default_checker(tmp
         _, reward, *_, info = env.step("<done></done>")
         assert reward == 0.0 and "1 failed" in info["checker_output"]
         check_env(env, env_factory=lambda: TerminalEnv(tasks_dir=str(tmp_path / "tasks")))
+    finally:
+        env.close()
+
+
+IMPORTING_TESTS = """
+import sys
+
+sys.path.append("/srv")
+
+
+def test_greet_says_hello():
+    import greet
+
+    assert greet.hello() == "hello"
+"""
+
+
+@pytest.mark.skipif(not episodes_available()[0], reason=f"episode sandbox unavailable: {episodes_available()[1]}")
+@pytest.mark.parametrize(
+    "planted",
+    [
+        "import os; os._exit(0)",
+        "import atexit, os; atexit.register(lambda: os._exit(0))\nraise SystemExit(0)",
+        "import atexit, os\natexit.register(lambda: os._exit(0))\ndef hello(): return 'bye'",
+    ],
+    ids=["exit-0-on-import", "system-exit-with-atexit", "wrong-answer-atexit-exit-0"],
+)
+def test_the_default_pytest_checker_is_not_passed_by_an_early_exit(tmp_path: Path, planted: str) -> None:
+    """A test imports the agent's module, which exits 0 (at once, or at exit): pytest's report is missing (0)."""
+    write_task(
+        tmp_path / "tasks" / "greet",
+        **{
+            "run-tests.sh": None,
+            "tests/test_outputs.py": IMPORTING_TESTS,
+            "solution.sh": "#!/bin/bash\nprintf 'def hello():\\n    return \"hello\"\\n' > /srv/greet.py\n",
+        },
+    )
+    if not _host_has_pytest():
+        pytest.skip("pytest is not installed beside gem-terminal")
+    env = TerminalEnv(tasks_dir=str(tmp_path / "tasks"))
+    try:
+        env.reset(seed=0)
+        env.step(reference_action(env.tasks[0]))
+        assert env.step("<done></done>")[1] == 1.0
+        env.reset(seed=0)
+        env.step(f"<bash>printf '%s\\n' {shlex.quote(planted)} > /srv/greet.py</bash>")
+        _, reward, *_, info = env.step("<done></done>")
+        assert reward == 0.0, info["checker_output"]
     finally:
         env.close()
 
