@@ -421,6 +421,8 @@ class EpisodeSandbox:
     def _receive(self, deadline: float) -> dict[str, Any] | None:
         """The next reply, or ``None`` at the deadline or when the episode is gone."""
         remaining = max(deadline - time.monotonic(), 0.0)
+        if self._sock.fileno() < 0:  # closed by close() in another thread
+            return None
         if not select.select([self._sock], [], [], remaining)[0]:
             return None
         try:
@@ -714,6 +716,8 @@ class EpisodeSandbox:
             raise ToolError(f"write_file needs an absolute path inside the sandbox, not {path!r}")
         chunk = _MESSAGE_BYTES * 3 // 4 - 1000
         with self._lock:
+            if self._closed:
+                raise ToolError(f"the episode's sandbox is closed; {path} was not written")
             for offset in range(0, max(len(data), 1), chunk):
                 piece = base64.b64encode(data[offset : offset + chunk]).decode()
                 message = {"op": "write", "path": path, "data": piece, "mode": mode, "append": offset > 0}

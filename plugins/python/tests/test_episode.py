@@ -282,7 +282,8 @@ def test_killing_the_host_process_ends_its_episodes_processes(tmp_path: Path) ->
     # What stays (docs/terminal.md): the empty scratch folder and the empty cgroups; tidy them here.
     assert scratch not in Path("/proc/self/mountinfo").read_text()
     Path(scratch).rmdir()
-    for group in groups:
+    parts = [str(part) for group in groups for part in Path(group).iterdir() if part.is_dir()]
+    for group in [*parts, *groups]:  # its parts (init, agent, checker) first
         # The kernel frees a cgroup some time after its last process is reaped (EBUSY until then).
         deadline = time.monotonic() + 30
         while True:
@@ -484,8 +485,9 @@ def test_as_agent_runs_a_program_as_the_agent_for_the_checker() -> None:
         as_agent = "/checker/bin/as-agent"
         assert sandbox.run(f"{as_agent} true").status == "exit"  # only the checker's uid may connect
         result = sandbox.run(
-            f"cd /tmp && echo in | {as_agent} sh -c 'id -u; pwd; cat; cat /tests/expected.txt; exit 3'; echo status $?; "
-            f"{as_agent} sh -c 'setsid sleep 1000 & echo left'; sleep 0.2; ps -eo uid= | grep -c {sandbox.config.uid} || true",
+            f"cd /tmp && echo in | {as_agent} sh -c 'id -u; pwd; cat; cat /tests/expected.txt; exit 3'; "
+            f"echo status $?; {as_agent} sh -c 'setsid sleep 1000 & echo left'; sleep 0.2; "
+            f"ps -eo uid= | grep -c {sandbox.config.uid} || true",
             checker=True,
         )
         assert result.stdout == f"{sandbox.config.uid}\n/tmp\nin\nstatus 3\nleft\n0\n", result
@@ -502,10 +504,12 @@ def test_a_checker_run_has_its_own_uid_and_no_agent_process_can_signal_it() -> N
 #: A limit the agent hits: it ends that command (``killed``, a failure, ``No space left``), never the episode.
 LIMIT_HITS = {
     "250k-empty-files-in-tmp": "python3 -c \"\nfor i in range(250000): open(f'/tmp/f{i}', 'w').close()\"",
-    "250k-empty-files-in-the-work-dir": "mkdir d && python3 -c \"\nfor i in range(250000): open(f'd/f{i}', 'w').close()\"",
+    "250k-empty-files-in-the-work-dir": "mkdir d && cd d && python3 -c \"\nfor i in range(250000): open(str(i), 'w')\"",
     "files-larger-than-the-memory": "for i in $(seq 40); do head -c 8M /dev/zero > /tmp/big$i || break; done",
     "memory-of-processes": "python3 -c 'b = [bytearray(32 << 20) for _ in range(12)]'",
-    "memory-of-many-processes": "for i in $(seq 6); do python3 -c 'b = bytearray(40 << 20); import time; time.sleep(5)' & done; wait",
+    "memory-of-many-processes": (
+        "for i in $(seq 6); do python3 -c 'import time; b = bytes(40 << 20); time.sleep(5)' & done"
+    ),
     "fork-bomb": ":(){ :|:& };:",
     "many-ptys": "for i in $(seq 80); do script -qc 'sleep 5' /dev/null & done; wait",
     "many-folders": "mkdir -p $(seq -f '/tmp/d%g' 1 40000) 2>/dev/null; echo done",
