@@ -463,6 +463,20 @@ def test_end_agent_kills_every_process_the_agent_started(leave: str) -> None:
         assert sandbox.run("echo again").stdout == "again\n"
 
 
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schedule=st.lists(st.sampled_from(sorted(LEAVERS)), min_size=1, max_size=4), rounds=st.integers(1, 2))
+def test_any_schedule_of_leftovers_is_gone_after_end_agent(schedule: list[str], rounds: int) -> None:
+    """Leftovers started in any order, across turns, ended and started again: each end_agent leaves none."""
+    with EpisodeSandbox(**LIMITS) as sandbox:
+        for _ in range(rounds):
+            for name in schedule:
+                assert sandbox.run(LEAVERS[name]).status in ("ok", "killed")  # killed: over max_procs together
+            assert sandbox.end_agent() == 0
+            assert sandbox.agent_processes() in (0, -1)
+            assert processes_of(sandbox.config.uid) == []
+            assert sandbox.run("echo next").stdout == "next\n"
+
+
 def test_the_agent_sees_no_trace_of_the_tests_and_cannot_read_them() -> None:
     """No TEST_DIR or other hint in its environment; /tests (the checker's uid's alone) cannot be listed or read."""
     with EpisodeSandbox(**LIMITS) as sandbox:
