@@ -156,22 +156,37 @@ def task_layer(task: TerminalTask, uid: int) -> Path:
 
 #: Where checkers find pytest in the sandbox (``$GEM_PYTEST``; Terminal-Bench's checkers are pytest files).
 PYTEST_IN_SANDBOX = "/opt/gem/pytest"
-#: The checker's environment over the episode's. The checker runs as the agent's uid, so no Python
-#: start-up hook the agent can write (``usercustomize``, ``sitecustomize`` or a ``.pth`` in its user site)
-#: may run in it. Checkers call ``python3 -P`` where they import nothing of the agent's: then a
-#: ``unittest.py`` or ``urllib/`` in the work dir cannot shadow the standard library either.
-#: Likewise git: the agent's ``~/.gitconfig`` is not read, and settings that change what ``git status``
-#: reports (hidden untracked files, an fsmonitor hook that says nothing changed) are pinned over the
-#: repository's own config.
-_GIT_PINNED = {"status.showUntrackedFiles": "normal", "core.fsmonitor": "false", "core.untrackedCache": "false"}
+#: A task's optional probe (``tests/gem-probe.sh``): what must be observed while the agent's processes
+#: still run (a server it left, a worker's heartbeat). It runs as the checker's uid before anything of the
+#: tests enters the sandbox; its output reaches the checker as ``$TEST_DIR/gem-probe.out``.
+PROBE = "gem-probe.sh"
+#: The checker's environment over the episode's: its own home and ``PATH`` (``as-agent`` first; nothing the
+#: agent could write), no Python start-up hook from a user site, and git pinned so that nothing in a
+#: repository's config runs a program or changes what git reports: ``safe.directory`` lets the checker's uid
+#: read the agent's repositories; replace refs and grafts are ignored.
+_GIT_PINNED = {
+    "status.showUntrackedFiles": "normal",
+    "core.fsmonitor": "false",
+    "core.untrackedCache": "false",
+    "core.hooksPath": "/dev/null",
+    "core.pager": "cat",
+    "log.showSignature": "false",
+    "diff.external": "",
+}
 CHECKER_ENV = {
+    "TEST_DIR": "/tests",
+    "HOME": "/checker/home",
+    "PATH": "/checker/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     "GEM_PYTEST": PYTEST_IN_SANDBOX,
     "PYTHONNOUSERSITE": "1",
-    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_CONFIG_GLOBAL": "/checker/home/.gitconfig",
+    "GIT_NO_REPLACE_OBJECTS": "1",
+    "GIT_PAGER": "cat",
     "GIT_CONFIG_COUNT": str(len(_GIT_PINNED)),
     **{f"GIT_CONFIG_KEY_{i}": key for i, key in enumerate(_GIT_PINNED)},
     **{f"GIT_CONFIG_VALUE_{i}": value for i, value in enumerate(_GIT_PINNED.values())},
 }
+_CHECKER_GITCONFIG = b"[safe]\n\tdirectory = *\n"
 
 
 #: Where the ``python`` command of a Python image's task lives in the sandbox (first on its PATH).
@@ -440,44 +455,82 @@ class TerminalEnv(Env):
     def _check(self) -> tuple[float, str]:
         """Run the task's checker in the episode's root; ``(reward, the tail of its output)``.
 
-        Terminal-Bench: 1.0 when the checker exits 0. Harbor: the number it writes to a reward file
-        (:func:`gem_terminal.loader.read_reward`); the files are emptied first, so nothing the agent
-        wrote there counts.
+        In order: the task's probe (if any) while the agent's processes run; every process of the
+        agent killed (the sandbox: through the episode's cgroup, and the check fails if one survives;
+        a container: stopped, and the checker runs in a fresh one of its files); the tests written to
+        ``/tests`` (the checker's uid alone reads them); ``as-agent`` served; then the checker, as the
+        checker's uid. Terminal-Bench: 1.0 when the checker exits 0. Harbor: the number it writes to a
+        reward file (:func:`gem_terminal.loader.read_reward`); the files are emptied first, so nothing
+        the agent wrote there counts.
         """
         assert self._task is not None
         task, sandbox = self._task, self._sandbox
         if sandbox.closed:
             return 0.0, "the episode's sandbox ended before the tests ran"
+        in_container = task.name in self.container_tasks
+        try:
+            probe = None if in_container else self._probe(task)
+            staged = sandbox.begin_check() if in_container else self.stage_checker()
+        except ToolError as exc:
+            return 0.0, str(exc)
+        if staged is not None:
+            return 0.0, staged
         try:
             for relative, data in task.tests.items():
                 sandbox.write_file(f"/tests/{relative}", data, mode=0o755 if relative.endswith(".sh") else 0o644)
+            if probe is not None:
+                sandbox.write_file(f"/tests/{PROBE[:-3]}.out", probe.encode())
             sandbox.write_file("/tests/run-tests.sh", task.checker.encode(), mode=0o755)
             if task.reward == "reward-file":
-                for path in REWARD_FILES:  # the checker (the agent's uid for now) writes them
-                    sandbox.write_file(path, b"", owned_by_agent=True)
+                for path in REWARD_FILES:  # emptied, and writable by the checker alone
+                    if in_container:
+                        sandbox.write_file(path, b"")
+                    else:
+                        sandbox.write_file(path, b"", owner="checker")
         except ToolError as exc:
             return 0.0, str(exc)
-        result = sandbox.run(
-            "bash /tests/run-tests.sh",
+        result = self.run_checker("bash /tests/run-tests.sh", task.test_timeout_s)
+        # pytest's "2 passed in 0.03s" would make info differ between identical episodes.
+        output = re.sub(r" in \d+(?:\.\d+)?s\b", " in <time>", result.render(2000))
+        if task.reward == "exit-code":
+            return (1.0 if result.ok else 0.0), output
+        files = self.run_checker(
+            f"cat {REWARD_FILES[0]} 2>/dev/null; printf '\\n\\0'; cat {REWARD_FILES[1]} 2>/dev/null", 10.0
+        )
+        json_text, _, text = files.stdout.partition("\0")
+        score, why = read_reward(json_text, text)
+        return score, output + (f"\n[reward] {why}" if why else f"\n[reward] {score:g}")
+
+    def _probe(self, task: TerminalTask) -> str | None:
+        """The task's probe's output (its stdout, then a line with its exit code), if it has one."""
+        script = task.tests.get(PROBE)
+        if script is None:
+            return None
+        result = self._sandbox.run(
+            script.decode("utf-8", "replace"),
             timeout_s=task.test_timeout_s,
             env=CHECKER_ENV,
             charge_episode=False,
             checker=True,
         )
-        # pytest's "2 passed in 0.03s" would make info differ between identical episodes.
-        output = re.sub(r" in \d+(?:\.\d+)?s\b", " in <time>", result.render(2000))
-        if task.reward == "exit-code":
-            return (1.0 if result.ok else 0.0), output
-        files = sandbox.run(
-            f"cat {REWARD_FILES[0]} 2>/dev/null; printf '\\n\\0'; cat {REWARD_FILES[1]} 2>/dev/null",
-            timeout_s=10.0,
-            env=CHECKER_ENV,
-            charge_episode=False,
-            checker=True,
-        )
-        json_text, _, text = files.stdout.partition("\0")
-        score, why = read_reward(json_text, text)
-        return score, output + (f"\n[reward] {why}" if why else f"\n[reward] {score:g}")
+        return f"{result.stdout}[exit code] {result.exit_code if result.exit_code is not None else 'none'}\n"
+
+    def stage_checker(self) -> str | None:
+        """End the agent (every process it started) and set up the checker's home and ``as-agent``.
+
+        Returns why the checker must not run (an agent process survived), else ``None``.
+        """
+        sandbox = self._sandbox
+        survivors = sandbox.end_agent()
+        if survivors:
+            return f"{survivors} processes of the agent could not be killed; the tests did not run"
+        sandbox.write_file(f"{CHECKER_ENV['HOME']}/.gitconfig", _CHECKER_GITCONFIG, mode=0o600, owner="checker")
+        sandbox.serve_agent()
+        return None
+
+    def run_checker(self, command: str, timeout_s: float) -> Any:
+        """Run ``command`` as the checker (after :meth:`stage_checker`), outside the episode's budgets."""
+        return self._sandbox.run(command, timeout_s=timeout_s, env=CHECKER_ENV, charge_episode=False, checker=True)
 
     def _cap(self, text: str) -> str:
         limit = self.config.max_observation_chars

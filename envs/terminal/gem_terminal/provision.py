@@ -33,8 +33,32 @@ __all__ = [
     "split_commands",
 ]
 
-#: What the standard checker's pytest line becomes: the system python3 with gem's pytest copy first on its path.
-PYTEST_COMMAND = 'PYTHONPATH="$GEM_PYTEST${PYTHONPATH:+:$PYTHONPATH}" python3 -P -m pytest -p no:cacheprovider'
+#: What a checker's pytest line becomes: a shell function (:data:`CHECKED_PYTEST`, put at the top of the
+#: checker) that runs the system python3 with gem's pytest copy first on its path.
+PYTEST_COMMAND = "gem_checked_pytest"
+#: The function behind :data:`PYTEST_COMMAND`. Its status is pytest's, and 0 only when the JUnit report
+#: pytest writes (to a fresh folder of the checker's own) holds at least one test and no failure or
+#: error: code of the agent's that a test imports and that exits 0 early (``os._exit``, an ``atexit``
+#: hook) leaves no report, so it fails.
+CHECKED_PYTEST = """gem_checked_pytest() {
+  gem_report_dir=$(mktemp -d) || return 1
+  PYTHONPATH="$GEM_PYTEST${PYTHONPATH:+:$PYTHONPATH}" python3 -P -m pytest -p no:cacheprovider "$@" \\
+    --junitxml="$gem_report_dir/report.xml"
+  gem_status=$?
+  if [ "$gem_status" -ne 0 ]; then return "$gem_status"; fi
+  python3 -I -c '
+import sys, xml.etree.ElementTree as T
+try:
+    root = T.parse(sys.argv[1]).getroot()
+except (OSError, T.ParseError):
+    sys.exit("gem: pytest exited 0 but wrote no report: the run ended early")
+suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+count = lambda key: sum(int(s.get(key) or 0) for s in suites)
+if count("tests") == 0 or count("failures") + count("errors") > 0:
+    sys.exit("gem: the pytest report holds no test, or a failure or error")
+' "$gem_report_dir/report.xml"
+}
+"""
 #: Commands that fetch from the network whatever their arguments.
 _DOWNLOADS = re.compile(
     r"(?:^|[\s|;&(`])(curl|wget|git\s+clone|git\s+fetch|git\s+pull|npm\s+(?:install|i|ci)|npx|yarn\s+add|"
@@ -470,14 +494,25 @@ def provision_script(
         trailing = command[len(command.rstrip()) :]
         text_now = command if replacement is None else prefix + replacement + trailing
         out.append(separator + text_now)
+    script = "".join(out)
+    if ran_pytest:
+        script = _with_checked_pytest(script)
     return Provisioned(
-        "".join(out),
+        script,
         tuple(dict.fromkeys(missing)),
         tuple(downloads),
         ran_pytest,
         tuple(installs),
         tuple(pytest_args),
     )
+
+
+def _with_checked_pytest(script: str) -> str:
+    """``script`` with :data:`CHECKED_PYTEST` defined first (after a ``#!`` line, which must stay first)."""
+    if script.startswith("#!"):
+        shebang, newline, rest = script.partition("\n")
+        return shebang + newline + CHECKED_PYTEST + rest
+    return CHECKED_PYTEST + script
 
 
 def does_nothing(text: str) -> bool:

@@ -251,13 +251,18 @@ def test_the_model_sees_neither_the_checker_nor_the_solution_nor_the_host() -> N
     env = TerminalEnv(task="text-csv-sum")
     try:
         env.reset(seed=0)
-        obs, *_ = env.step("<bash>ls -A /; echo ---; ls -A /tests /app; echo ---; ls -A /opt /opt/gem</bash>")
+        obs, *_ = env.step(
+            "<bash>ls -A /; echo ---; ls -A /app; echo ---; ls -A /opt /opt/gem; echo ---; "
+            "ls -A /tests /checker/home 2>&1; env</bash>"
+        )
         output = obs.split("\n", 1)[1].rsplit("[exit code]", 1)[0]  # past the echoed command
-        top, tests_and_app, opt = output.split("---")
+        top, app, opt, checker = output.split("---")
         system = {"bin", "etc", "lib", "lib32", "lib64", "libx32", "sbin", "usr"}
-        assert set(top.split()) <= system | {"app", "dev", "home", "opt", "proc", "tests", "tmp"}
+        assert set(top.split()) <= system | {"app", "checker", "dev", "home", "opt", "proc", "tests", "tmp"}
         assert opt.split() == ["/opt:", "gem", "/opt/gem:", "pytest"]
-        assert tests_and_app.split() == ["/app:", "sales.csv", "/tests:"]
+        assert app.split() == ["sales.csv"]
+        assert checker.count("Permission denied") == 2, checker  # the checker's folders: not even listable
+        assert "TEST_DIR" not in checker and "/tests" not in checker.split("Permission denied")[-1]
     finally:
         env.close()
 

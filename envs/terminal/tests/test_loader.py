@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import shutil
 from pathlib import Path
 
@@ -150,8 +151,6 @@ FIXTURE_NAMES = sorted(path.name for path in FIXTURES.iterdir() if path.is_dir()
 @needs_episodes
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
 def test_each_fixture_task_scores_one_with_its_reference_and_zero_with_a_no_op(name: str) -> None:
-    if not _host_has_pytest():
-        pytest.skip("pytest is not installed beside gem-terminal")
     task = load_task(FIXTURES / name)
     assert isinstance(task, TerminalTask), task
     reward, info = play(FIXTURES / name, reference_action(task))
@@ -410,6 +409,65 @@ def test_a_pytest_task_without_run_tests_uses_terminal_bench_default_checker(tmp
         _, reward, *_, info = env.step("<done></done>")
         assert reward == 0.0 and "1 failed" in info["checker_output"]
         check_env(env, env_factory=lambda: TerminalEnv(tasks_dir=str(tmp_path / "tasks")))
+    finally:
+        env.close()
+
+
+IMPORTING_TESTS = """
+import sys
+
+sys.path.append("/srv")
+
+
+def test_greet_says_hello():
+    import greet
+
+    assert greet.hello() == "hello"
+"""
+
+
+#: Checkers whose pytest run imports the agent's code: Terminal-Bench's default (no run-tests.sh) and
+#: its standard uv script, which gem rewrites to its own pytest.
+PYTEST_CHECKERS = [
+    pytest.param(None, id="default-checker"),
+    pytest.param(
+        "#!/bin/bash\ncurl -LsSf https://astral.sh/uv/0.7.13/install.sh | sh\nsource $HOME/.local/bin/env\n"
+        "uv init\nuv add pytest==8.4.1\nuv run pytest $TEST_DIR/test_outputs.py -rA\n",
+        id="standard-run-tests",
+    ),
+]
+
+
+@pytest.mark.skipif(not episodes_available()[0], reason=f"episode sandbox unavailable: {episodes_available()[1]}")
+@pytest.mark.parametrize("checker", PYTEST_CHECKERS)
+@pytest.mark.parametrize(
+    "planted",
+    [
+        "import os; os._exit(0)",
+        "import atexit, os; atexit.register(lambda: os._exit(0))\nraise SystemExit(0)",
+        "import atexit, os\natexit.register(lambda: os._exit(0))\ndef hello(): return 'bye'",
+    ],
+    ids=["exit-0-on-import", "system-exit-with-atexit", "wrong-answer-atexit-exit-0"],
+)
+def test_a_pytest_checker_is_not_passed_by_an_early_exit(tmp_path: Path, planted: str, checker: str | None) -> None:
+    """A test imports the agent's module, which exits 0 (at once, or at exit): pytest's report is missing (0)."""
+    write_task(
+        tmp_path / "tasks" / "greet",
+        **{
+            "run-tests.sh": checker,
+            "tests/test_outputs.py": IMPORTING_TESTS,
+            "solution.sh": "#!/bin/bash\nprintf 'def hello():\\n    return \"hello\"\\n' > /srv/greet.py\n",
+        },
+    )
+    env = TerminalEnv(tasks_dir=str(tmp_path / "tasks"))
+    try:
+        env.reset(seed=0)
+        env.step(reference_action(env.tasks[0]))
+        assert env.step("<done></done>")[1] == 1.0
+        env.reset(seed=0)
+        env.step(f"<bash>printf '%s\\n' {shlex.quote(planted)} > /srv/greet.py</bash>")
+        _, reward, *_, info = env.step("<done></done>")
+        assert reward == 0.0, info["checker_output"]
     finally:
         env.close()
 

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gem_terminal.provision import (
+    CHECKED_PYTEST,
     PYTEST_COMMAND,
     does_nothing,
     host_debian_packages,
@@ -71,7 +72,7 @@ def test_the_standard_checker_runs_gems_pytest_without_downloading(script: str, 
 
 def test_a_pytest_run_keeps_its_redirections() -> None:
     done = provision_script("uv run pytest /tests/t.py -rA | tee /logs/out.txt\n", checker=True)
-    assert done.text == f"{PYTEST_COMMAND} /tests/t.py -rA | tee /logs/out.txt\n"
+    assert done.text == CHECKED_PYTEST + f"{PYTEST_COMMAND} /tests/t.py -rA | tee /logs/out.txt\n"
 
 
 @pytest.mark.parametrize(

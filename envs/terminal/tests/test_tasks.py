@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gem_terminal.env import TASKS_DIR, TerminalEnv, reference_action
+from gem_terminal.forgeries import FORGERIES, Forgery, as_tool_call
 from gem_terminal.loader import TerminalTask, load_tasks
 from gem_tool_python.episode import episodes_available
 
@@ -44,80 +43,51 @@ def test_reference_solution_scores_one_and_a_no_op_zero(task: TerminalTask) -> N
         env.close()
 
 
-#: Files an agent could plant so that code it wrote runs inside the checker (each exits 0 at once):
-#: Python's start-up hooks in the agent's home, and standard-library or pytest names in every folder of
-#: the work dir (the checker may ``cd`` into any of them and run ``python3 -m ...`` or ``python3 -c``).
-_EXIT = "import os; os._exit(0)\n"
-_USER_SITES = " ".join(f"~/.local/lib/python3.{minor}/site-packages" for minor in range(8, 15))
-HIJACKS = {
-    "usercustomize": f"for d in {_USER_SITES}; do mkdir -p $d && printf '{_EXIT}' > $d/usercustomize.py; done",
-    "sitecustomize": f"for d in {_USER_SITES}; do mkdir -p $d && printf '{_EXIT}' > $d/sitecustomize.py; done",
-    "pth": f"for d in {_USER_SITES}; do mkdir -p $d && printf '{_EXIT}' > $d/zz.pth; done",
-    "shadow-modules": (
-        "find . -name .git -prune -o -type d -print | while read -r d; do "
-        "for m in unittest json subprocess pytest urllib sys_hooks argparse; do "
-        f"printf '{_EXIT}' > \"$d/$m.py\"; done; "
-        f'mkdir -p "$d/urllib" && printf \'{_EXIT}\' > "$d/urllib/__init__.py"; done'
-    ),
-    # The generic cheat on a checker that imports the agent's code: every Python file exits 0 at once.
-    "exit-on-import": (
-        "find . -name .git -prune -o -name '*.py' -print | "
-        "while read -r f; do sed -i '1i import os; os._exit(0)' \"$f\"; done"
-    ),
-    "gitconfig": "printf '[core]\\n\\tpager = true\\n[status]\\n\\tshowUntrackedFiles = no\\n' > ~/.gitconfig",
-    # Every repository hides what git status would show: untracked files, changes (an fsmonitor saying none).
-    "git-hide": (
-        "find / -name .git -type d 2>/dev/null | while read -r g; do d=${g%/.git}; "
-        'git -C "$d" config status.showUntrackedFiles no; '
-        'printf \'#!/bin/sh\\nexit 0\\n\' > "$g/fsm" && chmod +x "$g/fsm" && '
-        'git -C "$d" config core.fsmonitor "$g/fsm"; done'
-    ),
-}
-
-
-def _plant_and_finish(task: TerminalTask, hijacks: list[str]) -> tuple[float, dict[str, object]]:
+def _play(task: TerminalTask, commands: list[str]) -> tuple[float, dict[str, object], list[str]]:
+    """Reset ``task``, run ``commands`` (one reply each), say done: the reward, the last info, the outputs."""
     env = TerminalEnv(task=task.name)
     try:
         env.reset(seed=0)
-        for name in hijacks:
-            obs, *_ = env.step(reference_action_for(HIJACKS[name]))
-            assert "[exit code] 0" in obs, obs
+        outputs = []
+        for command in commands:
+            obs, _, terminated, _, _ = env.step(as_tool_call(command))
+            assert not terminated, obs
+            outputs.append(obs)
         _, reward, terminated, _, info = env.step("<done></done>")
         assert terminated
-        return reward, info
+        return reward, info, outputs
     finally:
         env.close()
 
 
-def reference_action_for(command: str) -> str:
-    return f"<tool_call>{json.dumps({'name': 'bash', 'arguments': {'command': command}})}</tool_call>"
-
-
 @needs_sandbox
+@pytest.mark.parametrize("forgery", FORGERIES.values(), ids=list(FORGERIES))
 @pytest.mark.parametrize("task", TASKS, ids=[t.name for t in TASKS])
-def test_code_planted_for_the_checker_never_runs_in_it(task: TerminalTask) -> None:
-    """A no-op plus every hijack at once scores 0 for every task: the checker runs none of the agent's files."""
-    reward, info = _plant_and_finish(task, sorted(HIJACKS))
-    assert (reward, info["success"]) == (0.0, False), info["checker_output"]
+def test_no_forging_move_scores(task: TerminalTask, forgery: Forgery) -> None:
+    """Every forging class of ``forgeries.py`` over every shipped task: reward 0."""
+    reward, info, outputs = _play(task, forgery.commands(task))
+    assert (reward, info["success"]) == (0.0, False), (forgery.about, info["checker_output"], outputs[-3:])
+
+
+#: Plantings outside the work dir (the agent's home): after the real work they must leave its reward alone.
+#: (Not Python start-up hooks in the agent's user site: those run in the agent's own programs, which the
+#: checker runs as the agent, so a hook that exits at once breaks the work, and the reward is rightly 0.)
+HOME_PLANTS = [
+    "for f in ~/.bashrc ~/.profile ~/.bash_profile; do echo 'exit 0' > $f; done",
+    "mkdir -p ~/bin ~/.local/bin && for t in git diff test python3 grep tar make as-agent; do "
+    "printf '#!/bin/sh\\nexit 1\\n' > ~/bin/$t && chmod +x ~/bin/$t && cp ~/bin/$t ~/.local/bin/$t; done",
+    "printf '[core]\\n\\tpager = false\\n[safe]\\n\\tdirectory = /nowhere\\n' > ~/.gitconfig && "
+    "mkdir -p ~/.config/git && echo '*' > ~/.config/git/ignore",
+]
 
 
 @needs_sandbox
 @settings(max_examples=10, deadline=None)
-@given(task=st.sampled_from(TASKS), hijacks=st.sets(st.sampled_from(sorted(HIJACKS)), min_size=1))
-def test_hijacks_planted_after_the_work_leave_the_verdict_alone(task: TerminalTask, hijacks: set[str]) -> None:
-    """The reference solution, then start-up hooks in the home: the checker still judges the work (1)."""
-    env = TerminalEnv(task=task.name)
-    try:
-        env.reset(seed=0)
-        env.step(reference_action(task))
-        for name in sorted(
-            hijacks - {"shadow-modules", "exit-on-import", "git-hide"}
-        ):  # those would break the agent's own code
-            env.step(reference_action_for(HIJACKS[name]))
-        _, reward, _, _, info = env.step("<done></done>")
-        assert (reward, info["success"]) == (1.0, True), info["checker_output"]
-    finally:
-        env.close()
+@given(task=st.sampled_from(TASKS), plants=st.sets(st.sampled_from(HOME_PLANTS), min_size=1))
+def test_plantings_after_the_work_leave_the_verdict_alone(task: TerminalTask, plants: set[str]) -> None:
+    """The reference solution, then files planted in the agent's home: the checker still judges the work (1)."""
+    reward, info, _ = _play(task, [task.solution, *sorted(plants)])
+    assert (reward, info["success"]) == (1.0, True), info["checker_output"]
 
 
 def _checker_lines(checker: str) -> list[int]:
@@ -154,30 +124,37 @@ def test_every_check_of_the_checker_can_fail_it(task: TerminalTask) -> None:
         env.reset(seed=0)
         env.step(reference_action(task))
         sandbox = env._sandbox
+        probe = env._probe(task)
+        assert env.stage_checker() is None
+        for relative, data in task.tests.items():
+            sandbox.write_file(f"/tests/{relative}", data)
+        if probe is not None:
+            sandbox.write_file("/tests/gem-probe.out", probe.encode())
         lines = task.checker.splitlines()
         for index in _checker_lines(task.checker):
             if lines[index].lstrip().startswith(("out=$(", "for ", "if ")) and "<<'" in lines[index]:
                 continue  # a heredoc's opening: its failure is the marker line's
             mutated = "\n".join([*lines[:index], _failed(lines[index]), *lines[index + 1 :]])
             sandbox.write_file("/tests/mutated.sh", mutated.encode(), mode=0o755)
-            result = sandbox.run("bash /tests/mutated.sh", charge_episode=False, checker=True)
+            result = env.run_checker("bash /tests/mutated.sh", task.test_timeout_s)
             assert not result.ok, f"line {index + 1} cannot fail the checker: {lines[index]!r}"
     finally:
         env.close()
 
 
 @needs_sandbox
-@pytest.mark.parametrize("hide", ["repo-config", "home-gitconfig"])
+@pytest.mark.parametrize("hide", ["repo-config", "info-exclude", "global-ignore"])
 def test_a_clean_git_status_cannot_be_faked_by_config(hide: str) -> None:
     """An empty .gitignore committed, the build output only hidden by config: the checker sees it (0)."""
     commit = "cd /app/proj && touch .gitignore && git add .gitignore && git commit -qm ignore"
-    setting = "git config status.showUntrackedFiles no" if hide == "repo-config" else HIJACKS["gitconfig"]
-    env = TerminalEnv(task="git-ignore-build")
-    try:
-        env.reset(seed=0)
-        obs, *_ = env.step(reference_action_for(f'{commit} && {setting} && test -z "$(git status --porcelain)"'))
-        assert "[exit code] 0" in obs, obs  # the agent's own git status is fooled
-        _, reward, _, _, info = env.step("<done></done>")
-        assert (reward, info["success"]) == (0.0, False), info["checker_output"]
-    finally:
-        env.close()
+    setting = {
+        "repo-config": "git config status.showUntrackedFiles no",
+        "info-exclude": "printf 'build/\\n*.o\\n' >> .git/info/exclude",
+        "global-ignore": "mkdir -p ~/.config/git && printf 'build/\\n*.o\\n' > ~/.config/git/ignore",
+    }[hide]
+    reward, info, outputs = _play(
+        next(t for t in TASKS if t.name == "git-ignore-build"),
+        [f'{commit} && {setting} && test -z "$(git status --porcelain)"'],
+    )
+    assert "[exit code] 0" in outputs[0], outputs[0]  # the agent's own git status is fooled
+    assert (reward, info["success"]) == (0.0, False), info["checker_output"]

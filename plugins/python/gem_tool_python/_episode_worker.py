@@ -37,6 +37,7 @@ import signal
 import socket
 import struct
 import sys
+import time
 from typing import Any
 
 # Everything is imported here, in the fork server: after pivot_root the host's library folders are gone.
@@ -48,6 +49,8 @@ _NEW_NAMESPACES = (
     _worker.CLONE_NEWNS | _worker.CLONE_NEWNET | _worker.CLONE_NEWPID | _worker.CLONE_NEWIPC | _worker.CLONE_NEWUTS
 )
 MS_RDONLY = _worker.MS_RDONLY
+#: Pseudo-terminals an episode may hold at once (its devpts instance's ``max``).
+_MAX_PTYS = 64
 
 
 def _reply(sock: socket.socket, **message: Any) -> None:
@@ -65,7 +68,7 @@ def zygote(server_fd: int) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # keepers are reaped by the kernel
     while True:
         try:
-            message, fds, _, _ = socket.recv_fds(server, 1 << 20, 2 + _worker.MAX_CGROUP_FDS)
+            message, fds, _, _ = socket.recv_fds(server, 1 << 20, 2 + 3 * _worker.MAX_CGROUP_FDS)
         except OSError:
             os._exit(0)
         if not message:
@@ -87,7 +90,11 @@ def keeper(cfg: dict[str, Any], sock_fd: int, alive_fd: int, cgroup_fds: list[in
     _worker._die_with_parent(parent)
     sock = socket.socket(fileno=sock_fd)
     _reply(sock, event="keeper", pid=os.getpid())
-    for fd in cgroup_fds:
+    counts = cfg.get("cgroup_fds", {"init": len(cgroup_fds), "agent": 0, "checker": 0})
+    init_fds = cgroup_fds[: counts["init"]]
+    cfg["agent_fds"] = cgroup_fds[counts["init"] : counts["init"] + counts["agent"]]
+    cfg["checker_fds"] = cgroup_fds[counts["init"] + counts["agent"] :]
+    for fd in init_fds:
         os.write(fd, b"0")
         os.close(fd)
     try:
@@ -113,15 +120,23 @@ def _build_root(cfg: dict[str, Any]) -> None:
     """The episode's root: a size-capped tmpfs holding the overlay's upper layer and the new root."""
     _worker._check(_worker._libc.mount(None, b"/", None, _worker.MS_REC | _worker.MS_PRIVATE, None), "make / private")
     scratch = cfg["scratch"]
-    _worker._mount_tmpfs(scratch, f"size={cfg['disk_bytes']},mode=755")
+    # nr_inodes: empty files cost kernel memory, not tmpfs bytes; the cap keeps them inside the episode's memory.
+    _worker._mount_tmpfs(scratch, f"size={cfg['disk_bytes']},nr_inodes={cfg['max_inodes']},mode=755")
     uid = cfg["uid"]
     for sub in ("upper", "work", "root", "empty"):
         os.mkdir(f"{scratch}/{sub}", 0o755)
     os.chown(f"{scratch}/upper", uid, uid)
     new = f"{scratch}/root"
     _worker._bind(new, new, readonly=False)  # pivot_root needs a mount point
-    for sub in ("proc", "dev", ".old", "home", "tests"):
+    for sub in ("proc", "dev", ".old", "home", "tests", "checker", "checker/bin"):
         os.mkdir(f"{new}/{sub}", 0o755)
+    checker_uid = cfg["checker_uid"]
+    # The checker's files: /tests and its home are its uid's alone (the agent's uid cannot even list them);
+    # /checker/work is where it may put copies the agent's code is run on (readable by the agent's uid).
+    for sub, mode in (("tests", 0o700), ("checker/home", 0o700), ("checker/work", 0o755)):
+        os.makedirs(f"{new}/{sub}", mode, exist_ok=True)
+        os.chmod(f"{new}/{sub}", mode)
+        os.chown(f"{new}/{sub}", checker_uid, checker_uid)
     os.mkdir(f"{new}/tmp", 0o1777)
     os.chmod(f"{new}/tmp", 0o1777)
     os.makedirs(f"{new}/home/agent", 0o755)
@@ -194,10 +209,131 @@ def _devices(new: str) -> None:
     for name in _worker.DEVICES:
         open(f"{new}/dev/{name}", "w").close()
         _worker._bind(f"/dev/{name}", f"{new}/dev/{name}", readonly=False)
+    if os.path.exists("/dev/tty"):  # the caller's controlling terminal (a command has none: ENXIO, as in docker)
+        open(f"{new}/dev/tty", "w").close()
+        _worker._bind("/dev/tty", f"{new}/dev/tty", readonly=False)
+    # A private devpts instance: the episode's own pseudo-terminals (tmux, script, expect), none of the host's.
+    os.mkdir(f"{new}/dev/pts", 0o755)
+    _worker._check(
+        _worker._libc.mount(
+            b"devpts",
+            f"{new}/dev/pts".encode(),
+            b"devpts",
+            _worker.MS_NOSUID | _worker.MS_NOEXEC,
+            f"newinstance,ptmxmode=0666,mode=0620,max={_MAX_PTYS}".encode(),
+        ),
+        "mount devpts",
+    )
+    os.symlink("pts/ptmx", f"{new}/dev/ptmx")
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1")):
         os.symlink(target, f"{new}/dev/{name}")
     os.symlink("/proc/self/fd/2", f"{new}/dev/stderr")
     _worker._remount_readonly(new + "/dev")
+
+
+def _set_oom_score(score: int) -> None:
+    with open("/proc/self/oom_score_adj", "w") as fh:
+        fh.write(str(score))
+
+
+class _Init:
+    """Pid 1's state: the host's socket, the commands running, and the checker's ``as-agent`` service."""
+
+    def __init__(self, cfg: dict[str, Any], sock: socket.socket) -> None:
+        self.cfg = cfg
+        self.sock = sock
+        self.running: dict[int, int] = {}  # host request id -> command pid
+        self.service: socket.socket | None = None
+        self.pending: set[socket.socket] = set()  # checker connections whose request has not come yet
+        self.clients: dict[int, socket.socket] = {}  # pid of an as-agent run -> the checker's connection
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            for request, command in list(self.running.items()):
+                if command == pid:
+                    del self.running[request]
+                    _reply(self.sock, event="exit", id=request, code=_worker._exit_code(status))
+            conn = self.clients.pop(pid, None)
+            if conn is not None:
+                _reply(conn, code=_worker._exit_code(status))
+                conn.close()
+                if not self.clients:  # what the agent's code started while the checker ran it dies with it
+                    self.kill_uid(self.cfg["uid"])
+
+    def kill_uid(self, uid: int) -> int:
+        """SIGKILL every process of ``uid`` in the episode (pids of this namespace only); how many stay."""
+        left = 0
+        for _ in range(200):
+            left = 0
+            for entry in os.listdir("/proc"):
+                if entry.isdigit() and entry != "1":
+                    with contextlib.suppress(OSError):
+                        if os.stat(f"/proc/{entry}").st_uid == uid:
+                            os.kill(int(entry), signal.SIGKILL)
+                            left += 1
+            if not left:
+                return 0
+            self.reap()
+            time.sleep(0.01)
+        return left
+
+    def serve_agent(self, path: str) -> None:
+        """Listen at ``path`` for the checker: each connection runs one program as the agent's uid."""
+        if self.service is not None:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        service = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        service.bind(path)  # umask 022: nobody but root may connect until the chown below
+        os.chown(path, self.cfg["checker_uid"], self.cfg["checker_uid"])
+        os.chmod(path, 0o600)
+        service.listen(16)
+        self.service = service
+
+    def accept(self) -> None:
+        assert self.service is not None
+        with contextlib.suppress(OSError):
+            conn, _ = self.service.accept()
+            uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
+            if uid != self.cfg["checker_uid"]:
+                conn.close()
+                return
+            self.pending.add(conn)
+
+    def start_agent_run(self, conn: socket.socket) -> None:
+        """The checker's request: ``{"argv", "cwd"}`` with its stdin, stdout and stderr attached."""
+        self.pending.discard(conn)
+        fds: list[int] = []
+        try:
+            message, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
+            request = json.loads(message) if message else None
+            if not isinstance(request, dict) or len(fds) != 3 or not request.get("argv"):
+                raise ValueError("a request is {argv, cwd} with three descriptors")
+            argv = [str(a) for a in request["argv"]]
+            pid = _start(self.cfg, {"argv": argv, "cwd": request.get("cwd"), "role": "agent"}, fds)
+            self.clients[pid] = conn
+        except (OSError, ValueError, TypeError) as exc:
+            _reply(conn, code=126, error=str(exc))
+            conn.close()
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def client_event(self, conn: socket.socket) -> None:
+        """A connection whose run is going spoke or closed: the checker is gone, so is the run."""
+        with contextlib.suppress(OSError):
+            if conn.recv(16):
+                return
+        for pid, other in list(self.clients.items()):
+            if other is conn:
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
 
 
 def init(cfg: dict[str, Any], sock: socket.socket, keeper_pid: int) -> None:
@@ -208,64 +344,75 @@ def init(cfg: dict[str, Any], sock: socket.socket, keeper_pid: int) -> None:
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    running: dict[int, int] = {}  # host request id -> command pid
+    state = _Init(cfg, sock)
     _reply(sock, event="ready")
     while True:
-        ready = select.select([sock, wake_r], [], [])[0]
+        watched: list[Any] = [sock, wake_r, *state.pending, *state.clients.values()]
+        if state.service is not None:
+            watched.append(state.service)
+        ready = select.select(watched, [], [])[0]
         if wake_r in ready:
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_r, 4096)
-            _reap(sock, running)
-        if sock in ready:
-            try:
-                message, fds, _, _ = socket.recv_fds(sock, 1 << 20, 2)
-            except OSError:
-                os._exit(0)
-            if not message:
-                os._exit(0)  # the host closed the episode: the kernel kills the rest of the namespace
-            _serve(cfg, sock, json.loads(message), fds, running)
+            state.reap()
+        for item in ready:
+            if item is sock:
+                try:
+                    message, fds, _, _ = socket.recv_fds(sock, 1 << 20, 2)
+                except OSError:
+                    os._exit(0)
+                if not message:
+                    os._exit(0)  # the host closed the episode: the kernel kills the rest of the namespace
+                _serve(state, json.loads(message), fds)
+            elif item is state.service:
+                state.accept()
+            elif item in state.pending:
+                state.start_agent_run(item)
+            elif item is not wake_r and any(item is c for c in state.clients.values()):
+                state.client_event(item)
 
 
-def _reap(sock: socket.socket, running: dict[int, int]) -> None:
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        for request, command in list(running.items()):
-            if command == pid:
-                del running[request]
-                _reply(sock, event="exit", id=request, code=_worker._exit_code(status))
-
-
-def _serve(
-    cfg: dict[str, Any], sock: socket.socket, request: dict[str, Any], fds: list[int], running: dict[int, int]
-) -> None:
+def _serve(state: _Init, request: dict[str, Any], fds: list[int]) -> None:
+    """One host request; a failure is answered, never fatal (a limit ends a command, not the episode)."""
+    cfg, sock = state.cfg, state.sock
     op = request.get("op")
-    if op == "run" and len(fds) == 2:
-        running[request["id"]] = _start(cfg, request, fds, sock)
-    elif op == "kill":
-        pid = running.get(request["id"])
-        if pid is not None:
+    try:
+        if op == "run" and len(fds) == 2:
+            try:
+                state.running[request["id"]] = _start(cfg, request, fds)
+            except OSError as exc:  # fork refused (the process or memory limit): this command fails
+                with contextlib.suppress(OSError):
+                    os.write(fds[1], f"sandbox: could not start the command: {exc}\n".encode())
+                _reply(sock, event="exit", id=request["id"], code=126)
+        elif op == "kill":
+            pid = state.running.get(request["id"])
+            if pid is not None:
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
+        elif op == "kill_all":
             with contextlib.suppress(OSError):
-                os.killpg(pid, signal.SIGKILL)
-    elif op == "kill_all":
-        with contextlib.suppress(OSError):
-            os.kill(-1, signal.SIGKILL)  # from pid 1: every process of the namespace but init itself
-    elif op == "write":
-        try:
-            _write(cfg, request)
-            _reply(sock, event="written", error=None)
-        except OSError as exc:
-            _reply(sock, event="written", error=str(exc))
-    for fd in fds:
-        os.close(fd)
+                os.kill(-1, signal.SIGKILL)  # from pid 1: every process of the namespace but init itself
+        elif op == "kill_agent":  # where no cgroup is available: by uid, inside the namespace
+            _reply(sock, event="killed", left=state.kill_uid(cfg["uid"]))
+        elif op == "serve_agent":
+            try:
+                state.serve_agent(request["path"])
+                _reply(sock, event="serving", error=None)
+            except OSError as exc:
+                _reply(sock, event="serving", error=str(exc))
+        elif op == "write":
+            try:
+                _write(cfg, request)
+                _reply(sock, event="written", error=None)
+            except OSError as exc:
+                _reply(sock, event="written", error=str(exc))
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def _write(cfg: dict[str, Any], request: dict[str, Any]) -> None:
-    """Write a file as root (the checker's files, which the agent's uid may read but not change)."""
+    """Write a file as root, owned by root (default), the agent's uid or the checker's."""
     path = request["path"]
     os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if request.get("append") else os.O_TRUNC)
@@ -273,41 +420,56 @@ def _write(cfg: dict[str, Any], request: dict[str, Any]) -> None:
     try:
         os.write(fd, base64.b64decode(request["data"]))
         os.fchmod(fd, request.get("mode", 0o644))
-        if request.get("owned_by_agent"):
-            os.fchown(fd, cfg["uid"], cfg["uid"])
+        owner = request.get("owner") or ("agent" if request.get("owned_by_agent") else "root")
+        if owner in ("agent", "checker"):
+            uid = cfg["uid"] if owner == "agent" else cfg["checker_uid"]
+            os.fchown(fd, uid, uid)
     finally:
         os.close(fd)
 
 
-def _start(cfg: dict[str, Any], request: dict[str, Any], fds: list[int], sock: socket.socket) -> int:
+def _start(cfg: dict[str, Any], request: dict[str, Any], fds: list[int]) -> int:
+    """Fork one command: ``bash -c cmd`` (host requests) or ``argv`` (the checker's as-agent runs).
+
+    ``fds``: stdout and stderr, or stdin, stdout and stderr. Roles: ``agent`` (the episode's uid, its
+    cgroup, a Landlock domain of its own) or ``checker`` (the checker's uid and cgroup, no domain).
+    """
+    role = "checker" if request.get("checker") else request.get("role", "agent")
     pid = os.fork()
     if pid != 0:
         return pid
     try:
-        sock.close()
         os.setsid()
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.dup2(fds[0], 1)
-        os.dup2(fds[1], 2)
+        stdio = fds if len(fds) == 3 else [os.open(os.devnull, os.O_RDONLY), *fds]
+        for target, fd in enumerate(stdio):
+            os.dup2(fd, target)
+        for fd in cfg["checker_fds"] if role == "checker" else cfg["agent_fds"]:
+            os.write(fd, b"0")  # join the role's cgroups (the agent's are what is killed before the checker)
         os.closerange(3, 65_536)
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)  # a shell expects the defaults (`yes | head` ends by SIGPIPE)
         signal.set_wakeup_fd(-1)
+        # The episode's memory limit ends a command, never the episode: the OOM killer takes any command's
+        # process (score +1000; raising needs no privilege, unlike protecting init with -1000) before init.
+        _set_oom_score(1000)
         _worker._set_limits(cfg["limits"])
-        uid = cfg["uid"]
+        uid = cfg["checker_uid"] if role == "checker" else cfg["uid"]
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
         _worker._fresh_keyrings(True)
         _worker._check(_worker._libc.prctl(_worker.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
-        if not request.get("checker"):
+        if role != "checker":
             _landlock_domain()
         _worker._install_seccomp()
         try:
             os.chdir(request.get("cwd") or cfg["workdir"])
         except OSError:
+            if "argv" in request:
+                raise
             os.chdir(cfg["workdir"])
+        if "argv" in request:  # the agent's environment, not the checker's
+            os.execvpe(request["argv"][0], request["argv"], cfg["env"])
         env = {**cfg["env"], **request.get("env", {})}
         os.execve("/bin/bash", ["bash", "-c", request["cmd"]], env)
     except BaseException as exc:

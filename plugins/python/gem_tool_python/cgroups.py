@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -101,21 +102,131 @@ class CallCgroups:
                 return int(value)
         return None
 
+    def create_parts(self, parts: tuple[str, ...], part_pids: int) -> tuple[str, dict[str, list[int]]]:
+        """One episode's cgroup (the limits above) with a child cgroup per part (``init``, ``agent``...).
+
+        Each part but ``init`` gets its own process limit ``part_pids``; memory is the episode's, shared.
+        Returns the name and, per part, its open ``cgroup.procs`` descriptors (caller closes). Processes
+        live in the parts only (cgroup v2 allows no process in a cgroup whose children have controllers).
+        """
+        name, fds = self.create()
+        for fd in fds:
+            os.close(fd)
+        found: dict[str, list[int]] = {part: [] for part in parts}
+        try:
+            for kind, parent in self.parents.items():
+                folder = os.path.join(parent, name)
+                if self.version == 2:
+                    _write(os.path.join(folder, "cgroup.subtree_control"), "+memory +pids")
+                for part in parts:
+                    os.mkdir(os.path.join(folder, part), 0o700)
+                    if part != "init" and kind in ("pids", "unified"):
+                        _write(os.path.join(folder, part, "pids.max"), str(part_pids))
+                    procs = os.path.join(folder, part, "cgroup.procs")
+                    found[part].append(os.open(procs, os.O_WRONLY | os.O_CLOEXEC))
+        except OSError:
+            for fd in (fd for part_fds in found.values() for fd in part_fds):
+                os.close(fd)
+            self.remove(name)
+            raise
+        return name, found
+
+    def pid_limit_hits(self, name: str, part: str = "") -> int | None:
+        """How often ``name`` (or its ``part``) refused a fork at its process limit, if known."""
+        parent = self.parents.get("pids") or self.parents.get("unified")
+        if parent is None:
+            return None
+        try:
+            text = Path(parent, name, part, "pids.events").read_text()
+        except OSError:
+            return None
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "max" and value.strip().isdigit():
+                return int(value)
+        return None
+
+    def members(self, name: str, part: str) -> set[int]:
+        """Host pids in ``name``'s ``part`` (any hierarchy)."""
+        pids: set[int] = set()
+        for parent in self.parents.values():
+            with contextlib.suppress(OSError):
+                pids.update(int(p) for p in Path(parent, name, part, "cgroup.procs").read_text().split())
+        return pids
+
+    def kill(self, name: str, part: str, timeout_s: float = 5.0) -> set[int]:
+        """SIGKILL every process of ``name``'s ``part`` through the cgroup; returns those still there (none).
+
+        cgroup v2: ``cgroup.kill``. v1: the part's ``pids.max`` drops to 0 first, so nothing in it can
+        fork while its members are killed; each member is signalled through a pidfd after checking
+        that it is still in the part (a pid the kernel reused for another process is never touched).
+        Processes cannot leave their cgroup (no cgroup file system in the sandbox), so ``setsid``,
+        ``nohup``, double forks and background loops are all members.
+        """
+        pids_parent = self.parents.get("pids") or self.parents.get("unified")
+        limit = os.path.join(pids_parent, name, part, "pids.max") if pids_parent is not None else None
+        before = None
+        if limit is not None:
+            with contextlib.suppress(OSError):
+                before = Path(limit).read_text().strip()
+                _write(limit, "0")
+        if self.version == 2:
+            with contextlib.suppress(OSError):
+                _write(os.path.join(self.parents["unified"], name, part, "cgroup.kill"), "1")
+        deadline = time.monotonic() + timeout_s
+        marker = f"/{name}/{part}"
+        while True:
+            left = self.members(name, part)
+            # pids.current also counts a fork still in flight (charged, not yet listed) and zombies not yet
+            # reaped: zero means every process of the part is gone for good.
+            if (not left and self._pids_current(name, part) in (0, None)) or time.monotonic() > deadline:
+                break
+            for pid in left:
+                with contextlib.suppress(OSError):
+                    pidfd = os.pidfd_open(pid)
+                    try:
+                        if any(line.endswith(marker) for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()):
+                            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                    finally:
+                        os.close(pidfd)
+            time.sleep(0.005)
+        if limit is not None and before is not None:
+            with contextlib.suppress(OSError):
+                _write(limit, before)
+        return left
+
+    def _pids_current(self, name: str, part: str) -> int | None:
+        parent = self.parents.get("pids") or self.parents.get("unified")
+        if parent is None:
+            return None
+        try:
+            return int(Path(parent, name, part, "pids.current").read_text())
+        except (OSError, ValueError):
+            return None
+
     def remove(self, name: str) -> None:
         """Remove a call's cgroups once its processes are gone (retries briefly while the kernel catches up)."""
         for parent in self.parents.values():
             folder = os.path.join(parent, name)
-            for _ in range(100):
-                try:
-                    os.rmdir(folder)
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    with contextlib.suppress(OSError):
-                        _write(os.path.join(folder, "cgroup.kill"), "1")  # v2: anything left dies now
-                    time.sleep(0.01)
+            with contextlib.suppress(OSError):
+                for part in os.scandir(folder):
+                    if part.is_dir(follow_symlinks=False):
+                        self._remove_folder(part.path)
+            self._remove_folder(folder)
         self.live.discard(name)
+
+    @staticmethod
+    def _remove_folder(folder: str) -> None:
+        for _ in range(100):
+            try:
+                os.rmdir(folder)
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                with contextlib.suppress(OSError):
+                    _write(os.path.join(folder, "cgroup.kill"), "1")  # v2: anything left dies now
+                time.sleep(0.01)
 
 
 def _write(path: str, value: str) -> None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gem_core.errors import ToolError
 from gem_core.tools.safety import clean_text
@@ -48,7 +48,6 @@ BASE_ENV = {
     "HOME": "/home/agent",
     "LANG": "C.UTF-8",
     "TERM": "dumb",
-    "TEST_DIR": "/tests",
     "GIT_AUTHOR_NAME": "agent",
     "GIT_AUTHOR_EMAIL": "agent@sandbox",
     "GIT_COMMITTER_NAME": "agent",
@@ -57,6 +56,20 @@ BASE_ENV = {
 }
 #: A request carries at most this much (commands, file chunks); SOCK_SEQPACKET keeps the boundaries.
 _MESSAGE_BYTES = 96_000
+#: Where the checker's files go (the checker's uid alone may read them; written only once the agent is gone).
+TESTS_DIR = "/tests"
+#: The checker's home, its ``as-agent`` program and the socket that serves it (:meth:`EpisodeSandbox.serve_agent`).
+CHECKER_HOME = "/checker/home"
+AS_AGENT = "/checker/bin/as-agent"
+AS_AGENT_SOCKET = "/checker/agent.sock"
+#: The episode's cgroup parts: init (and its keeper), the agent's commands, the checker's.
+_PARTS = ("init", "agent", "checker")
+#: Memory an episode keeps for its processes whatever its files take: the scratch tmpfs is at most
+#: ``episode_memory_mb`` minus this (and at least 16 MiB), so a full disk cannot OOM the episode.
+_PROCESS_RESERVE_MB = 32
+#: Kernel memory per file (inode, dentry, overlay inode) the inode cap budgets for: the scratch tmpfs holds at
+#: most a quarter of the episode's memory in files' metadata.
+_BYTES_PER_INODE = 4096
 #: After a command exits, how long its pipes may still deliver output held by background children.
 _DRAIN_GRACE_S = 0.05
 
@@ -85,6 +98,8 @@ class EpisodeConfig(BaseModel):
         uid: The unprivileged uid every command runs as; task layers are owned by it
             (:func:`prepare_layer`). Episodes share it but not namespaces: one cannot see or
             signal another's processes or files.
+        checker_uid: The uid of checker commands (``run(..., checker=True)``); default ``uid + 1``.
+            Never the agent's: the agent cannot signal, trace or read what only it may.
         env: Extra environment variables for the commands.
         binds: Further host folders the commands may read: ``(host path, path in the sandbox)``, read-only.
         cgroups: Put the episode in its own cgroup where the host allows it.
@@ -106,9 +121,33 @@ class EpisodeConfig(BaseModel):
     max_open_files: int = Field(1024, ge=16)
     workdir: str = Field("/app", pattern=r"^/[A-Za-z0-9_./-]+$")
     uid: int = Field(1_400_000_000, ge=1000, le=4_000_000_000)
+    checker_uid: int | None = Field(None, ge=1000, le=4_000_000_000)
     env: dict[str, str] = Field(default_factory=dict)
     binds: tuple[tuple[str, str], ...] = ()
     cgroups: bool = True
+
+    @model_validator(mode="after")
+    def _distinct_uids(self) -> EpisodeConfig:
+        if self.checker_uid is not None and self.checker_uid == self.uid:
+            raise ValueError("checker_uid must differ from uid: the checker never runs as the agent")
+        return self
+
+    @property
+    def checker(self) -> int:
+        """The checker's uid (``checker_uid``, else ``uid + 1``)."""
+        return self.checker_uid if self.checker_uid is not None else self.uid + 1
+
+    @property
+    def scratch_bytes(self) -> int:
+        """Size of the scratch tmpfs: ``disk_mb``, kept under the episode's memory when cgroups charge it."""
+        if not self.cgroups:
+            return self.disk_mb << 20
+        return min(self.disk_mb, max(self.episode_memory_mb - _PROCESS_RESERVE_MB, 16)) << 20
+
+    @property
+    def max_inodes(self) -> int:
+        """Files and folders the scratch tmpfs may hold (their kernel memory counts against the episode's)."""
+        return max((self.episode_memory_mb << 20) // 4 // _BYTES_PER_INODE, 1024)
 
 
 @dataclass
@@ -245,6 +284,22 @@ def _stop_zygote() -> None:
             server.process.wait()
 
 
+#: The checker's ``as-agent``: runs its arguments as the agent (see :meth:`EpisodeSandbox.serve_agent`).
+_AS_AGENT_PROGRAM = f"""#!/usr/bin/python3 -I
+# as-agent PROGRAM ARGS...: run PROGRAM as the agent's uid, with this process's stdin, stdout, stderr and folder.
+import json, os, socket, sys
+if len(sys.argv) < 2:
+    sys.exit("usage: as-agent PROGRAM [ARGS...]")
+conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+conn.connect({AS_AGENT_SOCKET!r})
+socket.send_fds(conn, [json.dumps({{"argv": sys.argv[1:], "cwd": os.getcwd()}}).encode()], [0, 1, 2])
+reply = conn.recv(65536)
+answer = json.loads(reply) if reply else {{"code": 125, "error": "the episode ended"}}
+if answer.get("error"):
+    print("as-agent:", answer["error"], file=sys.stderr)
+sys.exit(answer["code"])
+"""
+
 _cgroups: dict[tuple[int, int], tuple[CallCgroups | None, str]] = {}
 _cgroups_lock = threading.Lock()
 
@@ -297,16 +352,20 @@ class EpisodeSandbox:
         self._pid_hits_seen = 0
         self._scratch = tempfile.mkdtemp(prefix="gem-episode-")
         self._groups = (
-            _episode_cgroups(self.config.episode_memory_mb << 20, self.config.max_procs)
+            # The whole episode: the agent's and the checker's parts, max_procs each, and init's few.
+            _episode_cgroups(self.config.episode_memory_mb << 20, 2 * self.config.max_procs + 8)
             if self.config.cgroups
             else None
         )
         self._group_name: str | None = None
         group_fds: list[int] = []
+        self._part_fds = {part: 0 for part in _PARTS}
         started = time.monotonic()
         try:
             if self._groups is not None:
-                self._group_name, group_fds = self._groups.create()
+                self._group_name, parts = self._groups.create_parts(_PARTS, self.config.max_procs)
+                self._part_fds = {part: len(parts[part]) for part in _PARTS}
+                group_fds = [fd for part in _PARTS for fd in parts[part]]
             host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             self._sock = host
             alive_r, alive_w = os.pipe()
@@ -339,8 +398,11 @@ class EpisodeSandbox:
         c = self.config
         return {
             "scratch": self._scratch,
-            "disk_bytes": c.disk_mb << 20,
+            "disk_bytes": c.scratch_bytes,
+            "max_inodes": c.max_inodes,
             "uid": c.uid,
+            "checker_uid": c.checker,
+            "cgroup_fds": self._part_fds,
             "workdir": c.workdir,
             "layers": layers,
             "system": [p for p in SYSTEM_DIRS if os.path.lexists(p)],
@@ -359,6 +421,8 @@ class EpisodeSandbox:
     def _receive(self, deadline: float) -> dict[str, Any] | None:
         """The next reply, or ``None`` at the deadline or when the episode is gone."""
         remaining = max(deadline - time.monotonic(), 0.0)
+        if self._sock.fileno() < 0:  # closed by close() in another thread
+            return None
         if not select.select([self._sock], [], [], remaining)[0]:
             return None
         try:
@@ -410,9 +474,10 @@ class EpisodeSandbox:
             env: Environment variables of this command only, over the episode's.
             charge_episode: Count the command against the episode's time and output budgets (set-up and
                 checker commands do not).
-            checker: Run it out of reach of every other command's processes: they cannot ptrace it or
-                read or write its memory (each other command runs in a Landlock domain; where the kernel
-                has no Landlock, this is not enforced).
+            checker: Run it as the checker: under ``checker_uid`` (which alone reads ``/tests``), in the
+                episode's ``checker`` cgroup, outside every Landlock domain (no agent process can trace
+                it, read or write its memory, or signal it). Call :meth:`end_agent` first so that
+                nothing of the agent's runs beside it.
         """
         with self._lock:
             if self._closed:
@@ -560,35 +625,89 @@ class EpisodeSandbox:
         hits = self._pid_limit_hits()
         if hits is None or hits <= self._pid_hits_seen:
             return None
-        self._pid_hits_seen = hits
-        self._send({"op": "kill_all"})
-        time.sleep(0.05)  # the kernel delivers SIGKILL asynchronously; let the counter settle
+        self._kill_agent()
         self._pid_hits_seen = self._pid_limit_hits() or hits
         return f"the episode's processes hit the limit of {self.config.max_procs}; all of them were killed"
 
     def _pid_limit_hits(self) -> int | None:
-        """How often the episode's pids cgroup refused a fork (``max`` in ``pids.events``), if known."""
+        """How often the agent's pids cgroup refused a fork (``max`` in ``pids.events``), if known."""
         if self._groups is None or self._group_name is None:
             return None
-        parent = self._groups.parents.get("pids") or self._groups.parents.get("unified")
-        if parent is None:
-            return None
-        try:
-            text = (parent / self._group_name / "pids.events").read_text()
-        except OSError:
-            return None
-        for line in text.splitlines():
-            key, _, value = line.partition(" ")
-            if key == "max" and value.strip().isdigit():
-                return int(value)
-        return None
+        return self._groups.pid_limit_hits(self._group_name, "agent")
+
+    def _kill_agent(self) -> int:
+        """Kill every process the agent's commands started; how many survive (0 unless the kernel refuses)."""
+        if self._groups is not None and self._group_name is not None:
+            return len(self._groups.kill(self._group_name, "agent"))
+        # No cgroup: by uid, from init, inside the episode's pid namespace (nothing outside it is touched).
+        self._send({"op": "kill_agent"})
+        while True:
+            reply = self._receive(time.monotonic() + 15.0)
+            if reply is None:
+                self._closed = True
+                return 0  # the episode is gone, and every process with it
+            if reply.get("event") == "killed":
+                return int(reply.get("left", 0))
+
+    def end_agent(self) -> int:
+        """End the agent's part of the episode: every process its commands started is killed.
+
+        Through the episode's cgroup (its ``agent`` part, so ``setsid``, ``nohup``, double forks and
+        background loops included); where no cgroup is available, by uid inside the episode's pid
+        namespace. Returns how many processes survive (0; the checker must not run otherwise).
+        Later agent commands may still run (and are killed again by the next call).
+        """
+        with self._lock:
+            if self._closed:
+                return 0
+            return self._kill_agent()
+
+    def agent_processes(self) -> int:
+        """How many processes the agent's part holds now (``-1`` where the episode has no cgroup)."""
+        if self._groups is None or self._group_name is None:
+            return -1
+        return len(self._groups.members(self._group_name, "agent"))
+
+    def serve_agent(self) -> None:
+        """Let the checker run programs as the agent: ``as-agent PROGRAM ARGS...`` (in ``/checker/bin``).
+
+        The program runs as the agent's uid, in the agent's cgroup and a Landlock domain, with the
+        agent's environment and the caller's stdin, stdout, stderr and folder; ``as-agent`` exits with
+        its status. So a checker exercises the agent's code in another process under another uid: that
+        code cannot read ``/tests`` or the checker's memory, patch the checker or print its verdict,
+        and whatever it leaves running is killed when it returns.
+
+        Raises:
+            ToolError: the episode is closed or the service could not start.
+        """
+        self.write_file(AS_AGENT, _AS_AGENT_PROGRAM.encode(), mode=0o755)
+        with self._lock:
+            self._send({"op": "serve_agent", "path": AS_AGENT_SOCKET})
+            while True:
+                reply = self._receive(time.monotonic() + 10.0)
+                if reply is None:
+                    raise ToolError("the episode's sandbox is gone; the checker's as-agent service did not start")
+                if reply.get("event") == "serving":
+                    break
+            if reply.get("error"):
+                raise ToolError(f"the checker's as-agent service did not start: {reply['error']}")
 
     def _send(self, message: dict[str, Any]) -> None:
         with contextlib.suppress(OSError):
             self._sock.send(json.dumps(message).encode())
 
-    def write_file(self, path: str, data: bytes, *, mode: int = 0o644, owned_by_agent: bool = False) -> None:
-        """Write a file inside the sandbox as root (the agent's uid can read it; it owns it if asked).
+    def write_file(
+        self,
+        path: str,
+        data: bytes,
+        *,
+        mode: int = 0o644,
+        owned_by_agent: bool = False,
+        owner: Literal["root", "agent", "checker"] | None = None,
+    ) -> None:
+        """Write a file inside the sandbox as root; it is owned by ``owner`` (root unless asked).
+
+        Files under ``/tests`` are readable by the checker's uid only (the folder is its, mode 700).
 
         Raises:
             ToolError: the episode is closed or the write failed.
@@ -597,10 +716,12 @@ class EpisodeSandbox:
             raise ToolError(f"write_file needs an absolute path inside the sandbox, not {path!r}")
         chunk = _MESSAGE_BYTES * 3 // 4 - 1000
         with self._lock:
+            if self._closed:
+                raise ToolError(f"the episode's sandbox is closed; {path} was not written")
             for offset in range(0, max(len(data), 1), chunk):
                 piece = base64.b64encode(data[offset : offset + chunk]).decode()
                 message = {"op": "write", "path": path, "data": piece, "mode": mode, "append": offset > 0}
-                message["owned_by_agent"] = owned_by_agent
+                message["owner"] = owner or ("agent" if owned_by_agent else "root")
                 self._send(message)
                 while True:
                     reply = self._receive(time.monotonic() + 10.0)

@@ -31,6 +31,7 @@ LIMITS = {
 def assert_nothing_left(sandbox: EpisodeSandbox, group: str | None) -> None:
     """No process of the episode's uid, no mount or folder of its scratch, no cgroup."""
     assert processes_of(sandbox.config.uid) == []
+    assert processes_of(sandbox.config.checker) == []
     assert not Path(sandbox._scratch).exists()
     assert sandbox._scratch not in Path("/proc/self/mountinfo").read_text()
     if group is not None and sandbox._groups is not None:
@@ -69,8 +70,8 @@ def test_each_episode_starts_from_the_layer_and_the_layer_is_untouched(layer: Pa
 
 def test_write_file_puts_root_owned_files_the_agent_can_read(layer: Path) -> None:
     with EpisodeSandbox([layer], **LIMITS) as sandbox:
-        sandbox.write_file("/tests/check.sh", b"echo checked\n" * 20_000)  # several messages
-        result = sandbox.run("bash /tests/check.sh | wc -l; stat -c %U /tests/check.sh; echo x >> /tests/check.sh")
+        sandbox.write_file("/srv/check.sh", b"echo checked\n" * 20_000)  # several messages
+        result = sandbox.run("bash /srv/check.sh | wc -l; stat -c %U /srv/check.sh; echo x >> /srv/check.sh")
         assert result.stdout.startswith("20000\nroot\n")
         assert "Permission denied" in result.stderr
         with pytest.raises(ToolError, match="absolute path"):
@@ -82,7 +83,8 @@ def test_write_file_puts_root_owned_files_the_agent_can_read(layer: Path) -> Non
     [
         pytest.param("sleep 60", "timeout", "ran past", id="hang"),
         pytest.param("yes", "output_limit", "more than 4096 bytes", id="huge-output"),
-        pytest.param(":(){ :|:& };:", "killed", "hit the limit of 32", id="fork-bomb"),
+        # In the background: it may hit the limit only after its command returned, then the next one says so.
+        pytest.param(":(){ :|:& };:", "killed-or-next", "hit the limit of 32", id="fork-bomb"),
         pytest.param("f(){ f | f; }; f", "killed", "hit the limit of 32", id="fork-bomb-foreground"),
         pytest.param("head -c 20M /dev/zero > big", "killed", "SIGXFSZ", id="file-too-big"),
         pytest.param(
@@ -101,10 +103,16 @@ def test_hostile_command_ends_only_its_own_turn(layer: Path, command: str, statu
         group = sandbox._group_name
         assert sandbox.run("echo before > mark").ok
         result = sandbox.run(command)
+        if status == "killed-or-next":  # a slow machine: the limit is hit (and said) during a later command
+            for _ in range(20):
+                if result.error is not None and "hit the limit" in result.error:
+                    break
+                result = sandbox.run("sleep 0.1")
+            status = result.status
+        after = sandbox.run("rm -f big f1 f2 f3 f4 f5; cat mark")
         assert result.status == status, result
         if error is not None:
             assert result.error is not None and error in result.error
-        after = sandbox.run("rm -f big f1 f2 f3 f4 f5; cat mark")
         assert after.status == "ok" and after.stdout == "before\n", after
     assert_nothing_left(sandbox, group)
 
@@ -281,7 +289,8 @@ def test_killing_the_host_process_ends_its_episodes_processes(tmp_path: Path) ->
     # What stays (docs/terminal.md): the empty scratch folder and the empty cgroups; tidy them here.
     assert scratch not in Path("/proc/self/mountinfo").read_text()
     Path(scratch).rmdir()
-    for group in groups:
+    parts = [str(part) for group in groups for part in Path(group).iterdir() if part.is_dir()]
+    for group in [*parts, *groups]:  # its parts (init, agent, checker) first
         # The kernel frees a cgroup some time after its last process is reaped (EBUSY until then).
         deadline = time.monotonic() + 30
         while True:
@@ -430,3 +439,122 @@ def test_any_text_is_a_result_never_an_exception(command: str, env: dict[str, st
         assert result.status in ("ok", "exit", "killed", "timeout", "output_limit"), result
         assert result.ok or result.error or result.stderr or result.exit_code, result
         assert sandbox.run("echo still").stdout == "still\n"
+
+
+#: Ways to leave processes behind: every one is a member of the agent's cgroup, which is what is killed.
+LEAVERS = {
+    "background": "sleep 1000 &",
+    "setsid": "setsid sleep 1000 &",
+    "nohup": "nohup sleep 1000 >/dev/null 2>&1 &",
+    "double-fork": "( (sleep 1000 &) & )",
+    "loop": "( while true; do sleep 0.05; done ) >/dev/null 2>&1 &",
+    "respawner": "( while true; do (sleep 1000 &); sleep 0.01; done ) >/dev/null 2>&1 &",
+    "tmux": "tmux new -d 'sleep 1000'",
+    "many": "for i in $(seq 20); do setsid sleep 1000 & done",
+}
+
+
+@pytest.mark.parametrize("leave", LEAVERS.values(), ids=list(LEAVERS))
+def test_end_agent_kills_every_process_the_agent_started(leave: str) -> None:
+    """Through the agent's cgroup: none survives (also none of the uid machine-wide); later commands work."""
+    with EpisodeSandbox(**LIMITS) as sandbox:
+        assert sandbox.run(leave).ok
+        if sandbox.agent_processes() == -1:
+            pytest.skip("no cgroup here: end_agent kills by uid inside the namespace")
+        assert sandbox.agent_processes() > 0
+        assert sandbox.end_agent() == 0
+        assert sandbox.agent_processes() == 0
+        assert processes_of(sandbox.config.uid) == []  # reaped too: the part's pids.current is 0
+        checker = sandbox.run("ps -eo uid= | sort -u", checker=True)
+        assert checker.stdout.split() == ["0", str(sandbox.config.checker)], checker
+        assert sandbox.run("echo again").stdout == "again\n"
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schedule=st.lists(st.sampled_from(sorted(LEAVERS)), min_size=1, max_size=4), rounds=st.integers(1, 2))
+def test_any_schedule_of_leftovers_is_gone_after_end_agent(schedule: list[str], rounds: int) -> None:
+    """Leftovers started in any order, across turns, ended and started again: each end_agent leaves none."""
+    with EpisodeSandbox(**LIMITS) as sandbox:
+        for _ in range(rounds):
+            for name in schedule:
+                assert sandbox.run(LEAVERS[name]).status in ("ok", "killed")  # killed: over max_procs together
+            assert sandbox.end_agent() == 0
+            assert sandbox.agent_processes() in (0, -1)
+            assert processes_of(sandbox.config.uid) == []
+            assert sandbox.run("echo next").stdout == "next\n"
+
+
+def test_the_agent_sees_no_trace_of_the_tests_and_cannot_read_them() -> None:
+    """No TEST_DIR or other hint in its environment; /tests (the checker's uid's alone) cannot be listed or read."""
+    with EpisodeSandbox(**LIMITS) as sandbox:
+        sandbox.write_file("/tests/expected.txt", b"the answer\n")
+        env = sandbox.run("env").stdout
+        assert "test" not in env.lower(), env
+        for command in ("ls /tests", "cat /tests/expected.txt", "stat /tests/expected.txt"):
+            result = sandbox.run(command)
+            assert result.status == "exit" and "Permission denied" in result.stderr, result
+        checker = sandbox.run("id -u; cat /tests/expected.txt", checker=True)
+        assert checker.stdout == f"{sandbox.config.checker}\nthe answer\n", checker
+        assert sandbox.config.checker != sandbox.config.uid
+
+
+def test_as_agent_runs_a_program_as_the_agent_for_the_checker() -> None:
+    """Its uid, stdin/stdout/stderr, exit status and folder pass; it cannot read /tests; what it leaves dies."""
+    with EpisodeSandbox(**LIMITS) as sandbox:
+        sandbox.write_file("/tests/expected.txt", b"secret\n")
+        sandbox.serve_agent()
+        as_agent = "/checker/bin/as-agent"
+        assert sandbox.run(f"{as_agent} true").status == "exit"  # only the checker's uid may connect
+        result = sandbox.run(
+            f"cd /tmp && echo in | {as_agent} sh -c 'id -u; pwd; cat; cat /tests/expected.txt; exit 3'; "
+            f"echo status $?; {as_agent} sh -c 'setsid sleep 1000 & echo left'; sleep 0.2; "
+            f"ps -eo uid= | grep -c {sandbox.config.uid} || true",
+            checker=True,
+        )
+        assert result.stdout == f"{sandbox.config.uid}\n/tmp\nin\nstatus 3\nleft\n0\n", result
+        assert "Permission denied" in result.stderr
+
+
+def test_a_checker_run_has_its_own_uid_and_no_agent_process_can_signal_it() -> None:
+    with EpisodeSandbox(**LIMITS) as sandbox:
+        assert sandbox.run("(while true; do kill -STOP -1 2>/dev/null; sleep 0.01; done) >/dev/null 2>&1 &").ok
+        result = sandbox.run("sleep 0.3; id -u", checker=True)
+        assert result.stdout == f"{sandbox.config.checker}\n", result
+
+
+#: A limit the agent hits: it ends that command (``killed``, a failure, ``No space left``), never the episode.
+LIMIT_HITS = {
+    "250k-empty-files-in-tmp": "python3 -c \"\nfor i in range(250000): open(f'/tmp/f{i}', 'w').close()\"",
+    "250k-empty-files-in-the-work-dir": "mkdir d && cd d && python3 -c \"\nfor i in range(250000): open(str(i), 'w')\"",
+    "files-larger-than-the-memory": "for i in $(seq 40); do head -c 8M /dev/zero > /tmp/big$i || break; done",
+    "memory-of-processes": "python3 -c 'b = [bytearray(32 << 20) for _ in range(12)]'",
+    "memory-of-many-processes": (
+        "for i in $(seq 6); do python3 -c 'import time; b = bytes(40 << 20); time.sleep(5)' & done"
+    ),
+    "fork-bomb": ":(){ :|:& };:",
+    "many-ptys": "for i in $(seq 80); do script -qc 'sleep 5' /dev/null & done; wait",
+    "many-folders": "mkdir -p $(seq -f '/tmp/d%g' 1 40000) 2>/dev/null; echo done",
+}
+
+
+@pytest.mark.parametrize("hit", LIMIT_HITS.values(), ids=list(LIMIT_HITS))
+def test_a_limit_ends_the_command_never_the_episode(hit: str) -> None:
+    """Under episode_memory_mb=128 (disk_mb 512): the episode's init lives and later commands work."""
+    limits = {**LIMITS, "episode_memory_mb": 128, "disk_mb": 512, "memory_mb": 1024, "command_timeout_s": 30.0}
+    with EpisodeSandbox(**limits) as sandbox:
+        sandbox.run(hit)
+        for _ in range(2):
+            after = sandbox.run("rm -rf /tmp/* /app/d; echo alive")
+            assert (after.status, after.stdout) == ("ok", "alive\n"), after
+        assert not sandbox.closed
+
+
+def test_a_pseudo_terminal_works_in_the_episode() -> None:
+    """/dev/ptmx and a devpts of the episode's own: script and tmux run; the host's ptys are not there."""
+    with EpisodeSandbox(**LIMITS) as sandbox:
+        result = sandbox.run("script -qc 'tty; echo inside' /dev/null")
+        assert result.ok and result.stdout.splitlines()[:2] == ["/dev/pts/0", "inside"], result
+        assert sandbox.run("tmux new -d -s work 'echo hi > /tmp/from-tmux; sleep 100'").ok
+        listed = sandbox.run("sleep 0.3; tmux ls; cat /tmp/from-tmux; ls /dev/pts")
+        assert listed.ok and "work:" in listed.stdout and "hi" in listed.stdout, listed
+        assert sandbox.run("tmux send-keys -t work 'exit' Enter").ok

@@ -1,8 +1,17 @@
 #!/bin/bash
-# Exit 0 when the task is solved.
-set -e
-cd /app
-cd proj
-test -z "$(git status --porcelain)"
-git ls-files | grep -qx .gitignore
-if git ls-files | grep -q '\.o$'; then exit 1; fi  # not `! cmd`: set -e ignores a negated command
+# Exit 0 when the task is solved. Judged on committed objects only (HEAD's tree), never the agent's index,
+# config or exclude files: HEAD's tree in a fresh repository, with the work dir's files copied over it, must be clean.
+set -eo pipefail
+cd /app/proj
+git cat-file -e HEAD:.gitignore
+if git ls-tree -r --name-only HEAD | grep -q -e '\.o$' -e '^build/'; then exit 1; fi
+test -e build/out
+test -e main.o
+rm -rf /checker/work/clone
+mkdir /checker/work/clone
+git archive HEAD | tar -C /checker/work/clone -xf -
+git -C /checker/work/clone init -q
+git -C /checker/work/clone add -A
+git -C /checker/work/clone commit -q --allow-empty -m committed
+tar -C /app/proj --exclude=./.git -cf - . | tar -C /checker/work/clone -xf -
+test -z "$(git -C /checker/work/clone status --porcelain --untracked-files=all)"

@@ -1,6 +1,6 @@
 #!/bin/bash
-# Exit 0 when the task is solved.
+# Exit 0 when the task is solved. The agent's Makefile and program run as the agent (as-agent).
 set -e
 cd /app
-make -s >/dev/null
-test "$(./app)" = 'sum=7'
+as-agent make -s >/dev/null
+test "$(as-agent ./app)" = 'sum=7'

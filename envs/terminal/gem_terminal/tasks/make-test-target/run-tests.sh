@@ -1,7 +1,10 @@
 #!/bin/bash
-# Exit 0 when the task is solved.
-set -e
+# Exit 0 when the task is solved. The agent's code runs as the agent (as-agent), on a string drawn now;
+# the checker compares what it printed.
+set -eo pipefail
 cd /app
-make -s test
-grep -q '^test:' Makefile
-python3 -c 'import sys; sys.path.insert(0, "."); import util; assert util.reverse("abc") == "cba"'
+as-agent make -s test >/dev/null
+as-agent make -n test | grep -qx 'python3 test_util.py'
+s=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+test -n "$s"
+test "$(as-agent python3 -I -c 'import sys; sys.path.append("/app"); import util; print(util.reverse(sys.argv[1]))' "$s")" = "$(printf %s "$s" | rev)"

@@ -1,5 +1,8 @@
 #!/bin/bash
-# Exit 0 when the task is solved.
+# Exit 0 when the task is solved. The server was fetched by the probe (tests/gem-probe.sh) while the agent's
+# processes ran; now they are gone, and the checker compares what it served with the file.
 set -e
 cd /app
-python3 -P -c "import urllib.request; body = urllib.request.urlopen('http://127.0.0.1:8080/index.html', timeout=5).read().decode(); assert 'welcome' in body, body"
+grep -q welcome site/index.html
+test "$(sed -n 1p /tests/gem-probe.out)" = "$(sha256sum < site/index.html | cut -d' ' -f1)"
+test "$(sed -n 2p /tests/gem-probe.out)" = '[exit code] 0'

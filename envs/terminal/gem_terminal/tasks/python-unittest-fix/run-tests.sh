@@ -1,22 +1,31 @@
 #!/bin/bash
-# Exit 0 when the task is solved.
-# The pristine tests run from /tests with the agent's package after the standard library on sys.path
-# (-P, append): no file of the agent's can shadow unittest. The last line must be the marker, so code
-# that exits early with status 0 (os._exit(0) on import) does not pass.
+# Exit 0 when the task is solved. The tests stay untouched; the agent's code runs as the agent (as-agent)
+# on carts drawn now, and this process (which never imports it) compares its totals with its own.
 set -e
 cmp /app/shop/tests/test_cart.py /tests/test_cart.py
-out=$(cd /tests && python3 -P - <<'PY'
+cd /app/shop
+python3 -I - <<'PY'
+import json
+import random
+import subprocess
 import sys
-import unittest
 
-sys.path.append("/app/shop")
-sys.path.append("/tests")
-import test_cart
-
-result = unittest.TextTestRunner(verbosity=1).run(unittest.defaultTestLoader.loadTestsFromModule(test_cart))
-if result.wasSuccessful() and result.testsRun == 2:
-    print("cart tests: 2 passed")
-PY
+rng = random.SystemRandom()
+cases = [([rng.randrange(1, 400) / 4 for _ in range(rng.randrange(6))], rng.choice([0.0, 0.1, 0.25, 0.5])) for _ in range(20)]
+cases += [([1.0, 2.5], 0.0), ([10.0, 10.0], 0.25)]
+program = (
+    "import json, sys\nsys.path.append('/app/shop')\nfrom shop.cart import total_price\n"
+    "for prices, discount in json.loads(sys.stdin.read()):\n    print(json.dumps(total_price(prices, discount=discount)))\n"
 )
-echo "$out"
-test "$(echo "$out" | tail -n 1)" = "cart tests: 2 passed"
+run = subprocess.run(
+    ["as-agent", "python3", "-I", "-c", program], input=json.dumps(cases), capture_output=True, text=True, timeout=30
+)
+want = [round(sum(prices) * (1 - discount), 2) for prices, discount in cases]
+try:
+    got = [float(line) for line in run.stdout.splitlines()]
+except ValueError:
+    got = []
+if run.returncode != 0 or len(got) != len(want) or any(abs(g - w) > 0.005 for g, w in zip(got, want)):
+    print(run.stderr[-1000:], f"exit {run.returncode}; wanted {want[:3]}..., got {run.stdout[:200]!r}")
+    sys.exit(1)
+PY
