@@ -24,7 +24,7 @@ class Server:
     def __init__(self, argv: list[str], port: int) -> None:
         self.url = f"http://127.0.0.1:{port}"
         self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + 120  # a loaded machine (OpenEnv imports slowly)
+        deadline = time.monotonic() + 300  # a loaded machine (OpenEnv imports slowly; 120 s was once too short)
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"{argv} exited: {self.process.stdout.read() if self.process.stdout else ''}")
@@ -34,7 +34,7 @@ class Server:
             except httpx.HTTPError:
                 time.sleep(0.2)
         self.kill()
-        raise RuntimeError(f"{argv} did not answer /health in 120 s")
+        raise RuntimeError(f"{argv} did not answer /health in 300 s")
 
     def kill(self) -> None:
         if self.process.poll() is None:
