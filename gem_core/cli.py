@@ -525,6 +525,12 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--step-timeout", type=float, default=None, help="seconds one step may take; past it the episode is lost"
     )
+    p.add_argument(
+        "--idle-timeout", type=float, default=600.0, help="seconds a session may idle before it is closed (0: never)"
+    )
+    p.add_argument(
+        "--max-hung-steps", type=int, default=4, help="steps past --step-timeout still running before steps are refused"
+    )
     p.add_argument("--kw", action="append", default=[], metavar="KEY=VALUE", help="constructor override")
     p.add_argument("--log-level", default="warning", help="uvicorn's log level")
 
@@ -541,6 +547,8 @@ def cmd_serve(args: argparse.Namespace, streams: Streams) -> int:
             port=args.port,
             max_sessions=args.max_sessions,
             step_timeout_s=args.step_timeout,
+            idle_timeout_s=args.idle_timeout,
+            max_hung_steps=args.max_hung_steps,
             log_level=args.log_level,
             out=streams.out,
         )

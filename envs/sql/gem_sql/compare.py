@@ -8,14 +8,17 @@
   are ignored, column order matters.
 
 Both compare values exactly as Python does (``1 == 1.0``; ``'1' != 1``; NULL equals NULL). Where
-neither says anything, gem adds one rule: a float equals a number within a relative :data:`REL_TOL`
-(``math.isclose``'s default; :data:`ABS_TOL` near zero), so ``SUM`` in another order (``0.1 + 0.2``
-against ``0.3``, or sums of 1e12) still matches, whatever the magnitude. Strings are compared
-case-sensitively, as both do.
+neither says anything, gem adds one rule: an answer's number equals a gold number within a relative
+:data:`REL_TOL` (``math.isclose``'s default; :data:`ABS_TOL` near zero) when either is a float, so
+``SUM`` in another order (``0.1 + 0.2`` against ``0.3``, or sums of 1e12) still matches, whatever the
+magnitude. The tolerance is pairwise against the gold's numbers: answer values never group among
+themselves, so a band of distinct floats each a hair from the next is as many distinct values, not
+one (see :func:`_float_representatives`). Strings are compared case-sensitively, as both do.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -55,27 +58,53 @@ def _close(a: int | float, b: int | float) -> bool:
         return False
 
 
-def _float_representatives(*results: Sequence[Row]) -> dict[Any, Any]:
-    """Numbers of ``results`` that stand for a smaller close one, mapped to it (empty without floats).
+def _float_representatives(answer: Sequence[Row], gold: Sequence[Row]) -> dict[Any, Any]:
+    """Numbers that compare as a gold number, mapped to it (empty when neither result holds a float).
 
-    Numbers are sorted and each joins its predecessor's group when the two are close (at least one
-    a float), so a value and any copy of it off by rounding land in the same group, in whichever
-    result they are; every member maps to the group's smallest.
+    The tolerance is pairwise against the gold, never through the answer's own values (a band of
+    answer floats each close to the next would otherwise chain far from the gold). Gold numbers are
+    grouped around the smallest of each group (a member is close to that smallest one, so a group
+    spans one tolerance, not a chain), and every number maps to its group's smallest. An answer
+    number maps to the group of the nearest gold number it is close to; one close to none stays
+    itself, so it matches no gold value.
     """
-    cells = [v for rows in results for row in rows for v in row]
-    if not any(type(v) is float for v in cells):
+    answer_cells = [v for row in answer for v in row]
+    gold_cells = [v for row in gold for v in row]
+    if not any(type(v) is float for v in (*answer_cells, *gold_cells)):
         return {}
-    numbers = sorted({v for v in cells if type(v) in (int, float) and v == v})  # v == v drops NaN
+    # type() excludes bools; v == v drops NaN (SQLite never returns one, a caller's rows might)
+    gold_numbers = sorted({v for v in gold_cells if type(v) in (int, float) and v == v})
     representatives: dict[Any, Any] = {}
-    previous: Any = None
     representative: Any = None
-    for value in numbers:
-        if previous is None or not _close(previous, value):
+    for value in gold_numbers:
+        if representative is None or not _close(representative, value):
             representative = value
         elif value != representative:
             representatives[value] = representative
-        previous = value
+    for value in {v for v in answer_cells if type(v) in (int, float) and v == v}:
+        nearest = _nearest_close(value, gold_numbers)
+        if nearest is not None:
+            target = representatives.get(nearest, nearest)
+            if value != target:
+                representatives[value] = target
     return representatives
+
+
+def _nearest_close(value: int | float, numbers: list[Any]) -> Any:
+    """The number of the sorted ``numbers`` nearest to ``value`` among those close to it, or ``None``.
+
+    The numbers close to ``value`` form an interval around it, so the neighbours on either side of
+    where ``value`` sorts are the only candidates.
+    """
+    at = bisect.bisect_left(numbers, value)
+    close = [numbers[i] for i in (at - 1, at) if 0 <= i < len(numbers) and _close(value, numbers[i])]
+    if len(close) < 2:
+        return close[0] if close else None
+    try:
+        below, above = abs(value - close[0]), abs(close[1] - value)
+    except OverflowError:  # not reachable for close numbers (both within the float range); kept total
+        return close[0]
+    return close[0] if below <= above else close[1]
 
 
 def _normalized(rows: Sequence[Row], representatives: dict[Any, Any]) -> list[Row]:

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gem_sql.compare import gold_is_ordered, results_match
+from gem_sql.compare import ABS_TOL, REL_TOL, gold_is_ordered, results_match
 
 values = st.one_of(st.none(), st.integers(-5, 5), st.sampled_from(["a", "b", "A"]), st.sampled_from([0.5, 1.25]))
 
@@ -191,3 +191,62 @@ def test_floats_apart_by_more_than_a_millionth_do_not_match(value: float, factor
     other = value + sign * factor * max(abs(value), 1e-3)  # near zero ABS_TOL (1e-12) applies
     for rule in ("spider", "bird"):
         assert not results_match([(other,)], [(value,)], ordered=False, rule=rule)  # type: ignore[arg-type]
+
+
+def _tolerance(gold: float) -> float:
+    """The widest distance at which a number still equals ``gold`` (math.isclose with the module's tolerances)."""
+    return max(REL_TOL * abs(gold), ABS_TOL)
+
+
+@pytest.mark.parametrize("rule", ["bird", "spider"])
+@pytest.mark.parametrize("start", [5.0, 5.0 - 1500 * 9e-10], ids=["from-gold", "around-gold"])
+def test_a_band_of_close_floats_does_not_chain_to_the_gold(rule: str, start: float) -> None:
+    """3,000 distinct floats 9e-10 apart: each is close to the next, only a few are close to the gold 5.0."""
+    band = [(start + i * 9e-10,) for i in range(3000)]
+    assert len(set(band)) == 3000
+    assert not results_match(band, [(5.0,)], ordered=False, rule=rule)  # type: ignore[arg-type]
+    near = [row for row in band if math.isclose(row[0], 5.0, rel_tol=REL_TOL, abs_tol=ABS_TOL)]
+    assert 1 < len(near) < 20
+    assert results_match(near, [(5.0,)], ordered=False, rule="bird")  # each of them alone is the gold, pairwise
+
+
+@pytest.mark.parametrize("rule", ["bird", "spider"])
+def test_a_gold_band_is_not_matched_by_one_value(rule: str) -> None:
+    """Grouping within the gold does not chain either: a gold band of distinct values is many values."""
+    gold = [(5.0 + i * 9e-10,) for i in range(3000)]
+    assert not results_match([(5.0,)], gold, ordered=False, rule=rule)  # type: ignore[arg-type]
+    assert results_match(gold, gold, ordered=False, rule=rule)  # type: ignore[arg-type]
+
+
+# Gold values far apart (no two within a thousand tolerances): which gold an answer value is close to is unambiguous.
+gold_values = st.lists(
+    st.integers(-(10**6), 10**6).map(lambda n: n * 0.37) | st.sampled_from([0.0, 1e-13, 1e12, -3.5e15]),
+    min_size=1,
+    max_size=4,
+    unique=True,
+)
+# Bands in units of the gold's tolerance: where the first value sits, how far apart they are, how many.
+bands = st.tuples(st.floats(-3.0, 3.0), st.floats(0.05, 2.0), st.integers(0, 6))
+
+
+@settings(max_examples=400, deadline=None)
+@given(gold=gold_values, data=st.data(), rule=st.sampled_from(["spider", "bird"]), label=st.sampled_from(["x", "y"]))
+def test_any_band_in_any_order_matches_exactly_when_every_value_is_close_to_a_gold_value(
+    gold: list[float], data: st.DataObject, rule: str, label: str
+) -> None:
+    gold = [g for g in gold if all(g == h or abs(g - h) > 1000 * max(_tolerance(g), _tolerance(h)) for h in gold)]
+    answer: list[float] = []
+    near: list[int] = []  # per gold value, how many answer values are close to it
+    for g in gold:
+        offset, step, count = data.draw(bands, label=f"band around {g!r}")
+        values = {g + (offset + i * step) * _tolerance(g) for i in range(count)}  # distinct: rows are values
+        answer += values
+        near.append(sum(math.isclose(v, g, rel_tol=REL_TOL, abs_tol=ABS_TOL) for v in values))
+    answer = data.draw(st.permutations(answer), label="row order")
+    every_value_close = sum(near) == len(answer)
+    met = all(near) if rule == "bird" else all(n == 1 for n in near)  # spider: a multiset, one value per gold row
+    expected = every_value_close and met
+    swap = rule == "spider" and data.draw(st.booleans(), label="answer columns swapped")
+    answer_rows = [(v, label) if swap else (label, v) for v in answer]
+    gold_rows = [(label, g) for g in gold]
+    assert results_match(answer_rows, gold_rows, ordered=False, rule=rule) is expected  # type: ignore[arg-type]

@@ -1,6 +1,7 @@
 import asyncio
 import hashlib
 import io
+import json
 import re
 import shutil
 import sqlite3
@@ -488,5 +489,25 @@ def test_consecutive_seeds_visit_every_question_once_and_repeat_exactly(start: i
         assert sorted(seen) == sorted(q.id for q in env.questions)
         assert env.reset(seed=start)[0] == env.reset(seed=start)[0]
         assert env.reset(seed=start)[1]["question_id"] == seen[0]
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("rule", ["bird", "spider"])
+def test_a_band_of_floats_from_a_recursive_cte_does_not_forge_a_float_answer(tmp_path: Path, rule: str) -> None:
+    """An adversary's answer: 3,000 distinct floats 9e-10 apart around the gold's value (each close to the next)."""
+    root = tmp_path / "bird"
+    shutil.copytree(SAMPLES / "bird" / "dev_databases", root / "dev_databases")
+    question = {"db_id": "cards", "question": "What is five?", "evidence": "", "SQL": "SELECT 5.0"}
+    (root / "dev.json").write_text(json.dumps([question]))
+    env = gem_core.make("sql:BIRD-v0", path=str(root), match=rule)
+    band = "WITH RECURSIVE b(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM b WHERE i < 2999) "
+    try:
+        env.reset(options={"index": 0})
+        forged = env.step(f"<answer>{band}SELECT 5.0 + (i - 1500) * 9e-10 FROM b</answer>")
+        assert forged[1] == 0.0 and not forged[4]["success"]
+        env.reset(options={"index": 0})  # the gold's value computed another way (4.999999999999998) still scores
+        tenths = "WITH RECURSIVE s(i, t) AS (SELECT 0, 0.0 UNION ALL SELECT i + 1, t + 0.1 FROM s WHERE i < 50) "
+        assert env.step(f"<answer>{tenths}SELECT t FROM s WHERE i = 50</answer>")[1] == 1.0
     finally:
         env.close()

@@ -15,6 +15,7 @@ Faults: ``CAPACITY_REACHED`` is retried with exponential backoff up to ``capacit
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import math
@@ -48,6 +49,53 @@ class _SessionLost(Exception):
     """The socket that carried the episode closed; OpenEnv's client would reconnect to a new, empty session."""
 
 
+#: The one message the client adds: a ``state`` request sent right behind each reset and step, whose answer
+#: must be the next frame after the reset's or step's own (OpenEnv's protocol carries no request ids).
+_BARRIER = json.dumps({"type": "state"})
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400 parses as inf
+        raise ValueError(f"the number {text[:40]} is out of the float range")
+    return value
+
+
+def parse_frame(raw: str | bytes) -> Any:
+    """``raw`` as JSON, strictly: NaN, Infinity, floats past the float range are not JSON numbers.
+
+    Raises:
+        _BadReply: it is not JSON, or holds such a number (or an integer too long to read, or nests too deep).
+    """
+    try:
+        return json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
+    except json.JSONDecodeError as exc:
+        raise _BadReply(f"the frame is not JSON ({exc.msg} at char {exc.pos})") from None
+    except ValueError as exc:  # NaN/Infinity, 1e400, an integer of more than 4300 digits
+        raise _BadReply(f"the frame is not JSON ({str(exc)[:120]})") from None
+    except RecursionError:
+        raise _BadReply("the frame nests too deep to read") from None
+
+
+def reward_value(reward: Any) -> float:
+    """The reward of an observation frame as a finite float (``None`` is 0).
+
+    Raises:
+        _BadReply: it is not a number (a boolean, a string), or not a finite one (an integer past the float range).
+    """
+    if reward is None:
+        return 0.0
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)):
+        raise _BadReply(f"'reward' is {reward!r:.60}, not a number or null")
+    try:
+        value = float(reward)
+    except OverflowError:  # 10**400: an int Python reads, no float holds
+        value = math.inf
+    if not math.isfinite(value):
+        raise _BadReply(f"'reward' is {str(reward)[:40]}, not a finite number")
+    return value
+
+
 def check_reply(kind: str, response: Any) -> dict[str, Any]:
     """``response`` if it is a well-formed OpenEnv answer to a ``kind`` message (``reset``/``step``/``state``).
 
@@ -57,60 +105,119 @@ def check_reply(kind: str, response: Any) -> dict[str, Any]:
     if not isinstance(response, dict):
         raise _BadReply(f"the frame is JSON {type(response).__name__}, not an object")
     if response.get("type") == "error":  # OpenEnv's client turns it into its RuntimeError with the code
-        if not isinstance(response.get("data", {}), dict):
-            raise _BadReply(f"the error frame's 'data' is {type(response.get('data')).__name__}, not an object")
+        data = response.get("data", {})
+        if not isinstance(data, dict):
+            raise _BadReply(f"the error frame's 'data' is {type(data).__name__}, not an object")
+        code = data.get("code", "UNKNOWN")
+        if not isinstance(code, str) or not re.fullmatch(r"[A-Z_]{1,64}", code):
+            raise _BadReply(f"the error frame's 'code' is {code!r:.60}, not an OpenEnv error code")
         return response
     expected = "state" if kind == "state" else "observation"
     if response.get("type") != expected:
-        raise _BadReply(f"a {kind!r} was answered with a frame of type {response.get('type')!r}, not {expected!r}")
+        raise _BadReply(f"a {kind!r} was answered with a frame of type {response.get('type')!r:.60}, not {expected!r}")
     data = response.get("data")
     if not isinstance(data, dict):
         raise _BadReply(f"the {expected} frame's 'data' is {type(data).__name__}, not an object")
     if expected == "observation":
-        reward, done, observation = data.get("reward"), data.get("done", False), data.get("observation", {})
+        done, observation = data.get("done", False), data.get("observation", {})
         if not isinstance(observation, dict):
             raise _BadReply(f"'observation' is {type(observation).__name__}, not an object")
-        if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float))):
-            raise _BadReply(f"'reward' is {reward!r}, not a number or null")
-        if reward is not None and not math.isfinite(reward):
-            raise _BadReply(f"'reward' is {reward!r}, not finite")
+        reward_value(data.get("reward"))
         if not isinstance(done, bool):
-            raise _BadReply(f"'done' is {done!r}, not a boolean")
+            raise _BadReply(f"'done' is {done!r:.60}, not a boolean")
         metadata = data.get("metadata")
         if metadata is not None and not isinstance(metadata, dict):
             raise _BadReply(f"'metadata' is {type(metadata).__name__}, not an object")
     return response
 
 
+def _check_barrier(kind: str, frame: Any) -> None:
+    """The frame after a ``kind``'s answer must answer the barrier: a state (or an error, e.g. a state that raised).
+
+    Raises:
+        _BadReply: another frame came first: the server sent an extra or duplicated frame, or left one out.
+    """
+    if isinstance(frame, dict) and frame.get("type") == "state" and isinstance(frame.get("data"), dict):
+        return
+    if isinstance(frame, dict) and frame.get("type") == "error":
+        check_reply("state", frame)
+        return
+    what = frame.get("type") if isinstance(frame, dict) else type(frame).__name__
+    raise _BadReply(
+        f"the frame after the {kind}'s answer is {what!r:.60}, not the answer to the 'state' request sent right "
+        f"behind the {kind}: the server sent an extra or duplicated frame or left one out, so the answers no "
+        "longer match the requests"
+    )
+
+
 def _strict_client(base_url: str, message_timeout_s: float) -> Any:
-    """OpenEnv's ``GenericEnvClient`` that checks every frame and never moves an episode to a new socket."""
+    """OpenEnv's ``GenericEnvClient``, strict: every frame checked, each answer matched to its request.
+
+    An episode never moves to a new socket (OpenEnv's client would reconnect to a new, empty session).
+    """
     from openenv.core.generic_client import GenericEnvClient
+    from websockets.exceptions import ConnectionClosed
     from websockets.protocol import State
 
     class StrictClient(GenericEnvClient):
         #: The socket of the current episode (set by reset); a step goes out on it or not at all.
         episode_socket: Any = None
-        kind = ""
 
-        async def _receive(self) -> dict[str, Any]:
+        async def _receive(self) -> Any:
+            socket = self._ws
+            if socket is None:
+                raise _SessionLost("the connection closed before the answer arrived")
             try:
-                return check_reply(self.kind, await super()._receive())
-            except json.JSONDecodeError as exc:
-                raise _BadReply(f"the frame is not JSON ({exc.msg} at char {exc.pos})") from None
+                raw = await asyncio.wait_for(socket.recv(), timeout=self._message_timeout)
+            except (asyncio.TimeoutError, asyncio.CancelledError):
+                # The late answer would be read as the next request's: this socket is never read again.
+                self._ws = self._ws_loop = None
+                self._schedule_socket_close(socket)
+                raise
+            return parse_frame(raw)
 
         async def _send_and_receive(self, message: dict[str, Any]) -> dict[str, Any]:
-            self.kind = kind = str(message.get("type"))
+            kind = str(message.get("type"))
             pinned = self.episode_socket
             if kind == "step" and (pinned is None or self._ws is not pinned or pinned.state is not State.OPEN):
-                raise _SessionLost("the connection that carried this episode closed before the step was sent")
-            response = await super()._send_and_receive(message)
+                raise _SessionLost(f"the connection that carried this episode closed{_close_reason(pinned)}")
+            await self._ensure_connected()
+            socket = self._ws
+            barrier = kind in ("reset", "step")
+            with contextlib.suppress(ConnectionClosed):  # a refused session sends its error frame, then closes
+                await socket.send(json.dumps(message))
+                if barrier:
+                    await socket.send(_BARRIER)
+            response = check_reply(kind, await self._receive())
+            error = response.get("type") == "error"
+            if barrier:
+                try:
+                    _check_barrier(kind, await self._receive())
+                except (ConnectionClosed, _SessionLost):
+                    if not error:  # only a refusal (error frame) may close the socket before the barrier's answer
+                        raise
             if kind == "step" and self._ws is not pinned:
                 raise _SessionLost("the step reached a new session, not this episode's")
             if kind == "reset":
                 self.episode_socket = self._ws
+            if error:
+                data = response.get("data", {})
+                raise RuntimeError(
+                    f"Server error: {str(data.get('message', 'Unknown error'))[:2000]} "
+                    f"(code: {data.get('code', 'UNKNOWN')})"
+                )
             return response
 
     return StrictClient(base_url=base_url, message_timeout_s=message_timeout_s).sync()
+
+
+def _close_reason(socket: Any) -> str:
+    """`` (closed by the server: CODE REASON)`` when the server closed ``socket`` saying why, else nothing."""
+    code = getattr(socket, "close_code", None)
+    if not isinstance(code, int):
+        return ""
+    reason = getattr(socket, "close_reason", "") or "no reason given"
+    return f" (closed with code {code}: {reason})"
 
 
 def error_code(exc: BaseException) -> str | None:
@@ -234,16 +341,35 @@ class ActionFormat:
             return self._example_value(options[0])
         kind = self._kinds(field)[0]
         if kind in ("integer", "number"):
-            low = field.get("minimum", field.get("exclusiveMinimum", -1) + 1)
-            return int(low) if kind == "integer" else float(low)
+            low = _number(field.get("minimum"), _number(field.get("exclusiveMinimum"), -1) + 1)
+            if kind == "integer":
+                return math.ceil(low)
+            try:
+                return float(low)
+            except OverflowError:  # a bound past the float range: the bound itself is the example
+                return low
         if kind == "object":
             properties = field.get("properties", {})
             return {k: self._example_value(properties.get(k, {})) for k in field.get("required", [])}
-        if kind == "array":
-            return [self._example_value(field.get("items", {}))] * int(field.get("minItems", 0))
+        if kind == "array":  # a server's huge minItems/minLength gives a short, failing example, not a huge one
+            count = min(math.ceil(_number(field.get("minItems"), 0)), _MAX_EXAMPLE)
+            return [self._example_value(field.get("items", {}))] * count
         if kind == "string":
-            return "x" * max(1, int(field.get("minLength", 1)))
+            return "x" * max(1, min(math.ceil(_number(field.get("minLength"), 1)), _MAX_EXAMPLE))
         return {"boolean": False, "null": None}.get(kind, "x")
+
+
+#: The longest string or array :meth:`ActionFormat.example` builds.
+_MAX_EXAMPLE = 1000
+
+
+def _number(value: Any, default: int) -> Any:
+    """``value`` when it is a finite number (not a boolean), else ``default``; integers stay integers."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return default
+    if isinstance(value, float) and not math.isfinite(value):
+        return default
+    return value
 
 
 def _no_constant(name: str) -> Any:
@@ -341,8 +467,8 @@ class OpenEnvEnv(Env):
                 "is it running (e.g. 'gem serve ID --port N' or the env's own server)?"
             ) from exc
         try:
-            result = response.json()
-        except ValueError as exc:
+            result = parse_frame(response.content)  # strict: no NaN/Infinity bounds in a schema
+        except _BadReply as exc:
             result = exc
         if not isinstance(result, dict):
             raise EnvServerError(
@@ -463,7 +589,7 @@ class OpenEnvEnv(Env):
         else:  # OpenEnv's done ends the episode; only a boolean 'truncated' makes it a cut, not a terminal state
             truncated = flags[1] is True and done
             terminated = done and not truncated
-        reward = float(result.reward) if result.reward is not None else 0.0
+        reward = reward_value(result.reward)  # checked when the frame arrived
         gem_info = observation.get("info")
         if isinstance(gem_info, dict) and "terminated" in observation:  # a gem server: its info as is
             info = dict(gem_info)

@@ -10,12 +10,20 @@ attribute OpenEnv's ``/mcp`` and WebSocket ``mcp`` messages read (``tools/list``
 OpenEnv's plain HTTP ``/reset`` and ``/step`` build a fresh env per request; ``/step`` replays
 the episode from ``seed`` and ``history`` (the earlier actions) sent next to the action, so a
 stateless client gets the same episode as a WebSocket session.
+
+Nothing holds the server forever: a WebSocket session that sends nothing for ``idle_timeout_s``
+while the server waits on it is closed (its slot freed), and steps that ran past their time limit
+and still run (Python cannot stop a thread) are counted: at ``max_hung_steps`` of them the server
+is degraded (``/health`` answers 503 and steps are refused until one ends), so hung steps leave a
+bounded number of threads behind.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
+import json
 import math
 import threading
 from collections.abc import Awaitable, Callable, Mapping
@@ -32,7 +40,25 @@ from gem_core.loop import LoopThread
 from gem_core.tools.base import Tool
 from gem_core.tools.safety import UnsafeValue, clean_arguments
 
-__all__ = ["GemAction", "GemEnvironment", "GemObservation", "GemState", "build_app", "json_safe"]
+__all__ = [
+    "DEFAULT_IDLE_TIMEOUT_S",
+    "DEFAULT_MAX_HUNG_STEPS",
+    "IDLE_CLOSE_CODE",
+    "GemAction",
+    "GemEnvironment",
+    "GemObservation",
+    "GemState",
+    "HungSteps",
+    "build_app",
+    "json_safe",
+]
+
+#: Seconds a WebSocket session may wait on its client before the server closes it (``gem serve --idle-timeout``).
+DEFAULT_IDLE_TIMEOUT_S = 600.0
+#: Steps past their time limit that may still run before the server is degraded (``gem serve --max-hung-steps``).
+DEFAULT_MAX_HUNG_STEPS = 4
+#: The WebSocket close code of a session closed for idleness (private range; 408 as in HTTP's Request Timeout).
+IDLE_CLOSE_CODE = 4408
 
 
 class GemAction(Action):
@@ -130,18 +156,57 @@ def _tool_call(tool: Tool, loop: LoopThread | None) -> Callable[..., Awaitable[d
     return call
 
 
+class HungSteps:
+    """The steps of one server that ran past their time limit and still run, capped at ``limit``.
+
+    Python cannot stop a thread, so each such step keeps its thread (and its abandoned env) until it
+    returns by itself. At ``limit`` of them the server is degraded: new steps are refused (no new
+    thread starts) and ``/health`` says so, until one ends.
+
+    Args:
+        limit: How many may run at once before steps are refused.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._threads: set[threading.Thread] = set()
+        self._lock = threading.Lock()
+
+    def add(self, thread: threading.Thread) -> None:
+        with self._lock:
+            self._threads.add(thread)
+
+    def count(self) -> int:
+        """How many still run (ended ones are forgotten here)."""
+        with self._lock:
+            self._threads = {thread for thread in self._threads if thread.is_alive()}
+            return len(self._threads)
+
+    def degraded(self) -> str | None:
+        """Why the server refuses steps, or ``None`` while it takes them."""
+        hung = self.count()
+        if hung < self.limit:
+            return None
+        return (
+            f"{hung} steps ran past their time limit and still run (the cap, --max-hung-steps, is {self.limit}); "
+            "this server refuses steps until one ends: fix or replace the env that hangs, or restart the server"
+        )
+
+
 class GemEnvironment(Environment[GemAction, GemObservation, GemState]):
     """An OpenEnv environment playing one gem id; OpenEnv builds one per session.
 
     A step that raises or runs past ``step_timeout_s`` (or the request's ``timeout_s``) ends the
     episode: the client gets OpenEnv's ``EXECUTION_ERROR`` naming the env and the cause, every later
     step is refused until a reset, and that reset runs on a new env (a hung step may still be running
-    in the old one).
+    in the old one, which its thread closes when the step returns).
 
     Args:
         env_id: The registered gem id.
         make_kwargs: Constructor overrides for ``gem_core.make``.
         step_timeout_s: The longest one ``step`` may take; ``None``: no limit.
+        hung_steps: The server's count of steps past their limit (shared by its sessions); at its
+            limit steps are refused. ``None``: counted per environment.
 
     Raises:
         GemCoreError: the id or kwargs are wrong (OpenEnv reports ``FACTORY_ERROR``).
@@ -151,12 +216,19 @@ class GemEnvironment(Environment[GemAction, GemObservation, GemState]):
     SUPPORTS_CONCURRENT_SESSIONS = True
 
     def __init__(
-        self, env_id: str, make_kwargs: Mapping[str, Any] | None = None, step_timeout_s: float | None = None
+        self,
+        env_id: str,
+        make_kwargs: Mapping[str, Any] | None = None,
+        step_timeout_s: float | None = None,
+        hung_steps: HungSteps | None = None,
     ) -> None:
         super().__init__()
         self.env_id = env_id
         self.make_kwargs = dict(make_kwargs or {})
         self.step_timeout_s = step_timeout_s
+        self.hung_steps = hung_steps or HungSteps(DEFAULT_MAX_HUNG_STEPS)
+        #: The env is left to a step thread that ran past its limit (that thread closes it, never this session).
+        self._abandoned = False
         self._build()
         self._state = GemState(env_id=env_id)
         self._reset_done = False
@@ -185,10 +257,12 @@ class GemEnvironment(Environment[GemAction, GemObservation, GemState]):
             raise ConfigError(f"reset 'options' must be an object of the env's reset options, got {options!r:.200}")
         merged = {**(options or {}), **kwargs}
         if self._failed is not None:  # the old env's state is unknown (a hung step may still run in it)
-            with contextlib.suppress(Exception):
-                self.env.close()
+            if not self._abandoned:  # an abandoned env is its step thread's to close, after its step returns
+                with contextlib.suppress(Exception):
+                    self.env.close()
             self._build()
             self._failed = None
+            self._abandoned = False
         self._reset_done = False
         obs, info = self.env.reset(seed=seed, options=merged or None)
         self._state = GemState(env_id=self.env_id, episode_id=episode_id, seed=seed)
@@ -246,21 +320,37 @@ class GemEnvironment(Environment[GemAction, GemObservation, GemState]):
     def _timed_step(self, text: str, timeout_s: float | None) -> Any:
         """``env.step(text)`` within the tighter of ``step_timeout_s`` and ``timeout_s``; a failure ends the episode."""
         limits = [t for t in (self.step_timeout_s, timeout_s) if t is not None]
+        if limits and (why := self.hung_steps.degraded()) is not None:  # no new thread: the env is left as it is
+            raise EnvStepTimeout(f"{self.env_id}: step refused: {why}")
         try:
             if not limits:
                 return self.env.step(text)
             outcome: dict[str, Any] = {}
+            settled = threading.Lock()  # the step's end and its abandonment: whichever comes first decides
+            env = self.env
 
             def run() -> None:
                 try:
-                    outcome["result"] = self.env.step(text)
+                    outcome["result"] = env.step(text)
                 except BaseException as exc:  # handed to the waiting thread as is
                     outcome["error"] = exc
+                with settled:
+                    outcome["done"] = True
+                    abandoned = "abandoned" in outcome
+                if abandoned:  # the session moved on to a new env; this one is this thread's to close
+                    with contextlib.suppress(Exception):
+                        env.close()
 
             worker = threading.Thread(target=run, name=f"gem-serve-step-{self.env_id}", daemon=True)
             worker.start()
             worker.join(min(limits))
-            if worker.is_alive():  # Python cannot stop the thread: the env is abandoned, the next reset builds anew
+            with settled:
+                hung = "done" not in outcome
+                if hung:
+                    outcome["abandoned"] = True
+            if hung:  # Python cannot stop the thread: the env is abandoned, the next reset builds anew
+                self._abandoned = True
+                self.hung_steps.add(worker)
                 raise EnvStepTimeout(
                     f"{self.env_id}: step ran past {min(limits):g}s; the episode is lost: reset (a new env is built)"
                 )
@@ -302,7 +392,8 @@ class GemEnvironment(Environment[GemAction, GemObservation, GemState]):
         )
 
     def close(self) -> None:
-        self.env.close()
+        if not self._abandoned:  # else a hung step still runs in it; its thread closes it when the step returns
+            self.env.close()
 
 
 def _gem_version() -> str:
@@ -320,29 +411,106 @@ def build_app(
     *,
     max_sessions: int = 8,
     step_timeout_s: float | None = None,
+    idle_timeout_s: float | None = DEFAULT_IDLE_TIMEOUT_S,
+    max_hung_steps: int = DEFAULT_MAX_HUNG_STEPS,
 ) -> Any:
     """OpenEnv's FastAPI app (``create_app``) serving ``env_id``, at most ``max_sessions`` sessions at once.
 
-    ``step_timeout_s`` bounds each step (see :class:`GemEnvironment`).
+    ``step_timeout_s`` bounds each step (see :class:`GemEnvironment`). A WebSocket session that sends
+    nothing for ``idle_timeout_s`` while the server waits on it is closed with code
+    :data:`IDLE_CLOSE_CODE` (its slot freed; OpenEnv's HTTP sessions are reaped after as long idle);
+    ``None`` or 0 keeps idle sessions forever. At ``max_hung_steps`` steps past their time limit still
+    running, the server refuses steps and ``/health`` answers 503 ``degraded`` until one ends.
 
     Raises:
+        ConfigError: a bound is not a positive number (``idle_timeout_s``: or 0/``None``).
         GemCoreError: ``env_id`` or ``make_kwargs`` do not build (checked once here, before serving).
     """
+    from openenv.core.env_server.types import ConcurrencyConfig
+
+    if idle_timeout_s is not None and (
+        isinstance(idle_timeout_s, bool) or not isinstance(idle_timeout_s, (int, float)) or not idle_timeout_s >= 0
+    ):
+        raise ConfigError(f"idle_timeout_s must be seconds >= 0 (0 or None: no idle timeout), got {idle_timeout_s!r}")
+    if isinstance(max_hung_steps, bool) or not isinstance(max_hung_steps, int) or max_hung_steps < 1:
+        raise ConfigError(f"max_hung_steps must be an integer >= 1, got {max_hung_steps!r}")
+    idle = float(idle_timeout_s) if idle_timeout_s and math.isfinite(idle_timeout_s) else None
     probe = GemEnvironment(env_id, make_kwargs)  # a wrong id or kwargs fails here, not per session
     probe.close()
-    factory = functools.partial(GemEnvironment, env_id, dict(make_kwargs or {}), step_timeout_s)
+    hung_steps = HungSteps(max_hung_steps)
+    factory = functools.partial(GemEnvironment, env_id, dict(make_kwargs or {}), step_timeout_s, hung_steps)
     app = create_app(
         factory,
         GemAction,
         GemObservation,
         env_name=env_id.replace(":", "_"),
-        max_concurrent_envs=max_sessions,
+        concurrency_config=ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=idle),
         state_cls=GemState,
     )
     # Plain HTTP /reset and /step: a gem error is the client's to fix (409 with gem's message), not a bare 500.
     # The WebSocket path answers its own EXECUTION_ERROR frames and never reaches this handler.
     app.add_exception_handler(GemCoreError, _gem_error_response)
+    app.add_middleware(_Bounds, idle_timeout_s=idle, hung_steps=hung_steps)
+    app.state.hung_steps = hung_steps
     return app
+
+
+class _Bounds:
+    """ASGI middleware: closes WebSocket sessions idle past ``idle_timeout_s``; ``/health`` says when degraded.
+
+    Idle means the server waits for the client's next message (a step still running is not idle) and
+    WebSocket pings do not count: a client that holds a session without using it loses it.
+    """
+
+    def __init__(self, app: Any, *, idle_timeout_s: float | None, hung_steps: HungSteps) -> None:
+        self.app = app
+        self.idle_timeout_s = idle_timeout_s
+        self.hung_steps = hung_steps
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope.get("path") == "/health":
+            why = self.hung_steps.degraded()
+            if why is not None:
+                await _send_json(send, 503, {"status": "degraded", "detail": why})
+                return
+        if scope["type"] != "websocket" or self.idle_timeout_s is None:
+            await self.app(scope, receive, send)
+            return
+        idle_timeout_s = self.idle_timeout_s
+        pending: asyncio.Future[Any] | None = None  # the client's next message, kept across waits (never lost)
+        closed = False
+
+        async def bounded_receive() -> Any:
+            nonlocal pending, closed
+            if closed:
+                return {"type": "websocket.disconnect", "code": IDLE_CLOSE_CODE}
+            if pending is None:
+                pending = asyncio.ensure_future(receive())
+            done, _ = await asyncio.wait({pending}, timeout=idle_timeout_s)
+            if not done:
+                closed = True
+                reason = f"idle for {idle_timeout_s:g}s (gem serve --idle-timeout): session closed"
+                await send({"type": "websocket.close", "code": IDLE_CLOSE_CODE, "reason": reason})
+                return {"type": "websocket.disconnect", "code": IDLE_CLOSE_CODE}  # the app frees the session
+            message, pending = pending.result(), None
+            return message
+
+        async def guarded_send(message: dict[str, Any]) -> None:
+            if not closed:  # after an idle close the app's own close (or a late frame) has no socket to go to
+                await send(message)
+
+        try:
+            await self.app(scope, bounded_receive, guarded_send)
+        finally:
+            if pending is not None:
+                pending.cancel()
+
+
+async def _send_json(send: Any, status: int, body: dict[str, Any]) -> None:
+    payload = json.dumps(body).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
 
 
 async def _gem_error_response(request: Any, exc: Exception) -> Any:

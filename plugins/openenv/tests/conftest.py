@@ -24,7 +24,7 @@ class Server:
     def __init__(self, argv: list[str], port: int) -> None:
         self.url = f"http://127.0.0.1:{port}"
         self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 300  # a loaded machine (OpenEnv imports slowly; 120 s was once too short)
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"{argv} exited: {self.process.stdout.read() if self.process.stdout else ''}")
@@ -34,7 +34,7 @@ class Server:
             except httpx.HTTPError:
                 time.sleep(0.2)
         self.kill()
-        raise RuntimeError(f"{argv} did not answer /health in 60 s")
+        raise RuntimeError(f"{argv} did not answer /health in 300 s")
 
     def kill(self) -> None:
         if self.process.poll() is None:
@@ -52,15 +52,16 @@ def start(
     sessions: int = 4,
     kw: tuple[str, ...] = (),
     port: int | None = None,
+    flags: tuple[str, ...] = (),
 ) -> Server:
     """Start ``gem serve ID`` (``gem=ID``), a native OpenEnv server (``native=KIND``) or an exported
-    package's ``server.app:app`` (``app_dir=``) on ``port`` (default: a free one)."""
+    package's ``server.app:app`` (``app_dir=``) on ``port`` (default: a free one); ``flags`` go to ``gem serve``."""
     port = port or free_port()
     if app_dir is not None:
         argv = [sys.executable, "-m", "uvicorn", "server.app:app", "--app-dir", str(app_dir), "--port", str(port)]
     elif gem is not None:
         argv = [GEM, "serve", gem, "--port", str(port), "--max-sessions", str(sessions)]
-        argv += [f"--kw={item}" for item in kw]
+        argv += [f"--kw={item}" for item in kw] + list(flags)
     else:
         argv = [sys.executable, str(HERE / "native_server.py"), str(native), str(port), str(sessions)]
     return Server(argv, port)

@@ -2,7 +2,8 @@
 
 ``python native_server.py KIND PORT MAX_SESSIONS``; KIND is ``target`` (a JSON action with two
 fields) or ``echo`` (a one-field text action); they stand for any env published for OpenEnv. ``mirror``
-is a hostile server that breaks the protocol on request (see :func:`mirror_app`).
+is a hostile server that breaks the protocol on request (see :func:`mirror_app`), ``script`` one that answers
+each message with the frames a script says: extra, duplicated, missing or malformed (see :func:`script_app`).
 """
 
 from __future__ import annotations
@@ -124,8 +125,60 @@ def mirror_app() -> Any:
                     await socket.send_text(observation("stale"))
                 elif message["type"] == "step":
                     await socket.send_text(message["data"]["message"])
+                elif message["type"] == "state":
+                    await socket.send_text(json.dumps({"type": "state", "data": {"step_count": 0}}))
                 else:
                     break
+        except WebSocketDisconnect:
+            pass
+
+    return app
+
+
+def script_app() -> Any:
+    """A server that answers each message with the frames a script says (OpenEnv's frames, others, or none).
+
+    A ``reset`` message carries ``script``: for the reset itself and each reset or step after it on the socket,
+    the list of frames (texts) to answer it with, in order; and ``state_script``, the same for ``state``
+    messages. Past a script's end (and without one) a reset or step gets a proper observation and a ``state`` a
+    proper state. A ``close`` ends the session.
+    """
+    app = FastAPI()
+    schema = {
+        "action": {"properties": {"message": {"type": "string"}}, "required": ["message"], "type": "object"},
+        "observation": {"properties": {"reply": {"type": "string"}}, "type": "object"},
+    }
+
+    @app.get("/health")
+    def health() -> dict[str, str]:
+        return {"status": "healthy"}
+
+    @app.get("/schema")
+    def get_schema() -> dict[str, Any]:
+        return schema
+
+    @app.websocket("/ws")
+    async def session(socket: WebSocket) -> None:
+        await socket.accept()
+        scripts: dict[str, list[list[str]]] = {"script": [], "state_script": []}
+        try:
+            while True:
+                message = json.loads(await socket.receive_text())
+                kind = message.get("type")
+                if kind == "close":
+                    break
+                if kind == "reset":
+                    scripts = {key: list((message.get("data") or {}).get(key) or []) for key in scripts}
+                script = scripts["state_script" if kind == "state" else "script"]
+                if script:
+                    frames = script.pop(0)
+                elif kind == "state":
+                    frames = [json.dumps({"type": "state", "data": {"step_count": 0}})]
+                else:
+                    reply = {"observation": {"reply": "default"}, "reward": 0.0, "done": False}
+                    frames = [json.dumps({"type": "observation", "data": reply})]
+                for frame in frames:
+                    await socket.send_text(frame)
         except WebSocketDisconnect:
             pass
 
@@ -136,6 +189,8 @@ if __name__ == "__main__":
     kind, port, sessions = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     if kind == "mirror":
         app = mirror_app()
+    elif kind == "script":
+        app = script_app()
     elif kind == "target":
         app = create_app(TargetEnvironment, MoveAction, TargetObservation, max_concurrent_envs=sessions)
     else:

@@ -32,6 +32,15 @@ def test_step_timeout_must_be_positive(value: str) -> None:
     assert "--step-timeout" in err.getvalue()
 
 
+@pytest.mark.parametrize(
+    "flag", ["--idle-timeout=-1", "--idle-timeout=nan", "--max-hung-steps=0"], ids=["negative", "nan", "zero"]
+)
+def test_idle_timeout_and_max_hung_steps_are_checked(flag: str) -> None:
+    err = io.StringIO()
+    assert main(["serve", "core:NumberGuess-v0", flag], stdout=io.StringIO(), stderr=err) == 2
+    assert flag.split("=")[0] in err.getvalue()
+
+
 def test_serve_and_export_are_commands() -> None:
     from gem_core.cli import COMMANDS
 

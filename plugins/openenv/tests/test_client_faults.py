@@ -6,7 +6,10 @@ session), a slow server, error frames mid-step, and ``close()`` releasing the se
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,7 +17,7 @@ from hypothesis import strategies as st
 
 import gem_core
 from gem_core.errors import EnvServerError, EnvServerUnavailable, ResetNeeded
-from gem_openenv.client import _BadReply, check_reply
+from gem_openenv.client import _BadReply, check_reply, parse_frame
 
 
 def remote(url: str, **kwargs: object) -> gem_core.Env:
@@ -49,8 +52,8 @@ frames = (
 def test_any_frame_is_a_faithful_result_or_a_typed_error(shared_server, frame: str) -> None:
     server = shared_server(native="mirror", sessions=4)
     try:
-        expected = check_reply("step", json.loads(frame))
-    except (ValueError, _BadReply):
+        expected = check_reply("step", parse_frame(frame))
+    except _BadReply:
         expected = None
     with remote(server.url) as env:
         env.reset()
@@ -153,3 +156,178 @@ def test_waits_must_be_finite_seconds(name: str, value: object) -> None:
 
     with pytest.raises(ConfigError, match=name):
         OpenEnvEnv("http://127.0.0.1:9", **{name: value})  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- frame sequences: extra, duplicated, missing, bad
+def observation_frame(reply: str, *, done: bool = False) -> str:
+    return json.dumps({"type": "observation", "data": {"observation": {"reply": reply}, "reward": 0.25, "done": done}})
+
+
+BAD_FRAMES = {
+    "not-json": "not json {",
+    "huge-int-reward": observation_frame("x").replace("0.25", "1" + "0" * 400),
+    "longer-int-than-python-reads": observation_frame("x").replace("0.25", "1" * 5000),
+    "nan-reward": observation_frame("x").replace("0.25", "NaN"),
+    "inf-reward": observation_frame("x").replace("0.25", "Infinity"),
+    "float-past-range": observation_frame("x").replace("0.25", "1e400"),
+    "bool-reward": observation_frame("x").replace("0.25", "true"),
+    "text-reward": observation_frame("x").replace("0.25", '"1"'),
+    "int-done": observation_frame("x").replace("false", "0"),
+    "nan-in-observation": observation_frame("NaN-holder").replace('"NaN-holder"', "NaN"),
+    "array": "[]",
+    "error-without-code": json.dumps({"type": "error", "data": {"message": "x", "code": 5}}),
+    "state-without-object": json.dumps({"type": "state", "data": []}),
+}
+STATE_FRAME = json.dumps({"type": "state", "data": {"step_count": 0}})
+ERROR_FRAME = json.dumps({"type": "error", "data": {"message": "the env raised", "code": "EXECUTION_ERROR"}})
+
+# What the scripted server sends for one message: mostly the right frame, else 0-3 frames of any kind.
+frame_kinds = st.sampled_from(["obs", "last", "state", "error", *BAD_FRAMES])
+answers = st.one_of(st.none(), st.none(), st.lists(frame_kinds, max_size=3))  # None: the proper answer
+
+
+def render(kinds: list[str], nonces: Any) -> list[tuple[str, str]]:
+    """(kind, frame text) per frame; observations carry a fresh nonce, so a shifted answer shows."""
+    frames = []
+    for kind in kinds:
+        if kind in ("obs", "last"):
+            nonce = f"n{next(nonces)}"
+            frames.append((f"{kind}:{nonce}", observation_frame(nonce, done=kind == "last")))
+        elif kind == "state":
+            frames.append(("state", STATE_FRAME))
+        elif kind == "error":
+            frames.append(("error", ERROR_FRAME))
+        else:
+            frames.append(("bad", BAD_FRAMES[kind]))
+    return frames
+
+
+class Model:
+    """What the client must do, frame by frame: the socket's unread frames, the script, the episode."""
+
+    def __init__(self) -> None:
+        self.stream: list[str] = []  # kinds of frames sent, not yet read
+        self.scripts: dict[str, list[list[tuple[str, str]]]] = {"script": [], "state_script": []}
+        self.connected = self.live = False
+
+    def answer(self, message: str) -> None:
+        script = self.scripts["state_script" if message == "state" else "script"]
+        if script:
+            self.stream += [kind for kind, _ in script.pop(0)]
+        else:
+            self.stream.append("state" if message == "state" else "obs:default")
+
+    def exchange(self, kind: str) -> tuple[str, str]:
+        """The outcome of a reset/step (and its barrier): ok (with the nonce), error, malformed or timeout."""
+        self.answer(kind)
+        self.answer("state")
+        if not self.stream:
+            return self.drop("timeout")
+        first = self.stream.pop(0)
+        if first.split(":")[0] not in ("obs", "last", "error"):
+            return self.drop("malformed")
+        if not self.stream:
+            return self.drop("timeout")
+        if self.stream.pop(0) not in ("state", "error"):
+            return self.drop("malformed")
+        if first == "error":
+            self.live = False
+            return ("error", "")
+        self.live = not first.startswith("last")
+        return ("ok", first.split(":")[1])
+
+    def drop(self, outcome: str) -> tuple[str, str]:
+        self.connected = self.live = False
+        self.stream = []
+        return (outcome, "")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_frame_sequence_is_each_requests_own_answer_or_a_typed_error(shared_server, data: st.DataObject) -> None:
+    """The server answers each message with any frames (extra, duplicated, missing, malformed, misplaced):
+    every reset and step returns its own answer (its nonce) or a typed error, never a neighbour's answer."""
+    server = shared_server(native="script", sessions=4)
+    ops = ["reset", *data.draw(st.lists(st.sampled_from(["step", "step", "step", "reset"]), max_size=6), "ops")]
+    nonces = itertools.count()
+    model = Model()
+    with remote(server.url, message_timeout_s=0.3) as env:
+        for at, op in enumerate(ops):
+            if op == "step" and not model.live:
+                with pytest.raises(ResetNeeded):
+                    env.step("go")
+                continue
+            if op == "reset":
+                steps = next((i for i, later in enumerate(ops[at + 1 :]) if later == "reset"), len(ops) - at - 1)
+                scripts = {}
+                for key, proper in (("script", ["obs"]), ("state_script", ["state"])):
+                    drawn = data.draw(st.lists(answers, min_size=steps + 1, max_size=steps + 1), f"{key} {at}")
+                    scripts[key] = [render(proper if kinds is None else kinds, nonces) for kinds in drawn]
+                if not model.connected:
+                    model.stream = []
+                model.connected, model.live = True, False
+                model.scripts = {key: list(script) for key, script in scripts.items()}
+                options = {key: [[text for _, text in frames] for frames in script] for key, script in scripts.items()}
+                expected = model.exchange("reset")
+                call = functools.partial(env.reset, options=options)
+            else:
+                expected = model.exchange("step")
+                call = functools.partial(env.step, "go")
+            outcome, nonce = expected
+            if outcome == "ok":
+                result = call()
+                assert result[0] == nonce  # its own answer, never a neighbour's
+                if op == "step":
+                    assert result[1:4] == (0.25, not model.live, False)
+            elif outcome == "timeout":
+                with pytest.raises(EnvServerUnavailable, match="did not answer"):
+                    call()
+            else:
+                with pytest.raises(EnvServerError) as caught:
+                    call()
+                assert caught.value.code == ("EXECUTION_ERROR" if outcome == "error" else "MALFORMED_REPLY")
+                assert server.url in str(caught.value)
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_FRAMES), ids=str)
+def test_every_malformed_number_or_frame_is_a_malformed_reply_error(shared_server, bad: str) -> None:
+    """Huge ints, NaN, Infinity, 1e400, booleans or text as numbers: the typed error, never a raw exception."""
+    server = shared_server(native="script", sessions=4)
+    with remote(server.url, message_timeout_s=5) as env:
+        env.reset(options={"script": [[observation_frame("ready")], [BAD_FRAMES[bad]]]})
+        with pytest.raises(EnvServerError, match="malformed answer to step") as caught:
+            env.step("go")
+        assert caught.value.code == "MALFORMED_REPLY"
+        with pytest.raises(ResetNeeded):
+            env.step("go")
+
+
+def test_a_server_that_answers_each_step_twice_never_shifts_the_episode(shared_server) -> None:
+    """The issue's case: from the second step on, every answer would be the previous step's."""
+    server = shared_server(native="script", sessions=4)
+    twice = [[observation_frame("ready")]] + [[observation_frame(f"turn {turn}")] * 2 for turn in range(3)]
+    with remote(server.url, message_timeout_s=5) as env:
+        env.reset(options={"script": twice})
+        with pytest.raises(EnvServerError, match="extra or duplicated frame") as caught:
+            env.step("go")
+        assert caught.value.code == "MALFORMED_REPLY"
+
+
+def test_two_idle_clients_no_longer_hold_a_two_session_server(start_server) -> None:
+    """``gem serve --max-sessions 2 --idle-timeout 1``: two clients that reset and go quiet lose their sessions."""
+    server = start_server(gem="game:GuessTheNumber-v0-easy", sessions=2, flags=("--idle-timeout", "1"))
+    idle = [remote(server.url) for _ in range(2)]
+    third = remote(server.url, capacity_wait_s=120)
+    try:
+        for env in idle:
+            env.reset(seed=1)
+        assert "number" in third.reset(seed=2)[0].lower()  # without the timeout: EnvServerAtCapacity
+        with pytest.raises(
+            EnvServerUnavailable, match=r"closed with code 4408: idle for 1s \(gem serve --idle-timeout"
+        ):
+            idle[0].step("\\boxed{3}")
+        with pytest.raises(ResetNeeded):
+            idle[0].step("\\boxed{3}")
+    finally:
+        for env in (*idle, third):
+            env.close()

@@ -15,7 +15,8 @@ from starlette.testclient import TestClient
 
 import gem_core
 from gem_core.core import Env
-from gem_openenv.server import build_app
+from gem_core.errors import ConfigError
+from gem_openenv.server import IDLE_CLOSE_CODE, build_app
 
 BUILT = itertools.count()
 
@@ -159,3 +160,113 @@ def test_any_websocket_reset_seed_is_the_in_process_episode_or_an_error(game: An
     else:
         assert answer["type"] == "error" and answer["data"]["code"] == "EXECUTION_ERROR"
         assert "seed" in answer["data"]["message"]
+
+
+class Hangs(Env):
+    """Hangs in every step until ``release`` is set (a step no time limit can stop: Python cannot kill a thread)."""
+
+    release = threading.Event()
+    #: How many envs were closed after a step ran in them.
+    closed_after_step = 0
+
+    def __init__(self) -> None:
+        self.stepped = False
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        return "ready", {}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        self.stepped = True
+        self.release.wait(60)
+        return "late", 0.0, False, False, {}
+
+    def close(self) -> None:
+        if self.stepped:
+            type(self).closed_after_step += 1
+
+
+gem_core.register("test:Hangs-v0", Hangs, override=True)
+
+
+def hung_threads() -> int:
+    return sum(thread.name == "gem-serve-step-test:Hangs-v0" for thread in threading.enumerate())
+
+
+def test_fifteen_hung_steps_leave_a_bounded_number_of_threads_and_health_says_degraded() -> None:
+    """Each hung step keeps its thread; at --max-hung-steps of them steps are refused and /health answers 503."""
+    Hangs.release.clear()
+    app = build_app("test:Hangs-v0", max_sessions=2, step_timeout_s=0.2, max_hung_steps=3)
+    try:
+        with TestClient(app) as test_client:
+            assert test_client.get("/health").json()["status"] == "healthy"
+            messages = []
+            for _ in range(15):
+                with test_client.websocket_connect("/ws") as socket:
+                    send(socket, "reset")
+                    messages.append(send(socket, "step", {"text": "x"})["data"]["message"])
+            assert [("ran past 0.2s" in m) for m in messages] == [True] * 3 + [False] * 12
+            assert all("step refused: 3 steps ran past their time limit" in m for m in messages[3:])
+            assert hung_threads() == 3  # 15 before the cap: one thread per hung step
+            health = test_client.get("/health")
+            assert health.status_code == 503 and health.json()["status"] == "degraded"
+            assert "--max-hung-steps" in health.json()["detail"]
+            replay = test_client.post("/step", json={"action": {"text": "x"}, "seed": 1})  # HTTP is refused too
+            assert replay.status_code == 504 and "step refused" in replay.json()["detail"]
+            closed_before = Hangs.closed_after_step
+            Hangs.release.set()  # the hung steps end by themselves: their threads close their abandoned envs
+            for thread in [t for t in threading.enumerate() if t.name == "gem-serve-step-test:Hangs-v0"]:
+                thread.join(30)
+            assert hung_threads() == 0 and Hangs.closed_after_step - closed_before == 3
+            assert test_client.get("/health").json()["status"] == "healthy"
+            with test_client.websocket_connect("/ws") as socket:  # steps are taken again
+                send(socket, "reset")
+                assert send(socket, "step", {"text": "x"})["data"]["observation"]["text"] == "late"
+    finally:
+        Hangs.release.set()
+
+
+def test_idle_sessions_are_closed_and_free_their_slots() -> None:
+    """Two sessions that send nothing no longer hold a 2-session server: each is closed after the idle timeout."""
+    app = build_app("test:Faulty-v0", max_sessions=2, idle_timeout_s=0.3)
+    with (
+        TestClient(app) as test_client,
+        test_client.websocket_connect("/ws") as one,
+        test_client.websocket_connect("/ws") as two,
+    ):
+        send(one, "reset")
+        send(two, "reset")
+        for socket in (one, two):  # the next thing either gets is the server's close, not a frame
+            closing = socket.receive()
+            assert closing["type"] == "websocket.close" and closing["code"] == IDLE_CLOSE_CODE
+            assert "idle for 0.3s" in closing["reason"]
+        with test_client.websocket_connect("/ws") as three:  # a slot is free
+            assert send(three, "reset")["type"] == "observation"
+
+
+def test_a_step_longer_than_the_idle_timeout_is_not_idleness() -> None:
+    """Idle is the server waiting on the client; a step still running (here 0.5 s against 0.2 s) is not idle."""
+    Faulty.release.clear()
+    timer = threading.Timer(0.5, Faulty.release.set)
+    app = build_app("test:Faulty-v0", max_sessions=1, idle_timeout_s=0.2)
+    with TestClient(app) as test_client, test_client.websocket_connect("/ws") as socket:
+        send(socket, "reset")
+        timer.start()
+        assert send(socket, "step", {"text": "hang"})["data"]["observation"]["text"].endswith("turn 1: hang")
+    timer.join()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"idle_timeout_s": -1}, "idle_timeout_s"),
+        ({"idle_timeout_s": float("nan")}, "idle_timeout_s"),
+        ({"idle_timeout_s": True}, "idle_timeout_s"),
+        ({"max_hung_steps": 0}, "max_hung_steps"),
+        ({"max_hung_steps": 2.5}, "max_hung_steps"),
+    ],
+    ids=["negative-idle", "nan-idle", "bool-idle", "zero-hung", "float-hung"],
+)
+def test_bounds_are_checked(kwargs: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError, match=field):
+        build_app("test:Faulty-v0", **kwargs)
