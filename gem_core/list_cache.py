@@ -11,7 +11,10 @@ while the key is unchanged. The key covers:
   editable install the size and modification time of every ``.py`` file of the entry point's
   package (editing a plugin's source changes the key);
 * the discovery switches (``GEM_CORE_DISABLE_PLUGIN_AUTOLOAD``, ``GEM_CORE_PLUGINS``,
-  ``GEM_CORE_BLOCK_PLUGINS``, ``GEM_CORE_STRICT_PLUGINS``).
+  ``GEM_CORE_BLOCK_PLUGINS``, ``GEM_CORE_STRICT_PLUGINS``);
+* every other ``GEM_*`` environment variable and its value (plugins take their settings from
+  such variables: ``GEM_OPENENV_SERVERS`` decides which ``openenv:*`` ids exist), but the
+  cache's own ``GEM_CORE_CACHE_DIR`` and ``GEM_CORE_LIST_CACHE``.
 
 Nothing is cached (every ``gem list`` discovers) when a plugin has a problem (the report must
 be the full one), under ``GEM_CORE_PLUGINS_DIR`` or ``GEM_CORE_TRACE_PLUGINS``, when an entry
@@ -41,7 +44,9 @@ if TYPE_CHECKING:
 __all__ = ["AliasRow", "EnvRow", "Listing", "cache_file", "key", "listing_of", "load", "store"]
 
 #: Bumped when the stored format or the key's parts change.
-FORMAT = 2
+FORMAT = 3
+#: GEM_* variables that cannot change what is listed (where the cache lives, whether to use it).
+_NOT_LISTING = frozenset({"GEM_CORE_CACHE_DIR", "GEM_CORE_LIST_CACHE"})
 _GROUP = "gem_core"  # gem_core.plugins.ENTRY_POINT_GROUP (not imported: it pulls pluggy and pydantic)
 
 
@@ -120,6 +125,9 @@ def key(environ: os._Environ[str] | dict[str, str] | None = None) -> str | None:
         __version__,
         _file_stamp(os.path.join(os.path.dirname(__file__), "builtin.py")),
         [settings.autoload, sorted(settings.allow), sorted(settings.block), settings.strict],
+        # Plugins read their settings from GEM_* variables (gem-openenv's GEM_OPENENV_SERVERS names the
+        # ids it registers): a change of any of them may change the listing.
+        sorted((name, value) for name, value in env.items() if name.startswith("GEM_") and name not in _NOT_LISTING),
     ]
     if settings.autoload:
         md = sys.modules.get("importlib.metadata")

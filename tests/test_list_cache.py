@@ -23,6 +23,8 @@ from gem_core import list_cache, plugins
 from gem_core.cli import main
 
 PLUGIN = """
+import os
+
 from gem_core import hookimpl
 from gem_core.registry import EnvSpec, PluginManifest
 
@@ -34,7 +36,8 @@ def plugin_manifest():
 
 @hookimpl
 def register_envs():
-    return [EnvSpec(id="{ns}:{name}-v0", entry_point="gem_core.testing:NumberGuessEnv", description="{text}")]
+    return [EnvSpec(id="{ns}:{name}-v0", entry_point="gem_core.testing:NumberGuessEnv",
+                    description=os.environ.get("GEM_TEST_PLUGIN_TEXT", "{text}"))]
 """
 
 
@@ -110,7 +113,7 @@ def test_cached_output_is_discovery_output(site: Site, monkeypatch: pytest.Monke
 
 @pytest.mark.parametrize(
     "change",
-    ["new version", "another distribution", "uninstalled", "editable source edited", "switches"],
+    ["new version", "another distribution", "uninstalled", "editable source edited", "switches", "plugin setting"],
 )
 def test_an_install_change_invalidates(site: Site, monkeypatch: pytest.MonkeyPatch, change: str) -> None:
     site.install("ladder", "1.0", editable=True)
@@ -129,9 +132,12 @@ def test_an_install_change_invalidates(site: Site, monkeypatch: pytest.MonkeyPat
     elif change == "editable source edited":  # same version, new code
         site.write_module("ladder", "Maze", "a maze, now with ropes", mtime=1_000_000_000_000_000_000)
         expected, gone = "now with ropes", None
-    else:
+    elif change == "switches":
         monkeypatch.setenv("GEM_CORE_BLOCK_PLUGINS", "ladder")
         expected, gone = "core:NumberGuess-v0", "ladder:Maze-v0"
+    else:  # a GEM_* variable a plugin reads its registrations from (as gem-openenv's GEM_OPENENV_SERVERS)
+        monkeypatch.setenv("GEM_TEST_PLUGIN_TEXT", "a maze the environment describes")
+        expected, gone = "a maze the environment describes", None
     after = gem_list()
     assert after != before and expected in after and (gone is None or gone not in after)
     assert after == uncached(monkeypatch=monkeypatch)
