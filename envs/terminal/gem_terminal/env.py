@@ -305,22 +305,10 @@ class TerminalEnv(Env):
 
     def _choose_containers(self, folder: Path) -> None:
         """Apply ``backend``: which tasks run in a container (all of them, or in ``auto`` those the sandbox skips)."""
-        from gem_terminal.container.backend import load_container_task, needs_own_image, runtime_for
+        from gem_terminal.container.backend import load_container_task, runtime_for
 
-        if self.config.backend == "auto":
-            # A task whose image is built from another folder (a compose build context) needs that image,
-            # even where the sandbox's loader took it.
-            built_elsewhere = [t for t in self.tasks if needs_own_image(t.path)]
-            self.tasks = [t for t in self.tasks if t not in built_elsewhere]
-            self.skipped = [
-                *self.skipped,
-                *(
-                    SkippedTask(t.name, t.path, "its image is built from a compose build context")
-                    for t in built_elsewhere
-                ),
-            ]
-            if not self.skipped:
-                return
+        if self.config.backend == "auto" and not self.skipped:
+            return
         try:
             runtime_for(self.config.backend)
         except ToolError as exc:
@@ -509,7 +497,7 @@ class TerminalEnv(Env):
         result = self._sandbox.run(
             script.decode("utf-8", "replace"),
             timeout_s=task.test_timeout_s,
-            env=CHECKER_ENV,
+            env=self._checker_env(task),
             charge_episode=False,
             checker=True,
         )
@@ -530,7 +518,17 @@ class TerminalEnv(Env):
 
     def run_checker(self, command: str, timeout_s: float) -> Any:
         """Run ``command`` as the checker (after :meth:`stage_checker`), outside the episode's budgets."""
-        return self._sandbox.run(command, timeout_s=timeout_s, env=CHECKER_ENV, charge_episode=False, checker=True)
+        assert self._task is not None
+        env = self._checker_env(self._task)
+        return self._sandbox.run(command, timeout_s=timeout_s, env=env, charge_episode=False, checker=True)
+
+    @staticmethod
+    def _checker_env(task: TerminalTask) -> dict[str, str]:
+        """:data:`CHECKER_ENV`; a Python image's task keeps its ``python`` (a read-only bind) after ``as-agent``."""
+        if not task.python_version:
+            return CHECKER_ENV
+        head, _, rest = CHECKER_ENV["PATH"].partition(":")
+        return {**CHECKER_ENV, "PATH": f"{head}:{PYTHON_SHIM_IN_SANDBOX}:{rest}"}
 
     def _cap(self, text: str) -> str:
         limit = self.config.max_observation_chars

@@ -14,6 +14,7 @@ from gem_core.errors import ConfigError
 from gem_core.testing import check_env
 from gem_terminal.env import TerminalEnv, reference_action
 from gem_terminal.loader import SkippedTask, TerminalTask, _host_has_pytest, load_task, load_tasks, read_reward
+from gem_terminal.provision import CHECKED_PYTEST, PYTEST_COMMAND
 from gem_tool_python.episode import episodes_available
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -94,7 +95,8 @@ def test_the_dockerfile_fixture_is_read_line_by_line() -> None:
     assert task.setup_root == (False, False, False, False)
     # The standard run-tests.sh: uv and pytest's install gone, pytest from $GEM_PYTEST on the same file.
     assert "curl" not in task.checker and "uv pip" not in task.checker
-    assert "python3 -P -m pytest -p no:cacheprovider $TEST_DIR/test_outputs.py -rA" in task.checker
+    assert task.checker.startswith("#!/bin/bash\n" + CHECKED_PYTEST)
+    assert f"\n{PYTEST_COMMAND} $TEST_DIR/test_outputs.py -rA\n" in task.checker
     assert task.checker_path == FIXTURES / "tb-dockerfile" / "run-tests.sh"
     assert (task.agent_timeout_s, task.test_timeout_s, task.tags) == (120.0, 60.0, ("dockerfile",))
     assert task.metadata["author_name"] == "gem"
