@@ -20,7 +20,6 @@ from typing import Any, Generic, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from gem_core.core import enforce_episode_order
 from gem_core.errors import (
     ConfigError,
     DuplicateIdError,
@@ -604,6 +603,8 @@ def build(spec: EnvSpec, overrides: Mapping[str, Any]) -> Any:
         )
     env.spec = spec
     # The core keeps the episode order (ResetNeeded outside an episode), so env authors write no bookkeeping.
+    from gem_core.core import enforce_episode_order  # here: listing ids must not import numpy
+
     return enforce_episode_order(env)
 
 
