@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gem_core.hookspecs import hookimpl
-from gem_core.registry import EnvSpec, PluginManifest, ToolSpec, WrapperSpec
+from gem_core.registry import CommandSpec, EnvSpec, PluginManifest, ToolSpec, WrapperSpec
 
 
 @hookimpl
@@ -34,6 +34,17 @@ def register_envs() -> list[EnvSpec]:
             description="Reference tool env: NumberGuess with the echo tool (for tests, gem eval and conformance).",
             tags=("multi-turn", "offline", "reference", "tools"),
         ),
+    ]
+
+
+@hookimpl
+def register_commands() -> list[CommandSpec]:
+    # gem's own commands, declared so that a plugin's command cannot take one of their names
+    from gem_core.cli import COMMANDS
+
+    return [
+        CommandSpec(name=c.name, description=c.help, entry_point=c.run, arguments=c.arguments)
+        for c in COMMANDS.values()
     ]
 
 

@@ -12,10 +12,13 @@ Exit codes (docs/cli.md lists the same):
   problem, ``gem check --all -n NS`` when a plugin of that namespace has one, and every
   command under ``GEM_CORE_STRICT_PLUGINS=1``. Otherwise a broken plugin is left out,
   said on stderr, and the command works with the others (``gem list`` exits 0).
+  A plugin's own command that cannot be loaded or crashes outside gem's errors exits 3 too.
 * 130: interrupted (Ctrl-C).
 
-Each subcommand is one :class:`Command` in :data:`COMMANDS`: adding a command is
-writing its ``run`` function and one ``@command(...)`` line.
+Each of gem's own subcommands is one :class:`Command` in :data:`COMMANDS`: adding a command
+is writing its ``run`` function and one ``@command(...)`` line. Plugins add commands through
+the ``register_commands`` hook (:mod:`gem_core.hookspecs`); gem_core names no plugin. They are
+looked up only when the word after ``gem`` is not one of gem's own (and for ``gem --help``).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from gem_core.errors import (
     EnvNotFound,
     GemCoreError,
     NamespaceError,
+    PluginCommandError,
     PluginLoadError,
     PluginValidationError,
     PluginWarning,
@@ -48,13 +52,20 @@ from gem_core.errors import (
 
 if TYPE_CHECKING:
     from gem_core.plugins import Discovery
-    from gem_core.registry import Registry
+    from gem_core.registry import CommandSpec, Registry
 
-__all__ = ["COMMANDS", "Command", "Streams", "build_parser", "command", "main"]
+__all__ = ["COMMANDS", "Command", "Streams", "build_parser", "command", "main", "plugin_commands", "registry_for"]
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_PLUGIN_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 #: Errors that mean a plugin is broken (exit 3); checked before the bad-input ones they derive from.
-_PLUGIN_ERRORS = (PluginLoadError, DuplicateIdError, NamespaceError, EntryPointError, PluginValidationError)
+_PLUGIN_ERRORS = (
+    PluginLoadError,
+    PluginCommandError,
+    DuplicateIdError,
+    NamespaceError,
+    EntryPointError,
+    PluginValidationError,
+)
 
 
 class EnvFailed(GemCoreError):
@@ -160,8 +171,11 @@ def _needed_error(found: Discovery, namespace: str) -> GemCoreError | None:
     return None
 
 
-def _registry_for(streams: Streams, *, env_id: str | None = None, namespace: str | None = None) -> Registry:
+def registry_for(streams: Streams, *, env_id: str | None = None, namespace: str | None = None) -> Registry:
     """The registry for a command about one id or namespace: other plugins' problems do not fail it.
+
+    For plugins' commands too: ``registry_for(streams, env_id=args.env_id).resolve(args.env_id)``
+    fails an unknown id (exit 2) the way gem's own commands do.
 
     Raises:
         GemCoreError: strict mode and a plugin has a problem; or the id or namespace is
@@ -260,7 +274,7 @@ def cmd_list(args: argparse.Namespace, streams: Streams) -> int:
 @command("info", "show an env's spec", lambda p: p.add_argument("env_id"))
 def cmd_info(args: argparse.Namespace, streams: Streams) -> int:
     out = streams.out
-    registry = _registry_for(streams, env_id=args.env_id)
+    registry = registry_for(streams, env_id=args.env_id)
     spec, alias = registry.resolve(args.env_id)
     if alias is not None:
         state = "deprecated alias" if alias.deprecated else "alias"
@@ -334,7 +348,7 @@ def cmd_play(args: argparse.Namespace, streams: Streams) -> int:
     from gem_core.testing import _check_reset_return, _check_step_return
 
     out, inp = streams.out, streams.inp
-    registry = _registry_for(streams, env_id=args.env_id)
+    registry = registry_for(streams, env_id=args.env_id)
     kwargs = parse_kwargs(args.kw)
     if not args.model_format:  # the env's settings for a person typing moves (e.g. no \boxed{} needed)
         try:
@@ -409,13 +423,13 @@ def cmd_check(args: argparse.Namespace, streams: Streams) -> int:
     if args.all == (args.env_id is not None):
         raise ConfigError("gem check needs an env id, or --all (optionally with --namespace NS), not both")
     if args.all and args.namespace:
-        registry = _registry_for(streams, namespace=args.namespace)
+        registry = registry_for(streams, namespace=args.namespace)
         ids = registry.env_ids(namespace=args.namespace)
     elif args.all:
         registry = _registry()
         ids = registry.env_ids()
     else:
-        registry = _registry_for(streams, env_id=args.env_id)
+        registry = registry_for(streams, env_id=args.env_id)
         registry.resolve(args.env_id)  # unknown id: exit 2, not a failed check
         ids = [args.env_id]
     if not ids:
@@ -503,94 +517,97 @@ def cmd_view(args: argparse.Namespace, streams: Streams) -> int:
     return eval_cli.cmd_view(args, streams.out)
 
 
-def _gem_openenv_cli() -> Any:
-    """gem-openenv's command module; a missing package is a bad-input error saying what to install."""
-    import importlib
+# ---------------------------------------------------------------------------- plugins' commands
 
+
+def plugin_commands() -> dict[str, Command]:
+    """The commands installed plugins declare (``register_commands``), by name; never raises for a plugin's fault.
+
+    A plugin whose hook raised, or whose command name is taken (by gem's own commands or by
+    another plugin), is a discovery problem reported with the others (``gem plugins``).
+    """
+    found = _discovery()
+    if found.settings.strict:
+        found.raise_if_broken()
+    return {
+        spec.name: Command(
+            spec.name,
+            spec.description,
+            functools.partial(_plugin_arguments, spec),
+            functools.partial(_run_plugin_command, spec, found),
+        )
+        for spec in found.registry.commands.values()
+        if spec.name not in COMMANDS  # gem's own (declared by the built-in plugin, which reserves them)
+    }
+
+
+def _command_owner(spec: CommandSpec, found: Discovery) -> str:
+    info = found.info(spec.plugin)
+    return info.label if info is not None else f"plugin {spec.plugin!r}"
+
+
+def _plugin_arguments(spec: CommandSpec, parser: argparse.ArgumentParser) -> None:
+    found = _discovery()
     try:
-        openenv_cli = importlib.import_module("gem_openenv.cli")
-    except ImportError as exc:
-        raise ConfigError(
-            "this command needs gem-openenv (OpenEnv 0.10 interop): pip install gem-openenv, "
-            "or pip install -e plugins/openenv from a gem checkout"
+        arguments = spec.load_arguments()
+    except EntryPointError as exc:
+        raise PluginCommandError(
+            f"command {spec.name!r} of {_command_owner(spec, found)}: its options cannot be loaded: {exc}."
+            f" Reinstall {spec.distribution or 'the plugin'}, or report this to its authors."
         ) from exc
-    return openenv_cli
+    if arguments is None:
+        return
+    try:
+        arguments(parser)
+    except Exception as exc:
+        raise PluginCommandError(
+            f"command {spec.name!r} of {_command_owner(spec, found)}: adding its options raised"
+            f" {type(exc).__name__}: {exc}. Report this to the authors of {spec.distribution or 'the plugin'}."
+        ) from exc
 
 
-def _serve_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("env_id")
-    p.add_argument("--host", default="127.0.0.1", help="interface to listen on (0.0.0.0 for every one)")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--max-sessions", type=int, default=8, help="concurrent sessions; more get CAPACITY_REACHED")
-    p.add_argument(
-        "--step-timeout", type=float, default=None, help="seconds one step may take; past it the episode is lost"
-    )
-    p.add_argument(
-        "--idle-timeout", type=float, default=600.0, help="seconds a session may idle before it is closed (0: never)"
-    )
-    p.add_argument(
-        "--max-hung-steps", type=int, default=4, help="steps past --step-timeout still running before steps are refused"
-    )
-    p.add_argument("--kw", action="append", default=[], metavar="KEY=VALUE", help="constructor override")
-    p.add_argument("--log-level", default="warning", help="uvicorn's log level")
-
-
-@command("serve", "serve an env as an OpenEnv env server (WebSocket sessions, HTTP, MCP tools)", _serve_args)
-def cmd_serve(args: argparse.Namespace, streams: Streams) -> int:
-    openenv_cli = _gem_openenv_cli()
-    _registry_for(streams, env_id=args.env_id).resolve(args.env_id)  # unknown id: exit 2 before binding a port
-    return int(
-        openenv_cli.serve(
-            args.env_id,
-            parse_kwargs(args.kw),
-            host=args.host,
-            port=args.port,
-            max_sessions=args.max_sessions,
-            step_timeout_s=args.step_timeout,
-            idle_timeout_s=args.idle_timeout,
-            max_hung_steps=args.max_hung_steps,
-            log_level=args.log_level,
-            out=streams.out,
+def _run_plugin_command(spec: CommandSpec, found: Discovery, args: argparse.Namespace, streams: Streams) -> int:
+    """Run a plugin's command; a failure that is not a gem error becomes a :class:`PluginCommandError`."""
+    owner = _command_owner(spec, found)
+    try:
+        run = spec.load()
+    except EntryPointError as exc:
+        raise PluginCommandError(
+            f"command {spec.name!r} of {owner} cannot be loaded: {exc}."
+            f" Reinstall {spec.distribution or 'the plugin'} (with its extras), or report this to its authors."
+        ) from exc
+    try:
+        code = run(args, streams, **spec.kwargs)
+    except (GemCoreError, KeyboardInterrupt, BrokenPipeError):
+        raise
+    except Exception as exc:
+        raise PluginCommandError(
+            f"command {spec.name!r} of {owner} failed: {type(exc).__name__}: {exc}."
+            f" Report this to the authors of {spec.distribution or 'the plugin'}."
+        ) from exc
+    if not isinstance(code, int) or isinstance(code, bool):
+        raise PluginCommandError(
+            f"command {spec.name!r} of {owner} returned {code!r}, not an exit code (int)."
+            f" Report this to the authors of {spec.distribution or 'the plugin'}."
         )
-    )
-
-
-def _export_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("format", choices=("openenv",), help="what to write: an OpenEnv package")
-    p.add_argument("env_id")
-    p.add_argument("--dir", help="where to write it (default: ./openenv-NAME)")
-    p.add_argument("--max-sessions", type=int, default=8, help="concurrent sessions the server allows")
-    p.add_argument("--kw", action="append", default=[], metavar="KEY=VALUE", help="constructor override")
-
-
-@command(
-    "export",
-    "write an env as another ecosystem's package (openenv: manifest, server, Dockerfile, client)",
-    _export_args,
-)
-def cmd_export(args: argparse.Namespace, streams: Streams) -> int:
-    openenv_cli = _gem_openenv_cli()
-    _registry_for(streams, env_id=args.env_id).resolve(args.env_id)
-    return int(
-        openenv_cli.export(
-            args.env_id, parse_kwargs(args.kw), directory=args.dir, max_sessions=args.max_sessions, out=streams.out
-        )
-    )
+    return code
 
 
 # ---------------------------------------------------------------------------- entry point
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The argparse parser with one subparser per :data:`COMMANDS` entry.
+def build_parser(only: str | None = None, commands: dict[str, Command] | None = None) -> argparse.ArgumentParser:
+    """The argparse parser with one subparser per command.
 
     Args:
         only: Give only this command's subparser its options (the others get their help
             line, all ``gem --help`` shows): some commands' options import heavy modules.
+        commands: The commands (default: gem's own, :data:`COMMANDS`); :func:`main` adds the
+            plugins' when the command asked for is not one of gem's own.
     """
     parser = argparse.ArgumentParser(prog="gem", description="Text environments for LLM agents.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for cmd in COMMANDS.values():
+    for cmd in (COMMANDS if commands is None else commands).values():
         subparser = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
         if only is None or cmd.name == only:
             cmd.arguments(subparser)
@@ -618,13 +635,20 @@ def main(
     """Run the CLI; returns the exit code."""
     streams = Streams(stdout or sys.stdout, stdin or sys.stdin, stderr or sys.stderr)
     words = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(words[0] if words and words[0] in COMMANDS else None)
+    first = words[0] if words else None
     try:
-        args = parser.parse_args(words)
-    except SystemExit as exc:
-        return int(exc.code or 0) and EXIT_BAD_INPUT
-    try:
-        return COMMANDS[args.command].run(args, streams)
+        commands = dict(COMMANDS)
+        if first not in COMMANDS:  # a plugin's command, or --help listing them all: ask the plugins
+            commands.update(plugin_commands())
+            if first is not None and not first.startswith("-") and first not in commands:
+                _report_problems(_discovery(), streams, needed=True)  # a broken plugin may be the one declaring it
+        # Options only for the command asked for; none for `gem --help` (a plugin's options may fail to load).
+        parser = build_parser(first if first in commands else "", commands)
+        try:
+            args = parser.parse_args(words)
+        except SystemExit as exc:
+            return int(exc.code or 0) and EXIT_BAD_INPUT
+        return commands[args.command].run(args, streams)
     except GemCoreError as exc:
         code = _exit_code(exc)
         kind = "plugin error" if code == EXIT_PLUGIN_ERROR else "error"

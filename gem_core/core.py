@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import functools
+import inspect
 import random
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 import numpy as np
 
-from gem_core.errors import InvalidAction
+from gem_core.errors import InvalidAction, ResetNeeded
 from gem_core.loop import LoopThread
 
 if TYPE_CHECKING:
@@ -21,6 +24,8 @@ __all__ = [
     "Env",
     "ResetReturn",
     "StepReturn",
+    "ends_episode",
+    "enforce_episode_order",
     "make_rngs",
     "require_text_action",
     "to_async",
@@ -97,6 +102,123 @@ def _py_rng(seed: int) -> random.Random:
     return random.Random(int.from_bytes(state.tobytes(), "little"))
 
 
+# ---------------------------------------------------------------------------- the episode order
+
+EpisodeState = Literal["not_started", "running", "over"]
+_E = TypeVar("_E")
+
+
+def ends_episode(result: Any) -> bool:
+    """Whether a ``step`` result is a 5-tuple whose ``terminated`` or ``truncated`` is true.
+
+    A malformed result (FaultyEnv's) is not an end: it is passed on for the caller's checks to name.
+    """
+    if not (isinstance(result, tuple) and len(result) == 5):
+        return False
+    flags: tuple[Any, ...] = result[2:4]
+    return any(isinstance(flag, (bool, np.bool_)) and bool(flag) for flag in flags)
+
+
+def enforce_episode_order(env: _E) -> _E:
+    """Make ``env`` refuse ``step`` outside an episode; returns ``env`` itself (no wrapper).
+
+    ``gem_core.make`` does this to every env it builds, and wrappers always do it, so an env's
+    author writes no bookkeeping: before the first ``reset``, and after a step that returned
+    ``terminated`` or ``truncated``, ``step`` raises :class:`~gem_core.errors.ResetNeeded`
+    without reaching the env's code. The check sits in the ``step`` and ``reset`` of every
+    :class:`Env` and :class:`AsyncEnv` subclass (added when the class is defined) and is
+    switched on per instance, so the object, its type and its attributes stay the env's own; an
+    env that raises ``ResetNeeded`` itself keeps working (the check comes first). Only the
+    outermost call on an instance checks and moves the state: a ``reset`` that steps its own
+    env, or a ``step`` that calls ``super().step()``, is one call.
+
+    Args:
+        env: An :class:`Env` or :class:`AsyncEnv`; any other object is returned unchanged.
+    """
+    if isinstance(env, (Env, AsyncEnv)):
+        vars(env)["_gem_enforce_order"] = True
+    return env
+
+
+def _require_running(env: Any) -> None:
+    state: EpisodeState = vars(env).get("_gem_episode_state", "not_started")
+    if state == "running":
+        return
+    name = type(env).__name__
+    if state == "not_started":
+        raise ResetNeeded(f"{name}.step() called before reset(): call reset() first")
+    raise ResetNeeded(
+        f"{name}.step() called after the episode ended (a step returned terminated or truncated): "
+        "call reset() to start a new episode"
+    )
+
+
+def _enter(env: Any, is_step: bool) -> bool:
+    """Start a guarded call; whether it is the outermost one on ``env`` (the one that checks and moves the state)."""
+    state = vars(env)
+    depth: int = state.get("_gem_order_depth", 0)
+    if depth == 0:
+        if is_step:
+            _require_running(env)
+        else:
+            state["_gem_episode_state"] = "not_started"  # a reset that raises leaves no episode running
+    state["_gem_order_depth"] = depth + 1
+    return depth == 0
+
+
+def _leave(env: Any, is_step: bool, outer: bool, result: Any) -> None:
+    if outer:
+        if not is_step:
+            vars(env)["_gem_episode_state"] = "running"
+        elif ends_episode(result):
+            vars(env)["_gem_episode_state"] = "over"
+
+
+def _guarded(method: Callable[..., Any], is_step: bool) -> Callable[..., Any]:
+    """``method`` (a ``step`` or ``reset``, sync or async) with the episode check around it."""
+    guarded: Callable[..., Any]
+    if inspect.iscoroutinefunction(method):
+
+        async def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if not getattr(self, "_gem_enforce_order", False):
+                return await method(self, *args, **kwargs)
+            outer = _enter(self, is_step)
+            try:
+                result = await method(self, *args, **kwargs)
+            finally:
+                vars(self)["_gem_order_depth"] -= 1
+            _leave(self, is_step, outer, result)
+            return result
+
+    else:
+
+        def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if not getattr(self, "_gem_enforce_order", False):
+                return method(self, *args, **kwargs)
+            outer = _enter(self, is_step)
+            try:
+                result = method(self, *args, **kwargs)
+            finally:
+                vars(self)["_gem_order_depth"] -= 1
+            _leave(self, is_step, outer, result)
+            return result
+
+    functools.update_wrapper(guarded, method)
+    setattr(guarded, "_gem_episode_guard", True)  # noqa: B010  # marks it so that it is never guarded twice
+    return guarded
+
+
+def _guard_class(cls: type) -> None:
+    """Put the episode check around the ``step`` and ``reset`` that ``cls`` resolves to (its own or inherited)."""
+    for name in ("step", "reset"):
+        method = getattr(cls, name, None)
+        if not inspect.isfunction(method) or getattr(method, "_gem_episode_guard", False):
+            continue
+        if getattr(method, "__isabstractmethod__", False):
+            continue
+        setattr(cls, name, _guarded(method, is_step=name == "step"))
+
+
 class _Seeded:
     """RNG bookkeeping shared by :class:`Env` and :class:`AsyncEnv`.
 
@@ -108,6 +230,10 @@ class _Seeded:
     _np_random: np.random.Generator | None = None
     _py_random: random.Random | None = None
     _seed: int | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _guard_class(cls)  # the check is off until enforce_episode_order (make) switches it on
 
     def _seed_rngs(self, seed: int | None) -> None:
         self._seed = _checked_seed(seed)

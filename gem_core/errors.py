@@ -23,6 +23,7 @@ __all__ = [
     "InvalidAction",
     "InvalidIdError",
     "NamespaceError",
+    "PluginCommandError",
     "PluginLoadError",
     "PluginValidationError",
     "PluginWarning",
@@ -115,6 +116,13 @@ class PluginLoadError(GemCoreError):
 
 class PluginValidationError(GemCoreError):
     """A plugin returned something that is not a valid declaration."""
+
+
+class PluginCommandError(GemCoreError):
+    """A ``gem`` command a plugin declared could not be loaded, or failed with an error outside gem's.
+
+    The message names the command, the plugin and its distribution, and who can fix it.
+    """
 
 
 class ResetNeeded(GemCoreError, RuntimeError):

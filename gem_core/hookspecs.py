@@ -1,4 +1,4 @@
-"""The hooks through which packages add envs, tools and wrappers to gem.
+"""The hooks through which packages add envs, tools, wrappers and ``gem`` commands to gem.
 
 A plugin is a module (or object) with functions marked ``@gem_core.hookimpl``.
 Third-party packages expose it through the ``gem_core`` entry-point group::
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
-    from gem_core.registry import EnvAlias, EnvSpec, PluginManifest, ToolSpec, WrapperSpec
+    from gem_core.registry import CommandSpec, EnvAlias, EnvSpec, PluginManifest, ToolSpec, WrapperSpec
 
 PROJECT = "gem_core"
 
@@ -83,6 +83,41 @@ def register_wrappers() -> list[WrapperSpec]:  # type: ignore[empty-body]
     Returns:
         A list of :class:`~gem_core.registry.WrapperSpec`. The entry point is called as
         ``factory(env, **kwargs)`` and returns the wrapped env.
+    """
+
+
+@hookspec
+def register_commands() -> list[CommandSpec]:  # type: ignore[empty-body]
+    """Declare ``gem`` subcommands (as pytest's and datasette's plugins add theirs).
+
+    gem_core's CLI names no plugin: a command such as ``gem serve`` exists because an
+    installed plugin declares it here. The declaration is light (names and ``"module:function"``
+    strings); the command's module is imported only when someone runs it, and the CLI looks
+    plugins' commands up only when the word after ``gem`` is not one of gem's own (and for
+    ``gem --help``), so gem's own commands start as before (``gem list`` reads its cache).
+
+    A plugin's command never takes the CLI down: a hook that raises, a name taken by gem's
+    own commands or by another plugin, an entry point that cannot be imported, or a ``run``
+    that raises something outside :mod:`gem_core.errors`, each gives a typed error naming the
+    plugin (``gem plugins`` lists them) and every other command keeps working.
+
+    Returns:
+        A list of :class:`~gem_core.registry.CommandSpec`.
+
+    Example::
+
+        @hookimpl
+        def register_commands():
+            return [CommandSpec(name="serve", description="serve an env over HTTP",
+                                entry_point="my_pkg.cli:run_serve", arguments="my_pkg.cli:serve_arguments")]
+
+        # my_pkg/cli.py
+        def serve_arguments(parser: argparse.ArgumentParser) -> None:
+            parser.add_argument("env_id")
+
+        def run_serve(args: argparse.Namespace, streams: gem_core.cli.Streams) -> int:
+            streams.out.write(f"serving {args.env_id}")
+            return 0
     """
 
 

@@ -67,6 +67,7 @@ from gem_core.errors import (
 )
 from gem_core.plugin_settings import PluginSettings
 from gem_core.registry import (
+    CommandSpec,
     EnvAlias,
     EnvSpec,
     PluginManifest,
@@ -75,6 +76,7 @@ from gem_core.registry import (
     WrapperSpec,
     format_config_error,
     iter_specs,
+    own_name_fix,
 )
 
 __all__ = [
@@ -117,6 +119,7 @@ _HOOKS: dict[str, tuple[type[BaseModel], ...]] = {
     "register_envs": (EnvSpec, EnvAlias),
     "register_tools": (ToolSpec,),
     "register_wrappers": (WrapperSpec,),
+    "register_commands": (CommandSpec,),
 }
 
 
@@ -589,6 +592,7 @@ def _settle_claims(
                 f"{info.label} claims namespace {namespace!r}, which belongs to {rightful[0]} (the package named for"
                 f" it); the claim is refused and {rightful[0]}'s ids are unaffected. Fix for the authors of"
                 f" {info.owner}: claim a namespace of your own in plugin_manifest."
+                f" {_user_fix(info, _blockable(rightful[0]))}"
             )
             refused.append((info, NamespaceError(msg)))
         return refused
@@ -596,8 +600,10 @@ def _settle_claims(
         rivals = ", ".join(o for o in owners if o != info.owner)
         msg = (
             f"{info.label} claims namespace {namespace!r}, and so does {rivals}; gem cannot tell whose home it is,"
-            " so nobody owns it until one claim is dropped (ids there register first come, first served). Fix: the"
-            f" package that is not {namespace!r}'s home drops it from plugin_manifest."
+            " so nobody owns it until one claim is dropped (ids there register first come, first served). Fix for"
+            f" the authors: the package that is not {namespace!r}'s home drops it from plugin_manifest (a namespace"
+            f" of its own). Fix for users: to keep only one of them, GEM_CORE_BLOCK_PLUGINS=<the other plugin>"
+            f" (here {info.name!r} or {rivals})."
         )
         refused.append((info, NamespaceError(msg)))
     return refused
@@ -622,13 +628,13 @@ def _refusal(
         return NamespaceError(
             f"{info.label} declares {kind} {spec.id!r} in namespace {namespace!r}, which {owner} owns; it is refused"
             f" and {owner}'s ids are unaffected. Fix for the authors of {info.owner}: use a namespace of your own"
-            " (claimed in plugin_manifest)."
+            f" (claimed in plugin_manifest). {_user_fix(info, _blockable(owner))}"
         )
     if kept is not None:
         return DuplicateIdError(
             f"env id {spec.id!r} is declared by {kept.owner} and by {info.label}; gem keeps {kept.plugin!r}'s, as"
             f" {kept.distribution} is named for namespace {spec.namespace!r}. Fix for the authors of {info.owner}:"
-            " use an id in a namespace of your own (claimed in plugin_manifest)."
+            f" use an id in a namespace of your own (claimed in plugin_manifest). {_user_fix(info, kept.plugin)}"
         )
     if isinstance(spec, (EnvSpec, EnvAlias)):
         key = spec.id
@@ -636,17 +642,44 @@ def _refusal(
         kind = "env id"
     else:
         key = spec.name
-        first = (registry.tools if isinstance(spec, ToolSpec) else registry.wrappers).get(key)
-        kind = "tool" if isinstance(spec, ToolSpec) else "wrapper"
+        table = _table_of(registry, spec)
+        first, kind = table.get(key), table.kind
     if first is None:  # pragma: no cover - every refusal but a namespace one names a first declaration
         return type(exc)(f"{info.label}: {exc}")
     by = f"{first.plugin} ({first.distribution})" if first.distribution else "a runtime register()"
-    blocked = f"GEM_CORE_BLOCK_PLUGINS={first.plugin}" if first.plugin else "an override=True register()"
+    builtin = first.plugin in BUILTIN_PLUGINS or first.distribution == "gem-core"
     return DuplicateIdError(
         f"{kind} {key!r} is declared by {by} and again by {info.label}; gem keeps {first.plugin!r}'s (plugins are"
-        f" read in name order) and leaves out the other. Fix for the authors of {info.owner}: use an id in a"
-        f" namespace of your own (claimed in plugin_manifest). To use {info.name!r}'s instead: {blocked}."
+        f" read in name order) and leaves out the other. Fix for the authors of {info.owner}: {own_name_fix(kind)}."
+        f" {_user_fix(info, None if builtin else first.plugin)}"
     )
+
+
+def _table_of(registry: Registry, spec: Any) -> Any:
+    """The registry table a tool, wrapper or command declaration goes to."""
+    if isinstance(spec, ToolSpec):
+        return registry.tools
+    return registry.commands if isinstance(spec, CommandSpec) else registry.wrappers
+
+
+def _blockable(owner: str | None) -> str | None:
+    """What ``GEM_CORE_BLOCK_PLUGINS`` takes to leave out a namespace owner; ``None`` for gem-core (never blocked)."""
+    if owner is None or owner == "gem-core":
+        return None
+    return owner.removeprefix("plugin ")  # PluginInfo.owner of a plugin without a distribution
+
+
+def _user_fix(refused: PluginInfo, kept: str | None) -> str:
+    """What a user can do about a refused declaration now, without waiting for its authors.
+
+    Args:
+        refused: The plugin whose declaration was refused.
+        kept: The plugin (or distribution) whose declaration won, if the user may block it
+            (gem-core's built-ins cannot be blocked).
+    """
+    instead = f"to use {refused.name!r}'s instead, set GEM_CORE_BLOCK_PLUGINS={kept}; " if kept else ""
+    leave = f"to leave {refused.name!r} out and silence this, GEM_CORE_BLOCK_PLUGINS={refused.name}."
+    return f"Fix for users: {instead}{leave}"
 
 
 def _withdraw(registry: Registry, info: PluginInfo) -> None:
@@ -657,7 +690,8 @@ def _withdraw(registry: Registry, info: PluginInfo) -> None:
                 registry.envs.remove(key)
                 registry.aliases.pop(key, None)
             else:
-                (registry.tools if kind == "tools" else registry.wrappers).remove(key)
+                tables: dict[str, Any] = {"tools": registry.tools, "wrappers": registry.wrappers}
+                tables.get(kind, registry.commands).remove(key)
     info.registered.clear()
 
 

@@ -34,6 +34,7 @@ from gem_core.errors import (
 
 __all__ = [
     "ENV_ID_RE",
+    "CommandSpec",
     "EnvAlias",
     "EnvSpec",
     "PluginManifest",
@@ -54,6 +55,7 @@ ENV_ID_RE = re.compile(
 _NAMESPACE_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _ENTRY_POINT_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _TOOL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+_COMMAND_NAME_RE = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
 
 
 def parse_env_id(env_id: str) -> dict[str, str | None]:
@@ -217,6 +219,44 @@ class WrapperSpec(_Spec):
     _check_name = field_validator("name")(ToolSpec._check_name.__func__)  # type: ignore[attr-defined]
 
 
+class CommandSpec(_Spec):
+    """Declaration of a ``gem`` subcommand, returned by a plugin's ``register_commands`` hook.
+
+    Attributes:
+        name: The word after ``gem``: lower-case letters, digits and single dashes (``serve``).
+        description: The one line ``gem --help`` shows for it (required).
+        entry_point: ``"module:function"`` (or the function) that runs the command:
+            ``run(args: argparse.Namespace, streams: gem_core.cli.Streams, **kwargs) -> int``
+            (the exit code); raise an error of :mod:`gem_core.errors` for bad input.
+        arguments: ``"module:function"`` (or the function) that adds the command's options to
+            its ``argparse.ArgumentParser``; ``None`` for a command without options.
+        kwargs: Keyword arguments given to ``run`` (one function may serve several commands).
+    """
+
+    name: str
+    description: str = Field(min_length=1)
+    arguments: Union[str, Callable[..., Any], None] = None
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        if not _COMMAND_NAME_RE.match(value):
+            raise ValueError(f"command name {value!r} must be lower-case letters and digits, words joined by '-'")
+        return value
+
+    @field_validator("arguments")
+    @classmethod
+    def _check_arguments(cls, value: Any) -> Any:
+        return None if value is None else _check_entry_point(value)
+
+    def load_arguments(self) -> Callable[..., Any] | None:
+        """Import and return the function adding the command's options (``None`` when it has none)."""
+        if self.arguments is None or callable(self.arguments):
+            return self.arguments
+        loaded: Callable[..., Any] = load_entry_point(self.arguments)
+        return loaded
+
+
 class PluginManifest(BaseModel):
     """What a plugin declares about itself, returned by its ``plugin_manifest`` hook.
 
@@ -244,6 +284,13 @@ class PluginManifest(BaseModel):
 _S = TypeVar("_S", bound=_Spec)
 
 
+def own_name_fix(kind: str) -> str:
+    """The fix for a plugin's author whose ``kind`` (``env id``, ``tool``...) collides with another plugin's."""
+    if kind in {"env id", "alias"}:
+        return "use an id in a namespace of your own (claimed in plugin_manifest)"
+    return f"give the {kind} a name of your own (e.g. prefixed with your package's name)"
+
+
 class _Table(Generic[_S]):
     """Name → spec mapping that refuses silent overwrites."""
 
@@ -256,10 +303,12 @@ class _Table(Generic[_S]):
         key = self._key(spec)
         old = self._specs.get(key)
         if old is not None and not override:
+            block = " or ".join(f"GEM_CORE_BLOCK_PLUGINS={s.plugin}" for s in (old, spec) if s.plugin) or None
             raise DuplicateIdError(
-                f"{self.kind} {key!r} is registered twice: by {old.owner} and by {spec.owner}. "
-                "Uninstall or block one of them (GEM_CORE_BLOCK_PLUGINS); at runtime, register(..., override=True) "
-                "replaces it."
+                f"{self.kind} {key!r} is registered twice: by {old.owner} and by {spec.owner}. Fix for the authors:"
+                f" {own_name_fix(self.kind)}. Fix for users: uninstall or"
+                f" block one of them ({block or 'GEM_CORE_BLOCK_PLUGINS=<plugin>'}); at runtime,"
+                " register(..., override=True) replaces it."
             )
         self._specs[key] = spec
 
@@ -293,6 +342,8 @@ class Registry:
         self.envs: _Table[EnvSpec] = _Table("env id", lambda s: s.id)
         self.tools: _Table[ToolSpec] = _Table("tool", lambda s: s.name)
         self.wrappers: _Table[WrapperSpec] = _Table("wrapper", lambda s: s.name)
+        #: ``gem`` subcommands that plugins add (gem's own commands are not here).
+        self.commands: _Table[CommandSpec] = _Table("command", lambda s: s.name)
         self.aliases: dict[str, EnvAlias] = {}
         #: Namespace -> the distribution that owns it (declared in a plugin manifest).
         self.namespace_owners: dict[str, str] = {}
@@ -326,7 +377,7 @@ class Registry:
         )
 
     # ------------------------------------------------------------------ registration
-    def add(self, spec: EnvSpec | EnvAlias | ToolSpec | WrapperSpec, *, override: bool = False) -> None:
+    def add(self, spec: EnvSpec | EnvAlias | ToolSpec | WrapperSpec | CommandSpec, *, override: bool = False) -> None:
         """Register one declaration.
 
         Args:
@@ -362,9 +413,12 @@ class Registry:
                 self.tools.add(spec, override=override)
             elif isinstance(spec, WrapperSpec):
                 self.wrappers.add(spec, override=override)
+            elif isinstance(spec, CommandSpec):
+                self.commands.add(spec, override=override)
             else:
                 raise RegistrationError(
-                    f"cannot register {type(spec).__name__}: expected EnvSpec, EnvAlias, ToolSpec or WrapperSpec"
+                    f"cannot register {type(spec).__name__}: expected EnvSpec, EnvAlias, ToolSpec, WrapperSpec"
+                    " or CommandSpec"
                 )
 
     def register(
@@ -529,6 +583,8 @@ def caller_stacklevel(also_skip: Sequence[str] = ()) -> int:
 def build(spec: EnvSpec, overrides: Mapping[str, Any]) -> Any:
     """Instantiate an env from its spec, validating kwargs against ``config_model`` if the class has one.
 
+    The env refuses ``step`` outside an episode (:func:`~gem_core.core.enforce_episode_order`).
+
     Raises:
         EntryPointError: the env's module cannot be imported, or the entry point built no env;
             the message names the distribution that declared the id and, for a missing
@@ -546,7 +602,10 @@ def build(spec: EnvSpec, overrides: Mapping[str, Any]) -> Any:
             f" {spec.distribution or 'the package that declares it'}."
         )
     env.spec = spec
-    return env
+    # The core keeps the episode order (ResetNeeded outside an episode), so env authors write no bookkeeping.
+    from gem_core.core import enforce_episode_order  # here: listing ids must not import numpy
+
+    return enforce_episode_order(env)
 
 
 def _import_fix(spec: _Spec, exc: EntryPointError) -> str:

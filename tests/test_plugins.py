@@ -187,7 +187,7 @@ def test_hookspecs_are_documented_and_tested() -> None:
     from gem_core import hookspecs
 
     names = [n for n in dir(hookspecs) if n.startswith("register_")]
-    assert names == ["register_envs", "register_tools", "register_wrappers"]
+    assert names == ["register_commands", "register_envs", "register_tools", "register_wrappers"]
     from pathlib import Path
 
     source = Path(__file__).read_text()
@@ -204,6 +204,16 @@ def test_hook_register_wrappers(fakes: Fakes) -> None:
     registry, infos = build_registry(PluginSettings(), entry_points=[fakes.ep("wrap", "fake_wrap")])
     assert "tag" in registry.wrappers
     assert next(i for i in infos if i.name == "wrap").registered == {"wrappers": ["tag"]}
+
+
+def test_hook_register_commands(fakes: Fakes) -> None:
+    from gem_core.registry import CommandSpec
+
+    command = CommandSpec(name="hello", description="say hello", entry_point="gem_core.cli:main")
+    fakes.module("fake_cmd", register_commands=lambda: [command])
+    registry, infos = build_registry(PluginSettings(), entry_points=[fakes.ep("cmd", "fake_cmd")])
+    assert registry.commands.get("hello") == command.model_copy(update={"distribution": "fake-dist", "plugin": "cmd"})
+    assert next(i for i in infos if i.name == "cmd").registered == {"commands": ["hello"]}
 
 
 def test_trace_switch_shows_each_hook_call_through_pluggy(
@@ -670,3 +680,75 @@ def test_unclaimed_namespace_id_stays_with_the_package_named_for_it(fakes: Fakes
     assert problem.plugin == squatter_name and "Fix for the authors of gem-squat" in str(problem.error)
     assert found.info("ladder").registered == {"envs": ["ladder:W-v0"]}  # type: ignore[union-attr]
     assert found.info(squatter_name).registered == {}  # type: ignore[union-attr]
+
+
+def _manifest(*namespaces: str) -> Callable[[], Any]:
+    from gem_core.registry import PluginManifest
+
+    return lambda: PluginManifest(api_version=1, namespaces=namespaces)
+
+
+#: Every way a declaration is refused for colliding with another plugin's: (plugin refused, what users block to use it).
+COLLISIONS: dict[str, Callable[[Fakes], tuple[list[md.EntryPoint], str, str | None]]] = {
+    "duplicate-id": lambda f: (
+        [_hooks(f, "aaa", "gem-aaa", register_envs=lambda: [EnvSpec(id="free:X-v0", entry_point=REF)]),
+         _hooks(f, "bbb", "gem-bbb", register_envs=lambda: [EnvSpec(id="free:X-v0", entry_point=dict)])],
+        "bbb", "aaa",
+    ),
+    "id-kept-by-the-namespace-home": lambda f: (
+        [_hooks(f, "aaa", "gem-squat", register_envs=lambda: [EnvSpec(id="ladder:W-v0", entry_point=dict)]),
+         _hooks(f, "ladder", "gem-ladder", register_envs=lambda: [EnvSpec(id="ladder:W-v0", entry_point=REF)])],
+        "aaa", "ladder",
+    ),
+    "id-in-an-owned-namespace": lambda f: (
+        [_hooks(f, "owner", "gem-owner", plugin_manifest=_manifest("mine"), register_envs=lambda: []),
+         _hooks(f, "intruder", "gem-intruder", register_envs=lambda: [EnvSpec(id="mine:X-v0", entry_point=REF)])],
+        "intruder", "gem-owner",
+    ),
+    "id-in-gem-cores-namespace": lambda f: (
+        [_hooks(f, "intruder", "gem-intruder", register_envs=lambda: [EnvSpec(id="core:X-v0", entry_point=REF)])],
+        "intruder", None,
+    ),
+    "claim-of-a-homes-namespace": lambda f: (
+        [_hooks(f, "ladder", "gem-ladder", plugin_manifest=_manifest("ladder")),
+         _hooks(f, "other", "gem-other", plugin_manifest=_manifest("ladder"))],
+        "other", "gem-ladder",
+    ),
+    "duplicate-tool": lambda f: (
+        [_hooks(f, "aaa", "gem-aaa", register_tools=lambda: [ToolSpec(name="calc", entry_point=dict)]),
+         _hooks(f, "bbb", "gem-bbb", register_tools=lambda: [ToolSpec(name="calc", entry_point=dict)])],
+        "bbb", "aaa",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", COLLISIONS)
+def test_a_refused_declaration_names_the_authors_fix_and_the_users(fakes: Fakes, case: str) -> None:
+    eps, refused, kept = COLLISIONS[case](fakes)
+    found = plugins.discover(PluginSettings(), entry_points=eps)
+    (problem,) = found.problems_of([refused])
+    message = str(problem.error)
+    assert "Fix for the authors of gem-" in message and "of your own" in message
+    assert f"to leave {refused!r} out and silence this, GEM_CORE_BLOCK_PLUGINS={refused}." in message
+    if kept is None:  # gem-core's own: it cannot be blocked, so nothing is offered to swap
+        assert "instead" not in message.split("Fix for users")[1]
+        return
+    assert f"to use {refused!r}'s instead, set GEM_CORE_BLOCK_PLUGINS={kept};" in message
+    # and the user's fix works: blocking the kept one gives the refused plugin's declaration
+    blocked = plugins.discover(PluginSettings(block=frozenset({kept})), entry_points=eps)
+    assert not blocked.problems_of([refused])
+
+
+def test_a_contested_namespace_names_both_fixes(fakes: Fakes) -> None:
+    eps = [
+        _hooks(fakes, "one", "gem-one", plugin_manifest=_manifest("shared")),
+        _hooks(fakes, "two", "gem-two", plugin_manifest=_manifest("shared")),
+    ]
+    for problem in plugins.discover(PluginSettings(), entry_points=eps).problems:
+        assert "Fix for the authors" in str(problem.error) and "GEM_CORE_BLOCK_PLUGINS=" in str(problem.error)
+
+
+def test_a_runtime_duplicate_names_both_fixes() -> None:
+    gem_core.register("rt:X-v0", REF)
+    with pytest.raises(DuplicateIdError, match=r"Fix for the authors: use an id in a namespace of your own.*Fix for"):
+        gem_core.register("rt:X-v0", REF)

@@ -16,23 +16,21 @@ behaviour is written once and works around both :class:`~gem_core.Env` and
 
 Every wrapper tracks its episode: ``step`` before ``reset``, or after a step that returned
 ``terminated`` or ``truncated``, raises :class:`~gem_core.errors.ResetNeeded` without
-reaching the hooks or the inner env. The guard is added to each subclass's own ``step`` and
-``reset`` when the class is defined, so a wrapper that overrides them (the tool wrapper runs
-tool calls without stepping its env) cannot forget it.
+reaching the hooks or the inner env. It is the check every env built by ``gem_core.make`` has
+(:func:`gem_core.core.enforce_episode_order`), always on for wrappers: it is added to each
+subclass's ``step`` and ``reset`` when the class is defined, so a wrapper that overrides them
+(the tool wrapper runs tool calls without stepping its env) cannot forget it.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
 import random
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gem_core.core import AsyncEnv, Env, ResetReturn, StepReturn
-from gem_core.errors import ResetNeeded
+from gem_core.core import AsyncEnv, Env, ResetReturn, StepReturn, ends_episode
 
 if TYPE_CHECKING:
     from gem_core.registry import EnvSpec
@@ -81,85 +79,12 @@ def _layers(outer: Any) -> list[Any]:
     return out
 
 
-EpisodeState = Literal["not_started", "running", "over"]
-
-
-def _require_running(layer: Any) -> None:
-    state: EpisodeState = vars(layer).get("_episode_state", "not_started")
-    if state == "running":
-        return
-    name = type(layer).__name__
-    if state == "not_started":
-        raise ResetNeeded(f"{name}.step() called before reset(): call reset() first")
-    raise ResetNeeded(
-        f"{name}.step() called after the episode ended (a step returned terminated or truncated): "
-        "call reset() to start a new episode"
-    )
-
-
-def ends_episode(result: Any) -> bool:
-    """Whether a ``step`` result is a 5-tuple whose ``terminated`` or ``truncated`` is true.
-
-    A malformed result (FaultyEnv's) is not an end: it is passed on for the caller's checks to name.
-    """
-    if not (isinstance(result, tuple) and len(result) == 5):
-        return False
-    return any(isinstance(flag, (bool, np.bool_)) and flag for flag in result[2:4])
-
-
-def _after_step(layer: Any, result: Any) -> Any:
-    if ends_episode(result):
-        layer._episode_state = "over"
-    return result
-
-
-def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
-    """``method`` (a ``step`` or ``reset``, sync or async) with the episode guard around it."""
-    if getattr(method, "_gem_episode_guard", False):
-        return method
-    is_step = method.__name__ == "step"
-    wrapper: Callable[..., Any]
-    if inspect.iscoroutinefunction(method):
-
-        async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if is_step:
-                _require_running(self)
-                return _after_step(self, await method(self, *args, **kwargs))
-            self._episode_state = "not_started"  # a reset that raises leaves no episode running
-            result = await method(self, *args, **kwargs)
-            self._episode_state = "running"
-            return result
-
-    else:
-
-        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if is_step:
-                _require_running(self)
-                return _after_step(self, method(self, *args, **kwargs))
-            self._episode_state = "not_started"
-            result = method(self, *args, **kwargs)
-            self._episode_state = "running"
-            return result
-
-    functools.update_wrapper(wrapper, method)
-    setattr(wrapper, "_gem_episode_guard", True)  # noqa: B010  # marks it so a subclass is not guarded twice
-    return wrapper
-
-
-class _EpisodeGuard:
-    """Puts the episode guard around the ``step`` and ``reset`` each subclass defines."""
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        for name in ("step", "reset"):
-            if name in vars(cls):
-                setattr(cls, name, _guarded(vars(cls)[name]))
-
-
-class _Forwarding(_EpisodeGuard):
+class _Forwarding:
     """Reads that always go to the wrapped env (never a snapshot)."""
 
     env: Any
+    #: Every wrapper checks the episode order (gem_core.core's check, always on here).
+    _gem_enforce_order: bool = True
 
     @property
     def spec(self) -> EnvSpec | None:

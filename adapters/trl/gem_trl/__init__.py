@@ -6,7 +6,8 @@
 * :func:`make_prompt_dataset`: the training dataset, from env ids and seeds.
 * :class:`GemGRPOTrainer` / :class:`GemGRPOConfig`: per-turn ReBN advantages (or GRPO).
 * :func:`tool_environment_factory`: a gem tool env as TRL's own ``environment_factory``
-  (tools as methods, the env grades the final answer).
+  (tools as methods, the env grades the final answer); :func:`tool_environment_factories`:
+  several in one run (TRL's dict form), each reward function grading its own env's rollouts.
 * :func:`build_tiny_model` / :func:`build_tiny_tokenizer`: a local toy model for tests and the demo.
 * ``gem-trl`` (:mod:`gem_trl.cli`): the command that trains from a ``trl grpo`` YAML plus env keys.
 * :mod:`gem_trl.contract`: the TRL internals the adapter uses, checked at start-up.
@@ -20,7 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gem_trl.advantages import rebn_token_advantages
-from gem_trl.environments import tool_environment_factory
+from gem_trl.environments import tool_environment_factories, tool_environment_factory
 from gem_trl.rollout import GemRollout, episode_key, episode_return_reward, make_prompt_dataset, parse_episode_key
 from gem_trl.tiny import build_tiny_model, build_tiny_tokenizer
 
@@ -41,6 +42,7 @@ __all__ = [
     "make_prompt_dataset",
     "parse_episode_key",
     "rebn_token_advantages",
+    "tool_environment_factories",
     "tool_environment_factory",
 ]
 

@@ -16,6 +16,12 @@ TRL appends to the row's last user message, and TRL's generate/tool-call loop ca
 * :attr:`GemToolEnvironmentFactory.reward` is the reward function: it gives each rollout's final
   assistant message to the env (the env's own grading) and returns the episode's total reward.
 
+Several envs in one run (TRL's dict ``environment_factory``, each row routed by its ``environment``
+column): :func:`tool_environment_factories` builds one factory per name. Each factory's reward
+function scores the rollouts of its own env only and returns ``None`` for the others (TRL's
+convention for a reward function that does not apply to a row: it becomes NaN and is left out of
+the sums and means), and is named ``gem_reward:<name>``, so each env has its own log columns.
+
 Why a reward function and not ``get_reward``: TRL calls ``get_reward()`` without the completion, and a
 gem env grades the model's final answer, which only reward functions receive.
 """
@@ -25,7 +31,7 @@ from __future__ import annotations
 import keyword
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
@@ -38,7 +44,9 @@ from gem_core.tools.wrapper import ToolEnvWrapper
 __all__ = [
     "GemToolEnvironment",
     "GemToolEnvironmentFactory",
+    "GemToolEnvironments",
     "ToolEpisode",
+    "tool_environment_factories",
     "tool_environment_factory",
     "tool_method",
 ]
@@ -299,13 +307,19 @@ class GemToolEnvironmentFactory:
 
     Attributes:
         env_id: The gem env id.
+        name: Tells this env's rewards and metrics apart from other envs' in one run: the reward
+            function is named ``gem_reward:<name>`` (TRL's log columns ``rewards/gem_reward:<name>/...``)
+            and its metrics ``gem/<name>/...``. Defaults to the env id.
         env_kwargs: Its ``gem_core.make`` options.
         environment_class: The class of the objects built: :class:`GemToolEnvironment` plus one method per tool.
         environments: Every environment built so far (TRL pools and reuses them).
     """
 
-    def __init__(self, env_id: str, **env_kwargs: Any) -> None:
+    def __init__(self, env_id: str, *, name: str | None = None, **env_kwargs: Any) -> None:
         self.env_id = env_id
+        self.name = env_id if name is None else name
+        if not self.name or not self.name.strip():
+            raise ConfigError(f"the name of the environment factory for {env_id!r} is empty; give it a name")
         self.env_kwargs = env_kwargs
         first = self._make_env()
         try:
@@ -314,7 +328,9 @@ class GemToolEnvironmentFactory:
             first.close()
             raise
         class_name = "Gem_" + re.sub(r"\W", "_", env_id)
-        self.environment_class: type[GemToolEnvironment] = type(class_name, (GemToolEnvironment,), methods)
+        # One class per factory: a rollout's env belongs to this factory exactly when its type is this class.
+        namespace: dict[str, Any] = {**methods, "_gem_factory_name": self.name}
+        self.environment_class: type[GemToolEnvironment] = type(class_name, (GemToolEnvironment,), namespace)
         self.environments: list[GemToolEnvironment] = []
         self._spare: GemToolEnvironment | None = self.environment_class(first)
         self.reward = self._reward_function()
@@ -343,11 +359,20 @@ class GemToolEnvironmentFactory:
         self.environments.append(environment)
         return environment
 
-    def dataset(self, num_prompts: int, *, seed: int = 0, system_prompt: str | None = None) -> Any:
+    def dataset(
+        self, num_prompts: int, *, seed: int = 0, system_prompt: str | None = None, environment: str | None = None
+    ) -> Any:
         """A ``datasets.Dataset`` of ``num_prompts`` rows, each with its own ``seed`` (``seed``, ``seed + 1``...).
 
         The prompt is an empty user message that ``reset`` fills with the env's first observation; TRL
         repeats each row ``num_generations`` times, so a group's rollouts share the start state.
+
+        Args:
+            num_prompts: Rows (start states).
+            seed: The first row's seed.
+            system_prompt: A system message before the user message, if any.
+            environment: With a dict ``environment_factory``: this env's key there, written to the
+                ``environment`` column TRL routes each row by.
         """
         from datasets import Dataset
 
@@ -355,28 +380,48 @@ class GemToolEnvironmentFactory:
             raise ConfigError(f"num_prompts must be >= 1, got {num_prompts}")
         head = [{"role": "system", "content": system_prompt}] if system_prompt else []
         prompt = [*head, {"role": "user", "content": ""}]
-        return Dataset.from_dict({"prompt": [prompt] * num_prompts, "seed": [seed + i for i in range(num_prompts)]})
+        seeds = [seed + i for i in range(num_prompts)]
+        columns: dict[str, list[Any]] = {"prompt": [prompt] * num_prompts, "seed": seeds}
+        if environment is not None:
+            columns["environment"] = [environment] * num_prompts
+        return Dataset.from_dict(columns)
 
-    def _reward_function(self) -> Callable[..., list[float]]:
+    def _reward_function(self) -> Callable[..., list[float | None]]:
+        mine, name = self.environment_class, self.name
+
         def gem_reward(
             completions: list[list[dict[str, Any]]],
             environments: list[GemToolEnvironment] | None = None,
             log_metric: Callable[[str, float], None] | None = None,
             **_: Any,
-        ) -> list[float]:
-            """Each rollout's final assistant message, graded by its env: the episode's total reward."""
+        ) -> list[float | None]:
+            """Each rollout of this env graded by its env (the episode's total reward); ``None`` on others' rows."""
             if environments is None:
-                raise ConfigError("gem_reward needs the trainer's environments: pass environment_factory=factory")
-            episodes = [
-                env._finish(final_answer(completion)) for env, completion in zip(environments, completions, strict=True)
-            ]
+                raise ConfigError(f"{gem_reward.__name__} needs the trainer's environments: pass environment_factory")
+            rewards: list[float | None] = []
+            episodes: list[ToolEpisode] = []
+            for env, completion in zip(environments, completions, strict=True):
+                if type(env) is not mine:  # another env's rollout: not this function's to grade
+                    if getattr(type(env), "_gem_factory_name", None) == name:
+                        raise ConfigError(
+                            f"two environment factories are named {name!r}: their reward columns and metrics would"
+                            " be one; give each its own name (tool_environment_factory(..., name=...), or"
+                            " tool_environment_factories({name: env_id, ...}))"
+                        )
+                    rewards.append(None)
+                    continue
+                episode = env._finish(final_answer(completion))
+                episodes.append(episode)
+                rewards.append(episode.reward)
             if log_metric is not None and episodes:
                 n = len(episodes)
-                log_metric("gem/tool_calls", sum(len(e.tool_calls) for e in episodes) / n)
-                log_metric("gem/terminated", sum(e.terminated for e in episodes) / n)
-                log_metric("gem/truncated", sum(e.truncated for e in episodes) / n)
-            return [episode.reward for episode in episodes]
+                log_metric(f"gem/{name}/tool_calls", sum(len(e.tool_calls) for e in episodes) / n)
+                log_metric(f"gem/{name}/terminated", sum(e.terminated for e in episodes) / n)
+                log_metric(f"gem/{name}/truncated", sum(e.truncated for e in episodes) / n)
+            return rewards
 
+        # TRL names a reward function's log columns after __name__: one column set per env
+        gem_reward.__name__ = gem_reward.__qualname__ = f"gem_reward:{name}"
         return gem_reward
 
     def close(self) -> None:
@@ -410,7 +455,7 @@ def final_answer(completion: list[dict[str, Any]]) -> str | None:
     return str(content)
 
 
-def tool_environment_factory(env_id: str, **env_kwargs: Any) -> GemToolEnvironmentFactory:
+def tool_environment_factory(env_id: str, *, name: str | None = None, **env_kwargs: Any) -> GemToolEnvironmentFactory:
     """An ``environment_factory`` for TRL's ``GRPOTrainer`` from a gem tool env.
 
     Example:
@@ -420,10 +465,95 @@ def tool_environment_factory(env_id: str, **env_kwargs: Any) -> GemToolEnvironme
 
     Args:
         env_id: A registered id whose env has a tool set (``ToolEnvWrapper`` outside).
+        name: The name of its reward function (``gem_reward:<name>``) and metrics (``gem/<name>/...``);
+            defaults to ``env_id``. Not passed to the env.
         **env_kwargs: ``gem_core.make`` options (e.g. ``tool_wrapper={"max_tool_calls": 3}``).
 
     Raises:
         ConfigError: the env has no tool set, or a tool cannot be a method (see :func:`tool_method`).
         gem_core.errors.EnvNotFound: the id is not registered.
     """
-    return GemToolEnvironmentFactory(env_id, **env_kwargs)
+    return GemToolEnvironmentFactory(env_id, name=name, **env_kwargs)
+
+
+@dataclass
+class GemToolEnvironments:
+    """Several gem tool envs for one TRL run: TRL's dict ``environment_factory``, their rewards and a dataset.
+
+    Built by :func:`tool_environment_factories`.
+
+    Attributes:
+        factories: One :class:`GemToolEnvironmentFactory` per name; pass it as ``environment_factory``.
+    """
+
+    factories: dict[str, GemToolEnvironmentFactory]
+
+    @property
+    def rewards(self) -> list[Callable[..., list[float | None]]]:
+        """One reward function per env (``gem_reward:<name>``): pass it as ``reward_funcs``."""
+        return [factory.reward for factory in self.factories.values()]
+
+    def dataset(self, num_prompts: int | Mapping[str, int], *, seed: int = 0, system_prompt: str | None = None) -> Any:
+        """Every env's rows in one ``datasets.Dataset``, each with its ``environment`` name and ``seed``.
+
+        Args:
+            num_prompts: Rows per env, or a number per name (every name needs one).
+            seed: Each env's first seed.
+            system_prompt: A system message before each user message, if any.
+        """
+        from datasets import concatenate_datasets
+
+        counts = dict(num_prompts) if isinstance(num_prompts, Mapping) else dict.fromkeys(self.factories, num_prompts)
+        if set(counts) != set(self.factories):
+            raise ConfigError(
+                f"num_prompts names {sorted(counts)}, the environments are {sorted(self.factories)}: give every one"
+            )
+        parts = [
+            factory.dataset(counts[name], seed=seed, system_prompt=system_prompt, environment=name)
+            for name, factory in self.factories.items()
+        ]
+        return concatenate_datasets(parts)
+
+    def close(self) -> None:
+        """Close every factory's envs; idempotent."""
+        for factory in self.factories.values():
+            factory.close()
+
+    def __enter__(self) -> GemToolEnvironments:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def tool_environment_factories(envs: Mapping[str, str | tuple[str, Mapping[str, Any]]]) -> GemToolEnvironments:
+    """Several gem tool envs for TRL's dict ``environment_factory``, named by their keys.
+
+    Example:
+        >>> envs = tool_environment_factories({"math": "math:GSM8K-python",
+        ...                                    "qa": ("qa:HotpotQA-search", {"metric": "f1"})})  # doctest: +SKIP
+        >>> trainer = GRPOTrainer(model, args=args, train_dataset=envs.dataset(64),
+        ...                       environment_factory=envs.factories, reward_funcs=envs.rewards)  # doctest: +SKIP
+
+    Each reward function grades its own env's rollouts and returns ``None`` for the others' rows, so
+    TRL's total reward is each rollout's own env's reward, and each env has its own log columns
+    (``rewards/gem_reward:<name>/mean``...).
+
+    Args:
+        envs: Name (the dataset's ``environment`` value) to env id, or to ``(env id, make options)``.
+
+    Raises:
+        ConfigError: no envs, or one of them cannot be an ``environment_factory`` env.
+    """
+    if not envs:
+        raise ConfigError("tool_environment_factories needs at least one env: {name: env_id, ...}")
+    factories: dict[str, GemToolEnvironmentFactory] = {}
+    try:
+        for name, target in envs.items():
+            env_id, kwargs = (target, {}) if isinstance(target, str) else (target[0], dict(target[1]))
+            factories[name] = GemToolEnvironmentFactory(env_id, name=name, **kwargs)
+    except BaseException:
+        for factory in factories.values():
+            factory.close()
+        raise
+    return GemToolEnvironments(factories)

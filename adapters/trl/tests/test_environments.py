@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 from typing import Any, ClassVar
 
+import gem_qa
 import pytest
 import torch
 from gem_math.data import sample_path
@@ -16,6 +17,7 @@ from gem_trl import build_tiny_model
 from gem_trl.environments import (
     GemToolEnvironment,
     final_answer,
+    tool_environment_factories,
     tool_environment_factory,
     tool_method,
 )
@@ -25,6 +27,7 @@ from transformers.utils import get_json_schema
 from trl import GRPOConfig, GRPOTrainer
 from trl.chat_template_utils import qwen3_chat_template
 
+import gem_core
 from gem_core.errors import ConfigError, ResetNeeded, ToolError
 from gem_core.testing_tokenizers import build_chat_tokenizer
 from gem_core.tools.base import Tool, ToolResult
@@ -308,7 +311,7 @@ class RecordingTrainer(GRPOTrainer):
         summary = [(e.seed, e.reward, len(e.tool_calls), e.truncated) for e in episodes]
         self.records.append(([dict(x) for x in inputs], out, summary))
         # TRL's reward column for this batch (its log keeps the latest generation batch)
-        self.trl_rewards.append(list(self._logs["rewards"]["gem_reward"]))
+        self.trl_rewards.append(list(self._logs["rewards"][f"gem_reward:{ENV_ID}"]))
         return out
 
 
@@ -396,14 +399,210 @@ def test_rewards_are_the_envs_grades(trained: Any) -> None:
         grader.close()
     grades = {reward for _, _, episodes in trainer.records for _, reward, _, _ in episodes}
     assert len(grades) > 1, "every rollout got the same reward: no signal"
-    logged = [e for e in trainer.state.log_history if "rewards/gem_reward/mean" in e]
+    logged = [e for e in trainer.state.log_history if f"rewards/gem_reward:{ENV_ID}/mean" in e]
     assert len(logged) == 3
     assert any(e.get("tools/call_frequency", 0) > 0 for e in logged)
     assert any(e.get("tools/failure_frequency", 0) > 0 for e in logged)  # the malformed and over-budget calls
-    assert all("gem/tool_calls" in e for e in logged)
+    assert all(f"gem/{ENV_ID}/tool_calls" in e for e in logged)
 
 
 def test_environment_objects_are_gem_tool_environments(trained: Any) -> None:
     trainer, factory, _, _ = trained
     assert all(isinstance(env, GemToolEnvironment) for env in trainer.environments)
     assert len(factory.environments) >= 4  # one per concurrent rollout, pooled by TRL
+
+
+# ---------------------------------------------------------------- several envs in one run (TRL's dict factory)
+
+QA_ID = "qa:Sample-v0-search"
+QUESTIONS = [
+    json.loads(line)
+    for line in (Path(gem_qa.__file__).parent / "samples" / "qa.jsonl").read_text().splitlines()
+    if line.strip()
+]
+# Different reward scales: math grades 0 or 1; QA grades the token F1 (fractions) and pays 0.25 per good search.
+MULTI: dict[str, tuple[str, dict[str, Any]]] = {
+    "math": (ENV_ID, {"tool_wrapper": {"max_tool_calls": 2}}),
+    "qa": (QA_ID, {"metric": "f1", "tool_wrapper": {"success_reward": 0.25}}),
+}
+SEARCH_REWARD = 0.25
+
+
+class TwoEnvPolicy:
+    """``model.generate`` for both envs: math answers at once; QA searches once, then answers.
+
+    Answers are right, half right (QA: the answer plus extra words, a fractional F1) or wrong, at
+    random (seeded); each final answer is recorded with the env it was given to.
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.rng = random.Random(1)
+        self.answers: dict[tuple[str, str], str] = {}  # (env name, text of the problem) -> last answer given
+
+    def reply(self, prompt: str) -> str:
+        _, _, history = prompt.partition("<|im_start|>assistant")
+        math = next((p for p in PROBLEMS if p["problem"] in prompt), None)
+        if math is not None:
+            answer = math["answer"] if self.rng.random() < 0.5 else "-1"
+            text = f"The answer is \\boxed{{{answer}}}"
+            self.answers[("math", math["problem"])] = text
+            return text
+        qa = next(q for q in QUESTIONS if q["question"] in prompt)
+        if "<tool_call>" not in history:
+            call = {"name": "search", "arguments": {"query": qa["question"]}}
+            return "<tool_call>\n" + json.dumps(call) + "\n</tool_call>"
+        reference = qa["answer"][0] if isinstance(qa["answer"], list) else qa["answer"]
+        answer = self.rng.choice([reference, f"{reference} or so they say", "nobody knows"])
+        text = f"<answer>{answer}</answer>"
+        self.answers[("qa", qa["question"])] = text
+        return text
+
+    def generate(self, input_ids: Any, attention_mask: Any, generation_config: Any, **_: Any) -> Any:
+        return ScriptedPolicy.generate(self, input_ids, attention_mask, generation_config)  # type: ignore[arg-type]
+
+
+class MultiRecordingTrainer(GRPOTrainer):
+    """Keeps, per generation batch, the rows, their envs' episodes and TRL's per-function reward columns."""
+
+    batches: list[tuple[list[dict[str, Any]], list[Any], dict[str, list[float]]]]
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        out = super()._generate_and_score_completions(inputs)
+        columns = {name: list(values) for name, values in self._logs["rewards"].items()}
+        self.batches.append(([dict(x) for x in inputs], [env.episode for env in self.environments], columns))
+        return out
+
+
+def _true_reward(name: str, episode: Any) -> float:
+    """What the episode is worth, graded again by a fresh env without tools, plus the search calls' pay."""
+    env_id, kwargs = {"math": ("math:Sample-v0", {}), "qa": ("qa:Sample-v0", {"metric": "f1"})}[name]
+    grader = gem_core.make(env_id, **kwargs)
+    try:
+        grader.reset(seed=episode.seed)
+        _, grade, _, _, _ = grader.step(episode.answer)
+    finally:
+        grader.close()
+    return float(grade) + SEARCH_REWARD * sum(call["ok"] for call in episode.tool_calls)
+
+
+@pytest.fixture(scope="module")
+def trained_two_envs(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    corpus = [p["problem"] for p in PROBLEMS] + [q["question"] for q in QUESTIONS]
+    corpus += [qwen3_chat_template, _tool_call("print(1)"), "The answer is", "<answer>nobody knows</answer>"]
+    tokenizer = build_chat_tokenizer("chatml", vocab_size=1500, corpus=corpus * 2)
+    tokenizer.chat_template = qwen3_chat_template
+    model = build_tiny_model(tokenizer, seed=0)
+    policy = TwoEnvPolicy(tokenizer)
+    model.generate = policy.generate
+    envs = tool_environment_factories(MULTI)
+    args = GRPOConfig(
+        output_dir=str(tmp_path_factory.mktemp("two-envs")),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        max_steps=2,
+        per_device_train_batch_size=8,  # every step: all four prompts (two per env), two rollouts each
+        num_generations=2,
+        learning_rate=1e-3,
+        max_completion_length=384,
+        max_tool_calling_iterations=2,
+        seed=0,
+    )
+    trainer = MultiRecordingTrainer(
+        model=model,
+        args=args,
+        train_dataset=envs.dataset(2),
+        processing_class=tokenizer,
+        environment_factory=envs.factories,
+        reward_funcs=envs.rewards,
+    )
+    trainer.batches = []
+    trainer.train()
+    yield trainer, envs
+    envs.close()
+
+
+def test_two_envs_each_reward_function_scores_only_its_own_rows(trained_two_envs: Any) -> None:
+    trainer, _ = trained_two_envs
+    assert trainer.reward_func_names == ["gem_reward:math", "gem_reward:qa"]  # one log column set per env
+    assert len(trainer.batches) == 2
+    for inputs, episodes, columns in trainer.batches:
+        assert sorted(x["environment"] for x in inputs) == ["math"] * 4 + ["qa"] * 4
+        for i, (x, episode) in enumerate(zip(inputs, episodes, strict=True)):
+            assert episode.seed == x["seed"] and episode.finished and episode.answer is not None
+            mine = f"gem_reward:{x['environment']}"
+            other = "gem_reward:qa" if mine == "gem_reward:math" else "gem_reward:math"
+            assert columns[mine][i] == pytest.approx(_true_reward(x["environment"], episode))
+            assert math.isnan(columns[other][i])  # None from the other env's function: TRL leaves it out
+        qa_calls = [e.tool_calls for x, e in zip(inputs, episodes, strict=True) if x["environment"] == "qa"]
+        assert all(calls == [{"name": "search", "ok": True, "error": None}] for calls in qa_calls)
+
+
+def test_two_envs_logged_rewards_are_the_envs_true_values(trained_two_envs: Any) -> None:
+    """The logged per-env means and the total are what the envs give: the bug logged about twice the true total."""
+    trainer, _ = trained_two_envs
+    logged = [e for e in trainer.state.log_history if "reward" in e and "loss" in e]
+    assert len(logged) == 2
+    scales = set()
+    for entry, (inputs, episodes, _) in zip(logged, trainer.batches, strict=True):
+        truth = {"math": [], "qa": []}  # type: dict[str, list[float]]
+        for x, episode in zip(inputs, episodes, strict=True):
+            truth[x["environment"]].append(_true_reward(x["environment"], episode))
+        for name, values in truth.items():
+            assert entry[f"rewards/gem_reward:{name}/mean"] == pytest.approx(sum(values) / len(values), abs=1e-6)
+            assert f"gem/{name}/tool_calls" in entry
+            scales.add((name, tuple(sorted(set(values)))))
+        everything = truth["math"] + truth["qa"]
+        assert entry["reward"] == pytest.approx(sum(everything) / len(everything), abs=1e-6)
+    qa_values = {v for name, values in scales if name == "qa" for v in values}
+    assert any(v % 1 for v in qa_values), "no fractional QA reward: the scales were not different"
+
+
+def test_a_reward_function_gives_none_to_other_envs_rows_and_never_grades_them() -> None:
+    """Forgery: another env's finished episode (worth a full reward) must not reach this function's column."""
+    with tool_environment_factories(MULTI) as envs:
+        math_env, qa_env = envs.factories["math"](), envs.factories["qa"]()
+        problem = next(p for p in PROBLEMS if p["problem"] in math_env.reset(seed=0))
+        question = next(q for q in QUESTIONS if q["question"] in qa_env.reset(seed=0))
+        qa_answer = [{"role": "assistant", "content": f"<answer>{question['answer'][0]}</answer>"}]
+        right = [{"role": "assistant", "content": f"\\boxed{{{problem['answer']}}}"}]
+        math_rewards = envs.factories["math"].reward(completions=[right, qa_answer], environments=[math_env, qa_env])
+        assert math_rewards == [1.0, None]
+        assert not qa_env.episode.finished  # the math function did not grade the QA rollout
+        qa_rewards = envs.factories["qa"].reward(completions=[right, qa_answer], environments=[math_env, qa_env])
+        assert qa_rewards == [None, 1.0]
+
+
+def test_two_factories_with_one_name_are_refused_at_the_first_batch() -> None:
+    first, second = tool_environment_factory(ENV_ID), tool_environment_factory(ENV_ID)
+    try:
+        a, b = first(), second()
+        a.reset(seed=0)
+        b.reset(seed=0)
+        done = [{"role": "assistant", "content": "\\boxed{1}"}]
+        with pytest.raises(ConfigError, match="two environment factories are named 'math:Sample-v0-python'"):
+            first.reward(completions=[done, done], environments=[a, b])
+    finally:
+        first.close()
+        second.close()
+    renamed = tool_environment_factory(ENV_ID, name="easy")
+    try:
+        assert renamed.reward.__name__ == "gem_reward:easy"
+    finally:
+        renamed.close()
+
+
+@pytest.mark.parametrize(
+    ("num_prompts", "match"),
+    [({"math": 1}, "give every one"), (0, "num_prompts must be >= 1")],
+    ids=["missing-env", "zero"],
+)
+def test_multi_env_dataset_refusals(num_prompts: Any, match: str) -> None:
+    with tool_environment_factories(MULTI) as envs, pytest.raises(ConfigError, match=match):
+        envs.dataset(num_prompts)
+    with pytest.raises(ConfigError, match="at least one env"):
+        tool_environment_factories({})

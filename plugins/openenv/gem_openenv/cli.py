@@ -1,13 +1,79 @@
-"""The ``gem serve`` and ``gem export openenv`` commands (gem_core.cli imports this lazily)."""
+"""The ``gem serve`` and ``gem export openenv`` commands.
+
+gem-openenv's plugin declares them through gem's ``register_commands`` hook
+(:mod:`gem_openenv.plugin`); gem's CLI imports this module only when one of them runs.
+"""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
+from gem_core.cli_values import parse_kwargs
 from gem_core.errors import ConfigError
 
-__all__ = ["export", "serve"]
+if TYPE_CHECKING:
+    from gem_core.cli import Streams
+
+__all__ = ["export", "export_arguments", "run_export", "run_serve", "serve", "serve_arguments"]
+
+
+def serve_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``gem serve``."""
+    p.add_argument("env_id")
+    p.add_argument("--host", default="127.0.0.1", help="interface to listen on (0.0.0.0 for every one)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--max-sessions", type=int, default=8, help="concurrent sessions; more get CAPACITY_REACHED")
+    p.add_argument(
+        "--step-timeout", type=float, default=None, help="seconds one step may take; past it the episode is lost"
+    )
+    p.add_argument(
+        "--idle-timeout", type=float, default=600.0, help="seconds a session may idle before it is closed (0: never)"
+    )
+    p.add_argument(
+        "--max-hung-steps", type=int, default=4, help="steps past --step-timeout still running before steps are refused"
+    )
+    p.add_argument("--kw", action="append", default=[], metavar="KEY=VALUE", help="constructor override")
+    p.add_argument("--log-level", default="warning", help="uvicorn's log level")
+
+
+def run_serve(args: argparse.Namespace, streams: Streams) -> int:
+    """``gem serve``: an unknown id fails (exit 2) before a port is bound."""
+    from gem_core.cli import registry_for
+
+    registry_for(streams, env_id=args.env_id).resolve(args.env_id)
+    return serve(
+        args.env_id,
+        parse_kwargs(args.kw),
+        host=args.host,
+        port=args.port,
+        max_sessions=args.max_sessions,
+        step_timeout_s=args.step_timeout,
+        idle_timeout_s=args.idle_timeout,
+        max_hung_steps=args.max_hung_steps,
+        log_level=args.log_level,
+        out=streams.out,
+    )
+
+
+def export_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``gem export``."""
+    p.add_argument("format", choices=("openenv",), help="what to write: an OpenEnv package")
+    p.add_argument("env_id")
+    p.add_argument("--dir", help="where to write it (default: ./openenv-NAME)")
+    p.add_argument("--max-sessions", type=int, default=8, help="concurrent sessions the server allows")
+    p.add_argument("--kw", action="append", default=[], metavar="KEY=VALUE", help="constructor override")
+
+
+def run_export(args: argparse.Namespace, streams: Streams) -> int:
+    """``gem export openenv``."""
+    from gem_core.cli import registry_for
+
+    registry_for(streams, env_id=args.env_id).resolve(args.env_id)
+    return export(
+        args.env_id, parse_kwargs(args.kw), directory=args.dir, max_sessions=args.max_sessions, out=streams.out
+    )
 
 
 def serve(

@@ -3,7 +3,8 @@
 ``openenv:Remote-v0`` plays any server given ``base_url=``. Servers named in the
 ``GEM_OPENENV_SERVERS`` environment variable (``name=url`` pairs, comma-separated) get their
 own ids, ``openenv:<name>``, so ``gem list`` shows each with the URL it comes from and
-``gem check openenv:<name>`` works without kwargs. Nothing here imports OpenEnv.
+``gem check openenv:<name>`` works without kwargs. The plugin also adds the ``gem serve`` and
+``gem export`` commands (gem's ``register_commands`` hook). Nothing here imports OpenEnv.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 
 from gem_core.errors import ConfigError
 from gem_core.hookspecs import hookimpl
-from gem_core.registry import ENV_ID_RE, EnvSpec, PluginManifest
+from gem_core.registry import ENV_ID_RE, CommandSpec, EnvSpec, PluginManifest
 
 #: The environment variable naming remote servers: ``name=url[,name=url...]``.
 SERVERS_VARIABLE = "GEM_OPENENV_SERVERS"
@@ -43,6 +44,24 @@ def named_servers(value: str | None = None) -> dict[str, str]:
 @hookimpl
 def plugin_manifest() -> PluginManifest:
     return PluginManifest(api_version=1, namespaces=("openenv",))
+
+
+@hookimpl
+def register_commands() -> list[CommandSpec]:
+    return [
+        CommandSpec(
+            name="serve",
+            description="serve an env as an OpenEnv env server (WebSocket sessions, HTTP, MCP tools)",
+            entry_point="gem_openenv.cli:run_serve",
+            arguments="gem_openenv.cli:serve_arguments",
+        ),
+        CommandSpec(
+            name="export",
+            description="write an env as another ecosystem's package (openenv: manifest, server, Dockerfile, client)",
+            entry_point="gem_openenv.cli:run_export",
+            arguments="gem_openenv.cli:export_arguments",
+        ),
+    ]
 
 
 @hookimpl

@@ -17,7 +17,13 @@ log-probabilities.
 * ``reward``: verifiers scores a whole trace (its named, weighted rewards): the trace's total
   reward is on the last turn, 0 on the others, so gem's returns and per-turn ReBN apply;
 * ``Episode.metadata["verifiers"]``: the rewards by name (score and weight), metrics, stop
-  condition, ok/errors, the trace's and episode's ids, the agent, the task key and the branch.
+  condition, ok/errors, the trace's and episode's ids, the agent, the task key and the branch;
+* ``start_state_id``: the env, the task and the agent's seat: a group (GRPO's, ReBN's per-state
+  statistics) holds one seat's rollouts of one task, never both players of a two-player game.
+
+verifiers records errors at three levels: the episode (its own ``run``/``finalize``), each trace
+(an agent's run: a provider's 502, a harness crash) and each model call. A failed episode's
+:class:`VerifiersEpisodeFailed` names every one, with where it was recorded.
 
 A branch whose sampled tokens are not one suffix of its node (the layout every verifiers
 renderer writes) or whose logprobs do not match them raises :class:`VerifiersTraceError`; a
@@ -35,7 +41,14 @@ from typing import Any, Literal
 from gem_core.errors import TrajectoryError
 from gem_core.rl.types import Episode, Turn
 
-__all__ = ["VerifiersEpisodeFailed", "VerifiersTraceError", "message_text", "run_episodes", "to_gem_episodes"]
+__all__ = [
+    "VerifiersEpisodeFailed",
+    "VerifiersTraceError",
+    "episode_errors",
+    "message_text",
+    "run_episodes",
+    "to_gem_episodes",
+]
 
 
 class VerifiersTraceError(TrajectoryError):
@@ -53,6 +66,45 @@ def message_text(message: Any) -> str:
     for call in getattr(message, "tool_calls", None) or ():
         text += f"\n<tool_call>{json.dumps({'name': call.name, 'arguments': call.arguments})}</tool_call>"
     return text
+
+
+def _error_text(error: Any) -> str:
+    status = getattr(error, "status_code", None)
+    return f"{error.type}: {error.message}" + (f" (HTTP {status})" if status is not None else "")
+
+
+def episode_errors(episode: Any, *, only: Any = None) -> list[tuple[str, str]]:
+    """Every error a verifiers episode recorded, as ``(where, "Type: message (HTTP status)")``, oldest level first.
+
+    The levels: the episode's own errors, each trace's (``trace <id> (<agent>)``) and each of its
+    model calls' (``trace <id> (<agent>), model call <i>``). An error recorded at two levels (a
+    call's failure is often the trace's too) is listed once, where it was first met.
+
+    Args:
+        episode: A ``verifiers.v1.Episode``.
+        only: A trace: its own errors and its calls' after the episode's (for one branch's metadata).
+    """
+    found: list[tuple[str, str]] = []
+    seen: set[str] = set()
+
+    def add(where: str, error: Any) -> None:
+        text = _error_text(error)
+        if text not in seen:
+            seen.add(text)
+            found.append((where, text))
+
+    for error in episode.errors:
+        add("episode", error)
+    for trace in episode.traces:
+        if only is not None and trace is not only:
+            continue
+        where = f"trace {trace.id} ({trace.agent.name})"
+        for error in trace.errors:
+            add(where, error)
+        for index, call in enumerate(trace.calls):
+            if call.error is not None:
+                add(f"{where}, model call {index}", call.error)
+    return found
 
 
 def _observation(messages: Sequence[Any]) -> str:
@@ -160,11 +212,12 @@ def to_gem_episodes(
         VerifiersTraceError: a branch's token layout cannot become turns (the message names trace and node).
     """
     if not episode.ok and on_failed == "raise":
-        errors = "; ".join(f"{e.type}: {e.message}" for e in episode.errors) or "no error recorded"
-        failed = [t.id for t in episode.traces if not t.ok]
+        errors = "; ".join(f"{where}: {text}" for where, text in episode_errors(episode))
+        failed = [f"{t.id} ({t.agent.name}, stop condition {t.stop_condition!r})" for t in episode.traces if not t.ok]
         raise VerifiersEpisodeFailed(
-            f"verifiers episode {episode.id} did not complete ({errors}; failed traces {failed}); "
-            "pass on_failed='keep' to convert what it has"
+            f"verifiers episode {episode.id} did not complete: "
+            f"{errors or 'no error recorded on the episode, its traces or their model calls'}; "
+            f"failed traces: {', '.join(failed) or 'none'}. Pass on_failed='keep' to convert what it has"
         )
     env_id = episode.env.id or None
     key = episode.task.key or episode.task.hash or ""
@@ -189,7 +242,8 @@ def to_gem_episodes(
             out.append(
                 Episode(
                     turns=turns,
-                    start_state_id=f"verifiers:{env_id or '?'}/{key}",
+                    # one group per seat: the two players of a game never share a baseline
+                    start_state_id=f"verifiers:{env_id or '?'}/{key}@{trace.agent.name}",
                     episode_id=f"{episode.id}/{trace.id}/{branch.index}",
                     env_id=env_id,
                     metadata={
@@ -206,7 +260,7 @@ def to_gem_episodes(
                             "stop_condition": trace.stop_condition,
                             "is_truncated": bool(trace.is_truncated),
                             "ok": bool(trace.ok and episode.ok),
-                            "errors": [f"{e.type}: {e.message}" for e in [*episode.errors, *trace.errors]],
+                            "errors": [text for _, text in episode_errors(episode, only=trace)],
                             "info": dict(trace.info),
                         }
                     },

@@ -138,7 +138,7 @@ def test_reward_metrics_and_ids_are_kept(conversation: dict[str, Any]) -> None:
     }
     assert meta["metrics"] == pytest.approx(conversation["metrics"])
     assert (meta["trace_id"], meta["agent"], meta["task_key"], meta["ok"]) == (trace.id, "solver", "task-7", True)
-    assert gem.start_state_id == "verifiers:toy-env/task-7" and gem.env_id == "toy-env"
+    assert gem.start_state_id == "verifiers:toy-env/task-7@solver" and gem.env_id == "toy-env"
 
 
 @given(st.lists(conversations(), min_size=1, max_size=4))
@@ -233,3 +233,86 @@ def test_untrainable_traces_are_skipped_unless_asked() -> None:
     episode.traces[0].agent.trainable = False  # e.g. a judge's trace
     assert to_gem_episodes(episode) == []
     assert len(to_gem_episodes(episode, trainable_only=False)) == 1
+
+
+# ---------------------------------------------------------------- errors at every level, groups per seat
+
+_LEVELS = st.lists(
+    st.tuples(st.sampled_from(["episode", "trace", "call"]), st.sampled_from(["502 Bad Gateway", "boom", "deadline"])),
+    min_size=1,
+    max_size=5,
+)
+
+
+@given(_LEVELS)
+@settings(max_examples=40, deadline=None)
+def test_a_failed_episode_names_every_error_at_every_level_once(placed: list[tuple[str, str]]) -> None:
+    """verifiers records errors on the episode, its traces and their model calls: each one reaches the message."""
+    episode, _ = build_episode(_ONE_TURN, ok=False)
+    trace = episode.traces[0]
+    for level, text in placed:
+        error = vf.Error(type="ProviderError", message=text, status_code=502 if text.startswith("502") else None)
+        {"episode": episode.errors, "trace": trace.errors}.get(level, []).append(error)
+        if level == "call":
+            trace.calls[0].error = error  # a call holds one: the last placed
+    expected = {e.message for e in [*episode.errors, *trace.errors]} | (
+        {trace.calls[0].error.message} if trace.calls[0].error is not None else set()
+    )
+    with pytest.raises(VerifiersEpisodeFailed) as failed:
+        to_gem_episodes(episode)
+    message = str(failed.value)
+    assert "no error recorded" not in message
+    for text in expected:
+        assert message.count(f"ProviderError: {text}") == 1, message
+    if any(text.startswith("502") for text in expected):
+        assert "(HTTP 502)" in message
+    (kept,) = to_gem_episodes(episode, on_failed="keep")
+    assert sorted(
+        e.split(": ", 1)[1].removesuffix(" (HTTP 502)") for e in kept.metadata["verifiers"]["errors"]
+    ) == sorted(expected)
+
+
+def test_an_error_only_on_the_trace_says_where() -> None:
+    episode, _ = build_episode(_ONE_TURN, ok=False)
+    trace = episode.traces[0]
+    trace.record_error(RuntimeError("relay answered 502 Bad Gateway"))  # verifiers' own recording
+    with pytest.raises(VerifiersEpisodeFailed, match=rf"trace {trace.id} \(solver\): RuntimeError: relay answered 502"):
+        to_gem_episodes(episode)
+
+
+def test_a_failed_episode_without_any_error_says_so_and_names_the_stop_condition() -> None:
+    episode, _ = build_episode(_ONE_TURN, ok=False)
+    episode.traces[0].stop_condition = "agent_error"
+    with pytest.raises(VerifiersEpisodeFailed, match="no error recorded on the episode, its traces or their model"):
+        to_gem_episodes(episode)
+    with pytest.raises(VerifiersEpisodeFailed, match="stop condition 'agent_error'"):
+        to_gem_episodes(episode)
+
+
+def _two_seat_hand(winner: str) -> Any:
+    """One hand of a zero-sum two-player game: a trace per seat, +1 for the winner and -1 for the loser."""
+    traces = []
+    for seat in ("player_0", "player_1"):
+        (solo, _) = build_episode({**_ONE_TURN, "rewards": {}, "weights": {}})
+        trace = solo.traces[0]
+        trace.agent = vf.AgentInfo(config=vf.AgentConfig(), name=seat)
+        trace.record_reward("win", 1.0 if seat == winner else -1.0)
+        traces.append(trace)
+    return vf.Episode(env=vf.EnvInfo(id="kuhn"), task=traces[0].task, traces=traces, ok=True)
+
+
+def test_the_two_seats_of_a_game_form_two_groups() -> None:
+    from gem_core.rl.advantages import grpo_advantages
+
+    hands = [_two_seat_hand("player_0") for _ in range(3)] + [_two_seat_hand("player_1")]
+    episodes = [e for hand in hands for e in to_gem_episodes(hand)]
+    groups: dict[str, set[str]] = {}
+    for e in episodes:
+        groups.setdefault(e.start_state_id, set()).add(e.metadata["verifiers"]["agent"])
+    assert groups == {"verifiers:kuhn/task-7@player_0": {"player_0"}, "verifiers:kuhn/task-7@player_1": {"player_1"}}
+    # each seat is compared with its own seat: seat 0 won 3 of 4 hands, so its wins are above its own mean
+    advantages = {e.episode_id: float(a[-1]) for e, a in zip(episodes, grpo_advantages(episodes), strict=True)}
+    for e in episodes:
+        seat, reward = e.metadata["verifiers"]["agent"], e.turns[-1].reward
+        same_seat = [x.turns[-1].reward for x in episodes if x.metadata["verifiers"]["agent"] == seat]
+        assert np.sign(advantages[e.episode_id]) == np.sign(reward - np.mean(same_seat))

@@ -9,8 +9,10 @@ docs/verifiers.md): the episodes convert with ``require_tokens=False`` and are r
 from __future__ import annotations
 
 import asyncio
+import http.server
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from gem_vf_toy import FOLLOW_UP
 
 from gem_core.rl.advantages import rebn_advantages
 from gem_core.testing_servers import ServerDidNotStart, free_port, serve_until_healthy
-from gem_verifiers import VerifiersTraceError, run_episodes, to_gem_episodes
+from gem_verifiers import VerifiersEpisodeFailed, VerifiersTraceError, run_episodes, to_gem_episodes
 
 pytest.importorskip("torch", reason="the verifiers tox env installs torch (CPU) for transformers serve")
 
@@ -94,3 +96,53 @@ def test_run_episodes_gives_gem_episodes_with_rewards_and_metrics(played: tuple)
     assert episodes[0].start_state_id == episodes[1].start_state_id != episodes[2].start_state_id
     advantages = rebn_advantages(episodes, gamma=0.9)
     assert [len(a) for a in advantages] == [2, 2, 2, 2]
+
+
+class _BadGateway(http.server.BaseHTTPRequestHandler):
+    """A model server behind a broken proxy: every request gets 502."""
+
+    def do_POST(self) -> None:
+        body = b'{"error": {"message": "upstream connect error", "type": "bad_gateway"}}'
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(502)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_502_from_the_model_server_reaches_the_message() -> None:
+    """verifiers records the provider's 502 on the trace (not the episode): the failure names it."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _BadGateway)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        os.environ.setdefault("GEM_VF_KEY", "local")
+        agent = vf.AgentConfig(runtime=vf.SubprocessConfig())
+        env = vf.load_environment(vf.SingleAgentEnvConfig(taskset=vf.TasksetConfig(id="gem_vf_toy"), agent=agent))
+        base_url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        ctx = vf.ModelContext(model="tiny", client=vf.EvalClientConfig(base_url=base_url, api_key_var="GEM_VF_KEY"))
+
+        async def play() -> vf.Episode:
+            async with env.serving():
+                return await asyncio.wait_for(env.run_episode(next(iter(env.taskset)), ctx), timeout=120)
+
+        episode = asyncio.run(play())
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert not episode.ok
+    levels = {
+        "episode": bool(episode.errors),
+        "trace": any(t.errors for t in episode.traces),
+        "call": any(c.error for t in episode.traces for c in t.calls),
+    }
+    assert levels["trace"] or levels["call"], levels
+    with pytest.raises(VerifiersEpisodeFailed) as failed:
+        to_gem_episodes(episode, require_tokens=False)
+    assert "502" in str(failed.value) and "no error recorded" not in str(failed.value)
