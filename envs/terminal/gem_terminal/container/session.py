@@ -132,6 +132,18 @@ ADDABLE = ("/usr/local/bin", "/usr/local/sbin")
 CHECKER_TOOLS = frozenset({"pytest", "py.test", "uv", "uvx", "pip", "pip3", "python", "python3"})
 
 
+#: What the check phase's container gets first: the checker's folders as the sandbox has them (``/checker/home``,
+#: ``/checker/work``, ``/checker/bin`` first on its PATH), ``/tests`` for root alone, and ``as-agent``, which runs
+#: the agent's code in a child process as ``nobody``: it cannot read ``/tests`` (the agent was root, so its own
+#: uid could), nor write what root owns.
+CHECK_PREPARE = (
+    b"rm -rf /gem-checker-home /checker /tests && mkdir -m 700 /gem-checker-home /tests"
+    b" && mkdir -p -m 700 /checker/home /checker/work && mkdir -m 755 /checker/bin"
+    b" && printf '%s\\n' '#!/bin/sh'"
+    b" 'command -v setpriv >/dev/null || { echo as-agent: no setpriv in the image >&2; exit 126; }'"
+    b" 'exec setpriv --reuid=65534 --regid=65534 --clear-groups -- \"$@\"' > /checker/bin/as-agent"
+    b" && chmod 755 /checker/bin/as-agent"
+)
 #: Environment of every command in the check phase, under the checker's own.
 CHECK_ENV = {
     "HOME": "/gem-checker-home",
@@ -464,7 +476,7 @@ class ContainerEpisode:
                 programs = self._image_programs()
                 self.integrity = IntegrityReport(integrity_violations(diff.splitlines(), programs))
                 self._open_session("0")
-                prepare = b"rm -rf /gem-checker-home && mkdir -m 700 /gem-checker-home"
+                prepare = CHECK_PREPARE
                 reply = self._request("RUN", ["10", "256", str(len(prepare)), "0"], prepare + b"\n", 30.0)
                 if reply is None or reply[2] != "0":
                     raise ToolError("could not prepare the checker's home folder")
