@@ -61,6 +61,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import io
 import itertools
 import math
@@ -69,7 +70,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from gem_core.core import Env, ResetReturn, StepReturn
@@ -576,12 +577,13 @@ async def run_vllm(
     modes: list[str],
     repeats: int = 1,
     divisor: int = 8,
+    on_row: Callable[[Row], None] | None = None,
 ) -> tuple[list[Row], float]:
     """Every mode on a real vLLM ``engine`` (an ``AsyncLLM`` of this loop); the rows and the seconds per step.
 
     The clock is calibrated to the engine: a simulated second is the wall time of ``1 /
     (divisor x PER_TOKEN_S)`` decode steps at full slots, so env steps and weight syncs
-    keep their simulated proportion to generation.
+    keep their simulated proportion to generation. ``on_row`` gets each row as it is done.
     """
     rows: list[Row] = []
     step_s = 0.0
@@ -592,6 +594,8 @@ async def run_vllm(
         for mode in modes:
             if mode not in VLLM_MODES:
                 rows.append(Row(in_flight, concurrency, mode, None, scale, skipped="not on the vllm engine"))
+                if on_row is not None:
+                    on_row(rows[-1])
                 continue
             runs = []
             for _ in range(repeats):
@@ -602,10 +606,14 @@ async def run_vllm(
                     result.note = f"{result.note}, {server.aborted} requests aborted"
                 runs.append(Row(in_flight, concurrency, mode, result, scale))
             rows.append(median_row(runs))
+            if on_row is not None:
+                on_row(rows[-1])
     return rows, step_s
 
 
-async def run_vllm_main(args: argparse.Namespace, modes: list[str], tokenizer: Any) -> tuple[list[Row], float]:
+async def run_vllm_main(
+    args: argparse.Namespace, modes: list[str], tokenizer: Any, on_row: Callable[[Row], None]
+) -> tuple[list[Row], float]:
     """Start an ``AsyncLLM`` (engine-core process) on the tiny test model; run :func:`run_vllm`; shut it down."""
     import tempfile
 
@@ -627,7 +635,15 @@ async def run_vllm_main(args: argparse.Namespace, modes: list[str], tokenizer: A
     engine = AsyncLLM.from_engine_args(engine_args)
     try:
         return await run_vllm(
-            engine, tokenizer, in_flights, args.vllm_waves, args.oversubscribe, modes, args.repeats, args.token_divisor
+            engine,
+            tokenizer,
+            in_flights,
+            args.vllm_waves,
+            args.oversubscribe,
+            modes,
+            args.repeats,
+            args.token_divisor,
+            on_row,
         )
     finally:
         engine.shutdown()
@@ -731,16 +747,23 @@ def main(argv: list[str] | None = None) -> int:
 
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # vLLM's CPU default reserves most of the RAM
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        rows, step_s = asyncio.run(run_vllm_main(args, modes, tokenizer))
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # a shared machine: let the OS place it
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout is the table
         print(
             f"engine: vllm AsyncLLM (the tiny test model, CPU), in-flight/{args.oversubscribe} slots, replies 1/"
             f"{args.token_divisor} of the simulated tokens (median {MEDIAN_TOKENS // args.token_divisor}), real "
-            f"prefill, decode and abort; {step_s * 1000:.1f} ms a decode step at full slots, so a simulated second is "
-            f"{step_s / (args.token_divisor * PER_TOKEN_S):.3f} s of wall time (env steps and weight syncs sleep "
-            "that much); rates per simulated second"
+            "prefill, decode and abort; the clock calibrated to the engine's decode step at full slots (env steps "
+            "and weight syncs sleep that share of it); rates per simulated second, tokens real",
+            flush=True,
         )
-        print(header)
-        print_rows(rows, {})
+        print(header, flush=True)
+        base_vllm: dict[int, float] = {}
+        rows, _ = asyncio.run(run_vllm_main(args, modes, tokenizer, lambda row: print_rows([row], base_vllm)))
+        gc.collect()  # the engine now, not in its __del__ at exit (vLLM's shutdown then fails on torn-down modules)
+        scales = {row.in_flight: row.scale for row in rows}
+        step_ms = {n: scale * args.token_divisor * PER_TOKEN_S * 1000 for n, scale in scales.items()}
+        calibrated = (f"{n} in flight {step_ms[n]:.1f} ms a step, a simulated second {scales[n]:.3f} s" for n in scales)
+        print("calibration (decode step at full slots): " + ", ".join(calibrated))
         ratios["vllm"] = ratios_of(rows)
     if len(ratios) > 1:
         print(
