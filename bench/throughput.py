@@ -579,33 +579,34 @@ async def run_vllm(
     divisor: int = 8,
     on_row: Callable[[Row], None] | None = None,
 ) -> tuple[list[Row], float]:
-    """Every mode on a real vLLM ``engine`` (an ``AsyncLLM`` of this loop); the rows and the seconds per step.
+    """Every mode on a real vLLM ``engine`` (an ``AsyncLLM`` of this loop); the rows and the last seconds per step.
 
-    The clock is calibrated to the engine: a simulated second is the wall time of ``1 /
-    (divisor x PER_TOKEN_S)`` decode steps at full slots, so env steps and weight syncs
-    keep their simulated proportion to generation. ``on_row`` gets each row as it is done.
+    The clock is calibrated to the engine before every run: a simulated second is the wall
+    time of ``1 / (divisor x PER_TOKEN_S)`` decode steps at full slots, so env steps and
+    weight syncs keep their simulated proportion to generation however fast the (shared)
+    machine runs the engine then. The repeats go round the modes (lockstep, continuous,
+    ..., lockstep, ...), so a change of load falls on every mode alike. ``on_row`` gets
+    each row as it is done.
     """
     rows: list[Row] = []
     step_s = 0.0
     for in_flight in in_flights:
         concurrency = max(1, in_flight // oversubscribe)
-        step_s = await calibrate(engine, concurrency)
-        scale = step_s / (divisor * PER_TOKEN_S)
-        for mode in modes:
-            if mode not in VLLM_MODES:
-                rows.append(Row(in_flight, concurrency, mode, None, scale, skipped="not on the vllm engine"))
-                if on_row is not None:
-                    on_row(rows[-1])
-                continue
-            runs = []
-            for _ in range(repeats):
-                clock = Clock(scale)
+        runs: dict[str, list[Row]] = {mode: [] for mode in modes if mode in VLLM_MODES}
+        for _ in range(repeats):
+            for mode in runs:
+                step_s = await calibrate(engine, concurrency)
+                clock = Clock(step_s / (divisor * PER_TOKEN_S))
                 server = VllmServer(engine, clock, concurrency, divisor)
                 result = await run_mode(mode, clock, server, tokenizer, in_flight, waves * in_flight)
                 if mode == "partial":
                     result.note = f"{result.note}, {server.aborted} requests aborted"
-                runs.append(Row(in_flight, concurrency, mode, result, scale))
-            rows.append(median_row(runs))
+                runs[mode].append(Row(in_flight, concurrency, mode, result, clock.scale))
+        for mode in modes:
+            if mode in runs:
+                rows.append(median_row(runs[mode]))
+            else:
+                rows.append(Row(in_flight, concurrency, mode, None, 1.0, skipped="not on the vllm engine"))
             if on_row is not None:
                 on_row(rows[-1])
     return rows, step_s
@@ -752,18 +753,20 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"engine: vllm AsyncLLM (the tiny test model, CPU), in-flight/{args.oversubscribe} slots, replies 1/"
             f"{args.token_divisor} of the simulated tokens (median {MEDIAN_TOKENS // args.token_divisor}), real "
-            "prefill, decode and abort; the clock calibrated to the engine's decode step at full slots (env steps "
-            "and weight syncs sleep that share of it); rates per simulated second, tokens real",
+            "prefill, decode and abort; the clock calibrated to the engine's decode step at full slots before each "
+            "run (env steps and weight syncs sleep that share of it); rates per simulated second, tokens real",
             flush=True,
         )
         print(header, flush=True)
         base_vllm: dict[int, float] = {}
         rows, _ = asyncio.run(run_vllm_main(args, modes, tokenizer, lambda row: print_rows([row], base_vllm)))
         gc.collect()  # the engine now, not in its __del__ at exit (vLLM's shutdown then fails on torn-down modules)
-        scales = {row.in_flight: row.scale for row in rows}
-        step_ms = {n: scale * args.token_divisor * PER_TOKEN_S * 1000 for n, scale in scales.items()}
-        calibrated = (f"{n} in flight {step_ms[n]:.1f} ms a step, a simulated second {scales[n]:.3f} s" for n in scales)
-        print("calibration (decode step at full slots): " + ", ".join(calibrated))
+        calibrated = (
+            f"{row.mode} {row.scale * args.token_divisor * PER_TOKEN_S * 1000:.1f} ms ({row.scale:.3f} s)"
+            for row in rows
+            if row.result is not None
+        )
+        print("decode step at full slots before the median runs (a simulated second): " + ", ".join(calibrated))
         ratios["vllm"] = ratios_of(rows)
     if len(ratios) > 1:
         print(
