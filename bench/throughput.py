@@ -657,7 +657,7 @@ def print_rows(rows: list[Row], base: dict[int, float]) -> None:
             print(f"{row.in_flight:>9} {row.concurrency:>5} {row.mode:<11} skipped: {row.skipped}")
             continue
         result, simulated, turns_s = row.result, row.simulated_s, row.turns_s
-        idle = 1 - result.busy_s / (result.concurrency * result.wall_s)
+        idle = max(0.0, 1 - result.busy_s / (result.concurrency * result.wall_s))  # no -0% from the clock's edges
         if row.mode == "lockstep":
             base[row.in_flight] = turns_s
         lockstep = base.get(row.in_flight)
