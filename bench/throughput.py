@@ -600,7 +600,7 @@ async def run_vllm(
                 server = VllmServer(engine, clock, concurrency, divisor)
                 result = await run_mode(mode, clock, server, tokenizer, in_flight, waves * in_flight)
                 if mode == "partial":
-                    result.note = f"{result.note}, {server.aborted} requests aborted"
+                    result.note = f"{result.note}, {server.aborted} requests running at the updates"
                 runs[mode].append(Row(in_flight, concurrency, mode, result, clock.scale))
         for mode in modes:
             if mode in runs:
