@@ -7,7 +7,8 @@ JSON, the session table, the token bridge of each call's new messages (a chat-te
 render and an encode), the tool parser and the decode of the reply.
 
 * ``direct``: each session is a coroutine that calls ``generate(TurnRequest)`` ``--turns``
-  times, its prompt growing by the reply and a bridge each turn, as the episode engine does;
+  times, its prompt growing by the reply and a bridge each turn, as the episode engine does
+  (a call's latency includes its bridge);
 * ``gateway``: each session is a harness that posts ``/s/<session>/v1/chat/completions``
   (aiohttp client, one connection per session) with its whole history, ``--turns`` times;
   the gateway serves in another process (its own event loop and core, as in deployment).
@@ -82,12 +83,14 @@ async def _direct(engine: CheapEngine, tok: Any, sessions: int, turns: int) -> t
 
     async def one(index: int) -> None:
         prompt = renderer.prompt_ids([{"role": "user", "content": QUESTION}])
+        generation = Generation()
         for turn in range(turns):
             started = time.perf_counter()
+            if turn:  # the engine's own per-turn work: the bridge of the new message
+                ids = generation.token_ids or []
+                prompt += [*ids, *renderer.bridge_ids([{"role": "user", "content": OBSERVATION}], ids)]
             generation = await engine(TurnRequest(index, turn, list(prompt), [], 64, request_id=f"{index}/{turn}"))
             latencies.append(time.perf_counter() - started)
-            ids = generation.token_ids or []
-            prompt += [*ids, *renderer.bridge_ids([{"role": "user", "content": OBSERVATION}], ids)]
 
     started = time.perf_counter()
     await asyncio.gather(*(one(i) for i in range(sessions)))

@@ -250,21 +250,24 @@ def test_sessions_and_calls_are_bounded(tokenizer: Any, scripted: Any) -> None:
     call(gateway, "c", hello)  # finishing freed a slot
 
 
-def test_a_slow_engine_times_out_and_a_busy_one_refuses(tokenizer: Any, scripted: Any) -> None:
+def test_a_slow_engine_times_out(tokenizer: Any, scripted: Any) -> None:
+    gateway = Gateway(scripted(lambda r: "ok", delay_s=30.0), tokenizer, limits=GatewayLimits(request_timeout_s=0.2))
+    with pytest.raises(GenerateTimedOut, match=r"request_timeout_s=0\.2"):
+        call(gateway, "a", [{"role": "user", "content": "hi"}])
+    assert gateway.sessions["a"].calls == [] and gateway.sessions["a"].failed[0]["error"] == "GenerateTimedOut"
+
+
+def test_a_call_that_gets_no_generation_slot_in_time_is_refused(tokenizer: Any, scripted: Any) -> None:
     limits = GatewayLimits(request_timeout_s=0.2, max_concurrent_generations=1)
-    gateway = Gateway(scripted(lambda r: "ok", delay_s=5.0), tokenizer, limits=limits)
-    hello = [{"role": "user", "content": "hi"}]
+    gateway = Gateway(scripted(lambda r: "ok"), tokenizer, limits=limits)
 
-    async def two() -> list[Any]:
-        request = parse_chat_request({"messages": hello})
-        return await asyncio.gather(
-            gateway.complete("a", request), gateway.complete("b", request), return_exceptions=True
-        )
+    async def while_the_slot_is_held() -> None:
+        gateway._slots = asyncio.Semaphore(1)
+        await gateway._slots.acquire()  # another call holds the one slot for longer than the timeout
+        await gateway.complete("b", parse_chat_request({"messages": [{"role": "user", "content": "hi"}]}))
 
-    results = asyncio.run(two())
-    assert sorted(type(r).__name__ for r in results) == ["GatewayOverloaded", "GenerateTimedOut"]
-    assert gateway.sessions["a"].calls == [] and gateway.sessions["a"].failed
-    assert isinstance(results[0], (GenerateTimedOut, GatewayOverloaded))
+    with pytest.raises(GatewayOverloaded, match="max_concurrent_generations=1"):
+        asyncio.run(while_the_slot_is_held())
 
 
 @pytest.mark.parametrize(
