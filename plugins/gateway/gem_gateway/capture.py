@@ -303,13 +303,31 @@ class Session:
         """Indices of the calls that start a new segment (the first call is not one)."""
         return [c.index for c in self.calls if c.branch is not None]
 
-    def episode(self, reward: float = 0.0, *, info: Mapping[str, Any] | None = None) -> Episode:
-        """The calls as one episode: a turn per call in order, ``reward`` on the last, ``terminated`` there.
+    def episode(
+        self,
+        reward: float = 0.0,
+        *,
+        rewards: Sequence[float] | None = None,
+        truncated: bool = False,
+        info: Mapping[str, Any] | None = None,
+    ) -> Episode:
+        """The calls as one episode: a turn per call in order, ``reward`` on the last.
+
+        Args:
+            reward: The episode's reward, on the last turn.
+            rewards: One reward per call instead (a trainer that knows per-step rewards, e.g. a
+                gem env stepped once per call).
+            truncated: The episode was cut (a turn budget, a timeout), not finished: the last
+                turn is ``truncated`` instead of ``terminated``.
+            info: Kept in the last turn's ``info``.
 
         Raises:
             TrajectoryError: the session has no call yet (or a reward is not finite).
+            BadRequest: ``rewards`` does not hold one reward per call.
         """
         calls = sorted(self.calls, key=lambda c: c.index)
+        if rewards is not None and len(rewards) != len(calls):
+            raise BadRequest(f"session {self.key!r} made {len(calls)} calls but got {len(rewards)} rewards")
         turns = []
         for position, call in enumerate(calls):
             last = position == len(calls) - 1
@@ -322,8 +340,9 @@ class Session:
                 Turn(
                     observation="\n".join(m["content"] for m in new if m["role"] != "assistant"),
                     action=call.text,
-                    reward=reward if last else 0.0,
-                    terminated=last,
+                    reward=rewards[position] if rewards is not None else reward if last else 0.0,
+                    terminated=last and not truncated,
+                    truncated=last and truncated,
                     info={
                         "call": call.index,
                         "parent": call.parent,
@@ -442,27 +461,30 @@ class Gateway:
         reward: float | None = None,
         *,
         verifier: Callable[[Episode], float] | None = None,
+        rewards: Sequence[float] | None = None,
+        truncated: bool = False,
         info: Mapping[str, Any] | None = None,
     ) -> Episode:
-        """End session ``key``'s episode: its reward is ``reward`` or ``verifier(episode)``; the key is closed.
+        """End session ``key``'s episode; the key is closed.
 
-        Only the trainer calls this (in process, or through the admin route with its token): a harness
-        cannot set its own reward.
+        Its reward is ``reward``, ``verifier(episode)`` or per call ``rewards`` (exactly one of
+        them); see :meth:`Session.episode`. Only the trainer calls this (in process, or through
+        the admin route with its token): a harness cannot set its own reward.
 
         Raises:
             NotFound: no open session ``key``.
-            BadRequest: both or neither of ``reward`` and ``verifier``.
+            BadRequest: not exactly one of ``reward``, ``verifier`` and ``rewards``.
         """
         from gem_gateway.errors import NotFound
 
-        if (reward is None) == (verifier is None):
-            raise BadRequest("give finish() a reward or a verifier, exactly one")
+        if sum(x is not None for x in (reward, verifier, rewards)) != 1:
+            raise BadRequest("give finish() a reward, a verifier or per-call rewards, exactly one")
         session = self.sessions.get(key)
         if session is None:
             raise NotFound(f"no open session {key!r}")
         if verifier is not None:
-            reward = float(verifier(session.episode(0.0)))
-        episode = session.episode(float(reward), info=info)  # type: ignore[arg-type]
+            reward = float(verifier(session.episode(0.0, truncated=truncated)))
+        episode = session.episode(float(reward or 0.0), rewards=rewards, truncated=truncated, info=info)
         self.drop(key)
         return episode
 
