@@ -26,10 +26,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing
 import statistics
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from gem_core.episode import Generation, TurnRequest
@@ -59,7 +60,7 @@ class CheapEngine:
         return Generation(token_ids=list(self.ids), logprobs=[-0.5] * len(self.ids), finish_reason="stop")
 
 
-def _serve(port: int, reply_tokens: int, engine_ms: float, ready: Any) -> None:
+def _serve(port: int, reply_tokens: int, engine_ms: float) -> None:
     from gem_gateway.capture import Gateway, GatewayLimits
     from gem_gateway.server import serve
 
@@ -67,12 +68,11 @@ def _serve(port: int, reply_tokens: int, engine_ms: float, ready: Any) -> None:
     limits = GatewayLimits(max_sessions=100_000, max_concurrent_generations=4096, closed_keys_kept=1_000_000)
     gateway = Gateway(CheapEngine(tok, reply_tokens, engine_ms), tok, model_name="bench", limits=limits)
 
-    async def main() -> None:
-        async with serve(gateway, "127.0.0.1", port) as url:
-            ready.send(url)
+    async def forever() -> None:
+        async with serve(gateway, "127.0.0.1", port):
             await asyncio.Event().wait()
 
-    asyncio.run(main())
+    asyncio.run(forever())
 
 
 async def _direct(engine: CheapEngine, tok: Any, sessions: int, turns: int) -> tuple[list[float], float]:
@@ -139,41 +139,37 @@ def _summary(latencies: list[float], seconds: float) -> dict[str, float]:
 
 def run(sessions: list[int], turns: int, repeats: int, reply_tokens: int, engine_ms: float) -> dict[str, Any]:
     """Both modes at each concurrency; the median of ``repeats`` runs of each figure."""
-    from gem_core.testing_servers import free_port
+    from gem_core.testing_servers import free_port, serve_until_healthy
 
     tok = tokenizer()
     engine = CheapEngine(tok, reply_tokens, engine_ms)
-    receive, send = multiprocessing.Pipe(duplex=False)
-    server = multiprocessing.get_context("spawn").Process(
-        target=_serve, args=(free_port(), reply_tokens, engine_ms, send), daemon=True
-    )
-    server.start()
-    try:
-        if not receive.poll(120):
-            raise RuntimeError("the gateway process did not start within 120 s")
-        url = receive.recv()
-        results: dict[str, Any] = {
-            "turns": turns,
-            "reply_tokens": reply_tokens,
-            "engine_ms": engine_ms,
-            "repeats": repeats,
-            "rows": [],
-        }
-        for count in sessions:
-            runs: dict[str, list[dict[str, float]]] = {"direct": [], "gateway": []}
-            for repeat in range(repeats):
-                runs["direct"].append(_summary(*asyncio.run(_direct(engine, tok, count, turns))))
-                runs["gateway"].append(_summary(*asyncio.run(_through(url, f"r{count}x{repeat}", count, turns))))
-            row: dict[str, Any] = {"sessions": count}
-            for mode, figures in runs.items():
-                row[mode] = {k: statistics.median(f[k] for f in figures) for k in figures[0]}
-            row["added_median_ms"] = row["gateway"]["median_ms"] - row["direct"]["median_ms"]
-            row["throughput_ratio"] = row["gateway"]["calls_per_s"] / row["direct"]["calls_per_s"]
-            results["rows"].append(row)
-        return results
-    finally:
-        server.kill()
-        server.join(10)
+    port = free_port()
+    command = [sys.executable, __file__, "--serve", str(port), "--reply-tokens", str(reply_tokens)]
+    command += ["--engine-ms", str(engine_ms)]
+    results: dict[str, Any] = {
+        "turns": turns,
+        "reply_tokens": reply_tokens,
+        "engine_ms": engine_ms,
+        "repeats": repeats,
+        "rows": [],
+    }
+    with tempfile.TemporaryDirectory() as folder:
+        log = Path(folder) / "gateway.log"
+        with serve_until_healthy(command, f"http://127.0.0.1:{port}/health", log, timeout_s=180):
+            url = f"http://127.0.0.1:{port}"
+            for count in sessions:
+                runs: dict[str, list[dict[str, float]]] = {"direct": [], "gateway": []}
+                for repeat in range(repeats):
+                    runs["direct"].append(_summary(*asyncio.run(_direct(engine, tok, count, turns))))
+                    through = asyncio.run(_through(url, f"r{count}x{repeat}", count, turns))
+                    runs["gateway"].append(_summary(*through))
+                row: dict[str, Any] = {"sessions": count}
+                for mode, figures in runs.items():
+                    row[mode] = {k: statistics.median(f[k] for f in figures) for k in figures[0]}
+                row["added_median_ms"] = row["gateway"]["median_ms"] - row["direct"]["median_ms"]
+                row["throughput_ratio"] = row["gateway"]["calls_per_s"] / row["direct"]["calls_per_s"]
+                results["rows"].append(row)
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,7 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reply-tokens", type=int, default=32)
     parser.add_argument("--engine-ms", type=float, default=0.0, help="simulated engine time per call")
     parser.add_argument("--json", help="write the results here too")
+    parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)  # the gateway's own process
     args = parser.parse_args(argv)
+    if args.serve:
+        _serve(args.serve, args.reply_tokens, args.engine_ms)
+        return 0
     results = run(args.sessions, args.turns, args.repeats, args.reply_tokens, args.engine_ms)
     for row in results["rows"]:
         d, g = row["direct"], row["gateway"]
