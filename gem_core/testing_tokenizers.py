@@ -12,6 +12,8 @@ Templates:
 * ``"chatml_drop_think"``: like Qwen3, it drops ``<think>...</think>`` from assistant
   messages that come before the last user message, so a rendering of the history
   stops being a prefix of the next one (the case the layout must reject).
+* ``"chatml_tools"``: ChatML with Hermes/Qwen2.5-style tools: the signatures in the system
+  block, calls written as ``<tool_call>`` JSON, tool results as ``<tool_response>`` blocks.
 """
 
 from __future__ import annotations
@@ -47,8 +49,42 @@ _CHATML_DROP_THINK = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 
+# Hermes / Qwen2.5 style tools: signatures in the system block, calls as <tool_call> JSON, results as
+# <tool_response> blocks in one user message per run of tool messages.
+_CHATML_TOOLS = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\n' }}"
+    "{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] + '\n\n' }}{%- endif %}"
+    "{{- '# Tools\n\nFunction signatures:\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\n' + (tool | tojson) }}{%- endfor %}"
+    '{{- \'\n</tools>\n\nCall one as <tool_call>\n{"name": <name>, "arguments": <object>}\n</tool_call>'
+    "<|im_end|>\n' }}"
+    "{%- elif messages[0]['role'] == 'system' %}"
+    "{{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message['role'] == 'system' and loop.first %}"
+    "{%- elif message['role'] == 'assistant' %}"
+    "{{- '<|im_start|>assistant\n' + (message['content'] or '') }}"
+    "{%- for call in message.get('tool_calls') or [] %}"
+    "{%- if message['content'] or not loop.first %}{{- '\n' }}{%- endif %}"
+    "{{- '<tool_call>\n{\"name\": \"' + call['function']['name'] + '\", \"arguments\": ' }}"
+    "{{- call['function']['arguments'] | tojson }}{{- '}\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\n' }}"
+    "{%- elif message['role'] == 'tool' %}"
+    "{%- if loop.first or loop.previtem['role'] != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\n<tool_response>\n' + message['content'] + '\n</tool_response>' }}"
+    "{%- if loop.last or loop.nextitem['role'] != 'tool' %}{{- '<|im_end|>\n' }}{%- endif %}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"
+)
+
 #: Jinja chat templates by name.
-CHAT_TEMPLATES = {"chatml": _CHATML, "chatml_drop_think": _CHATML_DROP_THINK}
+CHAT_TEMPLATES = {"chatml": _CHATML, "chatml_drop_think": _CHATML_DROP_THINK, "chatml_tools": _CHATML_TOOLS}
 
 _CORPUS = [
     "You are a helpful assistant. Think step by step, then answer.",

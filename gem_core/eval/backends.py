@@ -401,7 +401,9 @@ def _reply(data: Any, path: str) -> tuple[dict[str, Any], str]:
 class HFBackend(Backend):
     """A local Hugging Face model through ``transformers`` (token in, token out; CPU or GPU).
 
-    Requests that arrive together are left-padded into one ``model.generate`` call.
+    Requests that arrive together are left-padded into one ``model.generate`` call. Each
+    generation carries the logprob of every sampled id under the distribution it was drawn
+    from (after temperature and top-p).
 
     Args:
         model: A local model directory (or a hub id when the hub is reachable).
@@ -461,9 +463,19 @@ class HFBackend(Backend):
                 top_p=None if greedy else self.sampling.top_p,
                 top_k=None,
                 pad_token_id=self.pad_id,
+                return_dict_in_generate=True,
+                output_scores=True,
             )
-        new = out[:, width:].tolist()
-        return [cut_at_stop(ids[:limit], self.stop_ids, limit) for ids, limit in zip(new, limits, strict=True)]
+            sampled = out.sequences[:, width:]
+            # each step's scores are the distribution the token was drawn from (after temperature and top-p):
+            # its log-softmax at the sampled id is the behaviour logprob
+            steps = torch.stack(out.scores, dim=1).float().log_softmax(dim=-1)
+            logprobs = steps.gather(-1, sampled.unsqueeze(-1)).squeeze(-1).tolist()
+        new = sampled.tolist()
+        return [
+            cut_at_stop(ids[:limit], self.stop_ids, limit, logprobs=lps[:limit])
+            for ids, lps, limit in zip(new, logprobs, limits, strict=True)
+        ]
 
 
 class VLLMBackend(Backend):

@@ -43,8 +43,11 @@ __all__ = [
     "EpisodeSequence",
     "TransitionSample",
     "check_template_prefix",
+    "episode_segments",
+    "episode_to_segments",
     "episode_to_sequence",
     "episode_to_transitions",
+    "episodes_to_segments",
     "episodes_to_sequences",
     "episodes_to_transitions",
     "render_ids",
@@ -425,6 +428,83 @@ def episodes_to_sequences(
             chat_template_kwargs=chat_template_kwargs,
         )
         for i, episode in enumerate(episodes)
+    ]
+
+
+def episode_segments(episode: Episode) -> list[tuple[int, int]]:
+    """Where an episode's token context stays consistent: ``[start, end)`` turn ranges, in order.
+
+    A new segment starts at every turn whose ``prompt_token_ids`` do not start with the previous
+    turn's prompt plus its generated ids (a branch point: the harness or runner re-rendered,
+    rewrote or truncated the history). An episode without branch points is one segment.
+
+    Raises:
+        TrajectoryError: a turn lacks ``prompt_token_ids`` or ``action_token_ids``.
+    """
+    bounds: list[tuple[int, int]] = []
+    start = 0
+    previous: list[int] | None = None
+    for index, turn in enumerate(episode.turns):
+        if turn.prompt_token_ids is None or turn.action_token_ids is None:
+            raise TrajectoryError(
+                f"turn {index} lacks prompt_token_ids or action_token_ids; segments are read off recorded token ids"
+            )
+        if previous is not None and not _starts_with(turn.prompt_token_ids, previous):
+            bounds.append((start, index))
+            start = index
+        previous = [*turn.prompt_token_ids, *turn.action_token_ids]
+    if episode.turns:
+        bounds.append((start, len(episode.turns)))
+    return bounds
+
+
+def episode_to_segments(
+    episode: Episode,
+    *,
+    advantages: npt.ArrayLike | None = None,
+) -> list[EpisodeSequence]:
+    """Token in / token out with branch points: one :class:`EpisodeSequence` per consistent segment.
+
+    Episodes captured from black-box harnesses (``gem gateway``) may re-write their history
+    between calls; :func:`episode_to_sequence` refuses those. Here each segment of
+    :func:`episode_segments` becomes its own sequence (its first prompt is that turn's whole
+    prompt, loss mask 0), so every generated token is trained exactly once, as sampled.
+    Compute returns and advantages on the whole episode first and pass them here: a segment
+    before the last branch point gets its share of the final reward through them (its own
+    ``token_rewards`` hold only its turns' rewards).
+
+    Args:
+        episode: An episode whose turns record ``prompt_token_ids`` and ``action_token_ids``.
+        advantages: One advantage per turn of the whole episode.
+
+    Returns:
+        The segments' sequences in order; ``episode_id`` of segment ``k > 0`` is ``"{episode_id}#k"``.
+    """
+    adv = None if advantages is None else _advantages_for(episode, advantages)
+    sequences = []
+    for number, (start, end) in enumerate(episode_segments(episode)):
+        part = Episode(
+            episode.turns[start:end],
+            start_state_id=episode.start_state_id,
+            episode_id=episode.episode_id if number == 0 else f"{episode.episode_id}#{number}",
+            env_id=episode.env_id,
+            seed=episode.seed,
+            metadata=episode.metadata,
+        )
+        sequences.append(episode_to_sequence(part, advantages=None if adv is None else adv[start:end]))
+    return sequences
+
+
+def episodes_to_segments(
+    episodes: Sequence[Episode], *, advantages: Sequence[npt.ArrayLike] | None = None
+) -> list[EpisodeSequence]:
+    """:func:`episode_to_segments` over a batch, flattened (episode order, then segment order)."""
+    if advantages is not None and len(advantages) != len(episodes):
+        raise RLInputError(f"got advantages for {len(advantages)} episodes, but {len(episodes)} episodes")
+    return [
+        sequence
+        for i, episode in enumerate(episodes)
+        for sequence in episode_to_segments(episode, advantages=None if advantages is None else advantages[i])
     ]
 
 
