@@ -21,8 +21,7 @@ __all__ = ["SeatEnv", "SeatPolicy"]
 class SeatPolicy(Protocol):
     """Plays a seat: given the env (its state, for scripted players), the agent and the news since its last move.
 
-    Returns:
-        The agent's action text.
+    A call returns the agent's action text.
     """
 
     def __call__(self, env: MultiAgentEnv, agent: str, observation: str) -> str: ...
