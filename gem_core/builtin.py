@@ -34,6 +34,18 @@ def register_envs() -> list[EnvSpec]:
             description="Reference tool env: NumberGuess with the echo tool (for tests, gem eval and conformance).",
             tags=("multi-turn", "offline", "reference", "tools"),
         ),
+        EnvSpec(
+            id="core:Nim-v0",
+            entry_point="gem_core.multiagent.reference:NimEnv",
+            description="Reference multi-agent env (agents in turn): two players take 1-3 stones, last stone wins.",
+            tags=("multi-agent", "turn-based", "offline", "reference"),
+        ),
+        EnvSpec(
+            id="core:RockPaperScissors-v0",
+            entry_point="gem_core.multiagent.reference:RockPaperScissorsEnv",
+            description="Reference multi-agent env (all at once): rock-paper-scissors over 3 rounds.",
+            tags=("multi-agent", "simultaneous", "offline", "reference"),
+        ),
     ]
 
 

@@ -373,3 +373,37 @@ class SharedEnvError(ConfigError):
 
 
 __all__ += ["GenerateCancelled", "GenerateTimeout", "PolicyVersionError", "SharedEnvError", "WeightUpdateTimeout"]
+
+
+# --- multi-agent envs (gem_core.multiagent, docs/multiagent.md) ---
+
+
+class AgentError(GemCoreError, ValueError):
+    """A multi-agent ``step`` named the wrong agents; the turn does not count and the env is unchanged.
+
+    Attributes:
+        agent: The agent the error is about (``None`` when it is about several).
+    """
+
+    def __init__(self, message: str, *, agent: str | None = None) -> None:
+        super().__init__(message)
+        self.agent = agent
+
+
+class UnknownAgent(AgentError, LookupError):
+    """An action was given for an agent the env does not have (not in ``possible_agents``)."""
+
+
+class NotYourTurn(AgentError):
+    """A turn-based env got an action from an agent other than ``agent_selection``."""
+
+
+class AgentFinished(AgentError):
+    """An action was given for an agent whose part of the episode already ended (terminated or truncated)."""
+
+
+class MissingActions(AgentError):
+    """A simultaneous-move env's ``step`` lacks the action of one or more live agents; names them."""
+
+
+__all__ += ["AgentError", "AgentFinished", "MissingActions", "NotYourTurn", "UnknownAgent"]

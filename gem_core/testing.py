@@ -23,13 +23,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gem_core.core import AsyncEnv, Env, ResetReturn, StepReturn, to_sync
 from gem_core.errors import EnvCheckError, ResetNeeded
+from gem_core.multiagent.core import MultiAgentEnv
 from gem_core.tools.base import Tool, ToolResult
 from gem_core.wrappers.base import Wrapper, ends_episode
 
@@ -442,12 +443,12 @@ def _actions_for(env: Env, n: int) -> list[str]:
 
 
 def check_env(
-    env: Env | AsyncEnv,
+    env: Env | AsyncEnv | MultiAgentEnv,
     *,
     seed: int = 0,
     num_steps: int = 20,
     fuzz: bool = True,
-    env_factory: Callable[[], Env | AsyncEnv] | None = None,
+    env_factory: Callable[[], Env | AsyncEnv | MultiAgentEnv] | None = None,
 ) -> None:
     """Check that ``env`` keeps the :class:`~gem_core.Env` contract.
 
@@ -471,6 +472,11 @@ def check_env(
     Raises:
         EnvCheckError: the first violation found, with what to fix.
     """
+    if isinstance(env, MultiAgentEnv):  # a multi-agent env has its own contract
+        from gem_core.multiagent.checks import check_multiagent_env
+
+        check_multiagent_env(env, seed=seed, max_steps=max(num_steps, 60), fuzz=fuzz, env_factory=env_factory)  # type: ignore[arg-type]
+        return
     sync_env = to_sync(env)
     _check_reset_signature(sync_env.unwrapped if isinstance(sync_env.unwrapped, Env) else sync_env)
     py_state, np_state = random.getstate(), np.random.get_state()
@@ -485,7 +491,7 @@ def check_env(
     if first != second:
         raise _fail(_diff_message("the same instance reset twice", first, second))
     if env_factory is not None:
-        other = to_sync(env_factory())
+        other = to_sync(cast(Any, env_factory()))
         try:
             _check_refuses_step(other, actions[0], "before reset() on a new instance")
             third = _rollout(other, seed, actions)

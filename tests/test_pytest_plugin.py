@@ -51,7 +51,7 @@ def test_marker_fixture_and_failures(pytester: pytest.Pytester) -> None:
         test_core=CHECKS_CORE, test_ids=WITH_IDS_AND_KWARGS, test_bad=BREAKS_CONTRACT, test_no_marker=NO_MARKER
     )
     result = pytester.runpytest_subprocess("-v")
-    result.assert_outcomes(passed=4, failed=1, errors=1)  # core has 3 ids, plus test_ids
+    result.assert_outcomes(passed=6, failed=1, errors=1)  # core has 5 ids (3 NumberGuess, Nim, RPS), plus test_ids
     result.stdout.fnmatch_lines_random(
         [
             "*test_core.py::test_contract?core:NumberGuess-v0? PASSED*",

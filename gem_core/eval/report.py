@@ -17,15 +17,21 @@ def summary_json(summaries: Sequence[EnvSummary], meta: dict[str, Any]) -> str:
 
 
 def print_summary(summaries: Sequence[EnvSummary], out: TextIO, title: str = "gem eval") -> None:
-    """A table: episodes, errors, success with its 95% CI, reward with its CI, turns, tokens."""
+    """A table: episodes, errors, success (95% CI), reward (CI), turns, tokens, and win/draw/loss per seat for games."""
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=title)
-    for name in ("env", "episodes", "errors", "success (95% CI)", "reward (± 95% CI)", "turns", "tokens"):
-        table.add_column(name, justify="left" if name == "env" else "right")
+    games = any(s.outcomes for s in summaries)
+    columns = ["env", "episodes", "errors", "success (95% CI)", "reward (± 95% CI)", "turns", "tokens"]
+    for name in [*columns, *(["win/draw/loss per seat"] if games else [])]:
+        per_seat = name == "win/draw/loss per seat"
+        table.add_column(name, justify="left" if per_seat or name == "env" else "right", no_wrap=per_seat)
     for s in summaries:
         low, high = s.success_ci
+        wdl = (
+            ["  ".join(f"{seat} {c['win']}/{c['draw']}/{c['loss']}" for seat, c in s.outcomes.items())] if games else []
+        )
         table.add_row(
             s.env_id,
             str(s.episodes),
@@ -34,8 +40,10 @@ def print_summary(summaries: Sequence[EnvSummary], out: TextIO, title: str = "ge
             f"{s.reward:.3f} ± {s.reward_ci:.3f}",
             f"{s.turns:.2f}",
             f"{s.completion_tokens:.1f}",
+            *wdl,
         )
-    Console(file=out, width=120, force_terminal=False, color_system=None).print(table)
+    # the per-seat column needs room: one line per env, never wrapped
+    Console(file=out, width=170 if games else 120, force_terminal=False, color_system=None).print(table)
 
 
 def plot(summaries: Sequence[EnvSummary], records: Sequence[dict[str, Any]], path: str, title: str) -> None:

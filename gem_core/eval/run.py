@@ -144,6 +144,10 @@ async def evaluate(backend: Backend, settings: EvalSettings, progress: Progress 
     return sorted(done, key=lambda r: (order.get(r["env_id"], len(order)), r["seed"]))
 
 
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 def _record(
     env_id: str,
     seed: int,
@@ -164,6 +168,9 @@ def _record(
         "error": error,
         "episode_return": math.fsum(t.reward for t in turns),
         "success": bool(last is not None and last.info.get("success", False)) and error is None,
+        # games seen from one seat (multiagent:*-vs-*): the seat played and how the game ended for it
+        "seat": _text_or_none(last.info.get("seat") if last is not None else None),
+        "outcome": _text_or_none(last.info.get("outcome") if last is not None and error is None else None),
         "num_turns": len(turns),
         "terminated": bool(last and last.terminated),
         "truncated": bool(last and last.truncated),
@@ -202,6 +209,9 @@ class EnvSummary:
     reward_ci: float
     turns: float
     completion_tokens: float
+    #: Per seat, how many games ended ``win``/``draw``/``loss`` (records with an ``outcome``: games
+    #: played from one seat); empty for other envs.
+    outcomes: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -214,6 +224,7 @@ class EnvSummary:
             "reward_ci95": self.reward_ci,
             "mean_turns": self.turns,
             "mean_completion_tokens": self.completion_tokens,
+            "outcomes_per_seat": self.outcomes,
         }
 
 
@@ -240,6 +251,11 @@ def summarize(records: Sequence[dict[str, Any]]) -> list[EnvSummary]:
         mean = math.fsum(rewards) / n
         sd = math.sqrt(math.fsum((x - mean) ** 2 for x in rewards) / (n - 1)) if n > 1 else 0.0
         successes = sum(bool(r["success"]) for r in rows)
+        outcomes: dict[str, dict[str, int]] = {}
+        for r in rows:
+            if r.get("outcome") in ("win", "draw", "loss"):
+                counts = outcomes.setdefault(str(r.get("seat") or "-"), {"win": 0, "draw": 0, "loss": 0})
+                counts[r["outcome"]] += 1
         out.append(
             EnvSummary(
                 env_id=env_id,
@@ -251,6 +267,7 @@ def summarize(records: Sequence[dict[str, Any]]) -> list[EnvSummary]:
                 reward_ci=1.96 * sd / math.sqrt(n) if n > 1 else 0.0,
                 turns=math.fsum(r["num_turns"] for r in rows) / n,
                 completion_tokens=math.fsum(r["completion_tokens"] for r in rows) / n,
+                outcomes=dict(sorted(outcomes.items())),
             )
         )
     return out

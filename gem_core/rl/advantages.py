@@ -440,14 +440,25 @@ ESTIMATORS: dict[str, Callable[..., list[FloatArray]]] = {
 }
 
 
+#: Per-role estimators of multi-agent episodes (:mod:`gem_core.rl.roles`), by name.
+ROLE_ESTIMATORS: dict[str, str] = {"role_rebn": "role_rebn_advantages", "role_grpo": "role_grpo_advantages"}
+
+
 def estimate_advantages(batch: RewardBatch, estimator: str = "rebn", **kwargs: Any) -> list[FloatArray]:
-    """Run a turn-level estimator by name (see :data:`ESTIMATORS`); ``kwargs`` go to it.
+    """Run a turn-level estimator by name (see :data:`ESTIMATORS` and :data:`ROLE_ESTIMATORS`); ``kwargs`` go to it.
 
     Raises:
         RLInputError: Unknown estimator name.
     """
+    if estimator in ROLE_ESTIMATORS:  # here: gem_core.rl.roles builds on this module
+        from gem_core.rl import roles
+
+        fn: Callable[..., list[FloatArray]] = getattr(roles, ROLE_ESTIMATORS[estimator])
+        return fn(batch, **kwargs)
     try:
         fn = ESTIMATORS[estimator]
     except KeyError:
-        raise RLInputError(f"unknown advantage estimator {estimator!r}; choose one of {sorted(ESTIMATORS)}") from None
+        raise RLInputError(
+            f"unknown advantage estimator {estimator!r}; choose one of {sorted([*ESTIMATORS, *ROLE_ESTIMATORS])}"
+        ) from None
     return fn(batch, **kwargs)

@@ -216,3 +216,20 @@ def test_a_run_into_an_existing_trace_without_resume_is_refused(tmp_path: Path) 
     with pytest.raises(ConfigError, match="already holds episodes: pass --resume"):
         evaluate_into(path, resume=False)
     assert len(read_trace(path)) == SEEDS
+
+
+def test_games_played_from_a_seat_report_win_draw_loss_per_seat() -> None:
+    rows = [
+        {**record("multiagent:TicTacToe-v0-vs-scripted", i, outcome == "win", 1.0), "seat": seat, "outcome": outcome}
+        for i, (seat, outcome) in enumerate([("x", "win"), ("x", "draw"), ("o", "loss"), ("o", "loss"), ("x", "draw")])
+    ]
+    (summary,) = summarize([*rows, record("multiagent:TicTacToe-v0-vs-scripted", 9, False, 0.0, error="boom")])
+    assert summary.outcomes == {"o": {"win": 0, "draw": 0, "loss": 2}, "x": {"win": 1, "draw": 2, "loss": 0}}
+    out = io.StringIO()
+    print_summary([summary], out)
+    assert "win/draw/loss per seat" in out.getvalue() and "x 1/2/0" in out.getvalue()
+    assert summary.as_dict()["outcomes_per_seat"] == summary.outcomes
+    (plain,) = summarize([record("a:X-v0", 0, True, 1.0)])  # other envs: no column
+    out = io.StringIO()
+    print_summary([plain], out)
+    assert plain.outcomes == {} and "per seat" not in out.getvalue()

@@ -335,9 +335,11 @@ def test_gem_module_paths_import_or_name_the_package(module: str, name: str, dis
     assert f"`{module}" in DOC.read_text(), f"{module} is missing from the migration table"
 
 
-@pytest.mark.parametrize("module", ["gem.multiagent", "gem.envs.multiagent"])
-def test_multiagent_says_why_not(module: str) -> None:
+@pytest.mark.parametrize("module", ["gem.multiagent", "gem.envs.multiagent", "gem.envs.multiagent.multi_agent_env"])
+def test_multiagent_modules_import(module: str) -> None:
     import importlib
 
-    with pytest.raises(ImportError, match=r"migrating-from-gem\.md#multi-agent"):
-        importlib.import_module(module)
+    from gem.multiagent import AgentSelector, MultiAgentEnv
+
+    loaded = importlib.import_module(module)
+    assert loaded.MultiAgentEnv is MultiAgentEnv and loaded.AgentSelector is AgentSelector

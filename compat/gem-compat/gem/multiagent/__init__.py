@@ -1,5 +1,5 @@
-"""GEM's ``gem.multiagent`` is not provided on gem-core; importing it says why and what to use."""
+"""GEM's ``gem.multiagent``: ``MultiAgentEnv`` and ``AgentSelector`` on gem-core (see docs/migrating-from-gem.md)."""
 
-from gem._require import NO_MULTIAGENT
+from gem.multiagent.multi_agent_env import AgentSelector, MultiAgentEnv
 
-raise ImportError(NO_MULTIAGENT)
+__all__ = ["AgentSelector", "MultiAgentEnv"]

@@ -1,5 +1,5 @@
-"""GEM's ``gem.envs.multiagent`` is not provided on gem-core; importing it says why and what to use."""
+"""GEM's ``gem.envs.multiagent`` (its older path): the same classes as :mod:`gem.multiagent`."""
 
-from gem._require import NO_MULTIAGENT
+from gem.multiagent.multi_agent_env import AgentSelector, MultiAgentEnv
 
-raise ImportError(NO_MULTIAGENT)
+__all__ = ["AgentSelector", "MultiAgentEnv"]

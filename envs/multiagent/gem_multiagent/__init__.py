@@ -1,0 +1,1 @@
+"""gem-multiagent: multi-agent text envs (two-player games, negotiation, a cooperative clue game, a shop)."""
