@@ -26,7 +26,7 @@ import numpy as np
 from gem_core.errors import ConfigError, ImageError
 from gem_core.multimodal import Image
 
-__all__ = ["ImageInputs", "ImageProcessorTokenizer", "merge_image_inputs", "pil_loader"]
+__all__ = ["ImageInputs", "ImageProcessorTokenizer", "image_token_mask", "merge_image_inputs", "pil_loader"]
 
 #: The processor's features of the images of one encoded piece (a first prompt or a bridge):
 #: ``{"pixel_values": array, "image_grid_thw": array, ...}`` (the processor's keys, numpy arrays
@@ -71,6 +71,15 @@ def merge_image_inputs(pieces: Sequence[ImageInputs]) -> ImageInputs:
         arrays = [np.asarray(piece[key]) for piece in pieces if key in piece]
         merged[key] = np.concatenate(arrays, axis=0)
     return merged
+
+
+def image_token_mask(ids: Sequence[int], image_token_id: int) -> np.ndarray:
+    """1 where ``ids`` holds the image token, else 0: Qwen2-VL's ``mm_token_type_ids`` (its M-RoPE needs them).
+
+    The processor returns them with a render's ids; the engine's context is built piece by
+    piece, so they are read back off the ids.
+    """
+    return (np.asarray(list(ids), dtype=np.int64) == image_token_id).astype(np.int64)
 
 
 class ImageProcessorTokenizer:
