@@ -149,7 +149,9 @@ def build_tiny_vlm_processor(*, min_pixels: int = 4 * 28 * 28, max_pixels: int =
 
     from gem_core.testing_tokenizers import CHAT_TEMPLATES, build_chat_tokenizer
 
-    class ImageOnlyQwen2VLProcessor(Qwen2VLProcessor):  # type: ignore[misc]
+    base: Any = Qwen2VLProcessor  # transformers' processors are untyped
+
+    class ImageOnlyQwen2VLProcessor(base):  # type: ignore[misc]
         """Qwen2-VL's processor without a video processor: transformers checks the class of each part given."""
 
         def check_argument_for_proper_class(self, argument_name: str, argument: Any) -> Any:
@@ -212,13 +214,11 @@ def build_tiny_vlm(processor: Any, *, seed: int = 0, hidden_size: int = 64) -> A
         video_token_id=token("<|video_pad|>"),
         vision_start_token_id=token("<|vision_start|>"),
         vision_end_token_id=token("<|vision_end|>"),
-        bos_token_id=None,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
     )
+    model_class: Any = Qwen2VLForConditionalGeneration  # untyped in transformers' stubs
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = Qwen2VLForConditionalGeneration(config)
+        model = model_class(config)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model.eval()

@@ -79,7 +79,8 @@ def image_token_mask(ids: Sequence[int], image_token_id: int) -> np.ndarray:
     The processor returns them with a render's ids; the engine's context is built piece by
     piece, so they are read back off the ids.
     """
-    return (np.asarray(list(ids), dtype=np.int64) == image_token_id).astype(np.int64)
+    mask: np.ndarray = (np.asarray(list(ids), dtype=np.int64) == image_token_id).astype(np.int64)
+    return mask
 
 
 class ImageProcessorTokenizer:
