@@ -19,7 +19,7 @@ from gem_core.episode import EpisodeEngine, EpisodeJob, Generation, TurnRequest,
 from gem_core.errors import ImageError
 from gem_core.multimodal import Content, Image, message_images
 from gem_core.testing_models import build_tiny_vlm, build_tiny_vlm_processor
-from gem_core.vision import image_token_mask, merge_image_inputs
+from gem_core.vision import image_token_mask, merge_image_inputs, pil_loader
 
 ACTIONS = [r"\boxed{1 1 1}", r"\boxed{2 2 2}", r"\boxed{3 3 3}"]
 
@@ -219,3 +219,19 @@ def test_images_reach_request_and_records_in_token_order(processor: Any) -> None
     (session,) = engine.play_batch([EpisodeJob(gem_core.make("vision:Sudoku-v0-easy"), seed=2)], generate)
     assert [len(s) for s in seen] == [1, 2]
     assert seen[1][0] == session.turns[0].observation.images[0]
+
+
+def test_training_layouts_carry_the_images_in_token_order(processor: Any) -> None:
+    from gem_core.rl.layouts import episode_to_sequence, episode_to_transitions
+
+    session = play(processor, gem_core.make("vision:Sudoku-v0-easy"), seed=4, expert=True)
+    episode = session.episode()
+    sequence = episode_to_sequence(episode)
+    assert sequence.input_ids.tolist() == session.context
+    assert sequence.images == session.images
+    assert image_tokens(sequence.input_ids, processor) == image_tokens(session.context, processor)
+    samples = episode_to_transitions(episode, [0.0] * len(episode.turns))
+    assert [len(s.prompt_images or []) for s in samples] == [1, 2, 3]
+    for sample in samples:  # each sample's images are exactly those whose tokens its prompt holds
+        features = processor.image_processor([pil_loader(i) for i in sample.prompt_images or []])
+        assert image_tokens(sample.prompt_ids, processor) == int(np.prod(features["image_grid_thw"], axis=1).sum()) // 4
