@@ -14,6 +14,7 @@ import numpy as np
 
 from gem_core.errors import InvalidAction, ResetNeeded
 from gem_core.loop import LoopThread
+from gem_core.multimodal import Observation
 
 if TYPE_CHECKING:
     from gem_core.registry import EnvSpec
@@ -32,10 +33,11 @@ __all__ = [
     "to_sync",
 ]
 
-#: ``reset`` returns the first observation and an info dict.
-ResetReturn = tuple[str, dict[str, Any]]
+#: ``reset`` returns the first observation (``str``, or :class:`~gem_core.multimodal.Content` with images)
+#: and an info dict.
+ResetReturn = tuple[Observation, dict[str, Any]]
 #: ``step`` returns observation, reward, terminated, truncated, info.
-StepReturn = tuple[str, float, bool, bool, dict[str, Any]]
+StepReturn = tuple[Observation, float, bool, bool, dict[str, Any]]
 
 #: Info keys with a fixed meaning across gem. Envs may set the first group; wrappers and
 #: vector envs own the rest, and an env must not write them.
@@ -269,7 +271,8 @@ class _Seeded:
 class Env(_Seeded, abc.ABC):
     """A text environment for LLM agents, in Gymnasium's shape.
 
-    Observations and actions are ``str``. An episode is one ``reset`` followed by
+    Actions are ``str``; observations are ``str``, or a :class:`~gem_core.multimodal.Content`
+    (text and images) for envs that show pictures. An episode is one ``reset`` followed by
     ``step`` calls until ``terminated`` or ``truncated`` is true.
 
     Contract:

@@ -55,10 +55,12 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args
 
-from gem_core.chat import ChatRenderer, ChatTokenizer, Message, render_ids
+from gem_core.chat import ChatRenderer, ChatTokenizer, Message, render_ids, tail_overlap
 from gem_core.core import AsyncEnv, Env, to_async
-from gem_core.errors import ConfigError, GenerateContractError, PolicyLagError, TrajectoryError
+from gem_core.errors import ConfigError, GenerateContractError, ImageError, PolicyLagError, TrajectoryError
+from gem_core.multimodal import Content, Image, Observation, message_images, to_message_content
 from gem_core.rl.types import Episode, PrefixView, Turn, start_state_id
+from gem_core.vision import ImageInputs, ImageProcessorTokenizer
 
 __all__ = [
     "INVALID_ACTION",
@@ -178,6 +180,11 @@ class TurnRequest:
         request_id: Unique in the process (``"{episode_id}/turn{T}/r{serial}"``; a resumed
             turn's continuation gets a new one). An answer that carries it back
             (:attr:`Generation.request_id`) is checked against it.
+        images: The images of the context, in the order their tokens appear in ``prompt_ids``
+            (token mode with a processor); empty for a text-only episode.
+        image_inputs: The processor's features of those images, one entry per piece of the
+            context that brought images (first prompt, bridges), in order; join them with
+            :func:`~gem_core.vision.merge_image_inputs` for the model's forward.
     """
 
     episode_index: int
@@ -189,6 +196,8 @@ class TurnRequest:
     seed: int | None = None
     resume_from: int = 0
     request_id: str = ""
+    images: Sequence[Image] = ()
+    image_inputs: Sequence[ImageInputs] = ()
 
 
 def _finish_problem(reason: str) -> str:
@@ -393,13 +402,16 @@ class EpisodeSession:
         self.turns: list[Turn] = []
         self.messages: list[Message] = []
         self.context: list[int] | None = None
+        #: Token mode with a processor: the context's images in token order, and their features per piece.
+        self.images: list[Image] = []
+        self.image_inputs: list[ImageInputs] = []
         self.prompt_length = 0
         self.generations: list[Generation] = []
         self.done = False
         self.end_reason: str | None = None
         self.metadata: dict[str, Any] = {}
         self.error: BaseException | None = None
-        self._observation: str | None = None
+        self._observation: Observation | None = None
         self._used = 0  # tokens after the first prompt
         self._pending: dict[str, Any] | None = None
         self._policy_s: list[float] = []
@@ -421,16 +433,17 @@ class EpisodeSession:
 
     # ------------------------------------------------------------------ the state machine
 
-    def begin(self, observation: str) -> None:
+    def begin(self, observation: Observation) -> None:
         """Start from ``reset``'s observation: the first user message and, in token mode, the first prompt."""
         if self._observation is not None:
             raise RuntimeError(f"episode {self.episode_id} has already begun")
-        self._observation = str(observation)
+        self._observation = _as_observation(observation)
         if self.system_prompt:
             self.messages.append({"role": "system", "content": self.system_prompt})
-        self.messages.append({"role": "user", "content": self._observation})
+        self.messages.append({"role": "user", "content": to_message_content(self._observation)})
         if self.engine.token_mode:
-            self.context = self.engine.first_prompt_ids(self.messages)
+            self.context, images, inputs = self.engine.first_prompt(self.messages)
+            self._add_images(images, inputs)
             self.prompt_length = len(self.context)
             cap = self.engine.limits.max_context_tokens
             if cap is not None and self.prompt_length >= cap:
@@ -459,7 +472,14 @@ class EpisodeSession:
             seed=self.seed,
             resume_from=len(self._partial_ids),
             request_id=self._request_id,
+            images=PrefixView(self.images) if self.images else (),
+            image_inputs=PrefixView(self.image_inputs) if self.image_inputs else (),
         )
+
+    def _add_images(self, images: Sequence[Image], inputs: ImageInputs) -> None:
+        if images:
+            self.images.extend(images)
+            self.image_inputs.append(inputs)
 
     @property
     def policy_lag(self) -> int:
@@ -658,6 +678,7 @@ class EpisodeSession:
             # turn's prompt stays a prefix of them (in "rerender" mode each turn has its own context).
             "prompt_ids": None if self.context is None else PrefixView(self.context),
             "prompt_messages": None if self.engine.token_mode else PrefixView(self.messages),
+            "prompt_images": PrefixView(self.images) if self.images else None,
             "env_started": time.perf_counter(),
         }
         self.messages.append({"role": "assistant", "content": text})
@@ -671,13 +692,13 @@ class EpisodeSession:
         return action
 
     def observe(
-        self, observation: str, reward: float, terminated: bool, truncated: bool, info: Mapping[str, Any]
+        self, observation: Observation, reward: float, terminated: bool, truncated: bool, info: Mapping[str, Any]
     ) -> None:
         """Take ``env.step``'s result for the accepted action and prepare the next turn (or end)."""
         if self._pending is None:
             raise RuntimeError(f"episode {self.episode_id} has no action waiting for the env's answer")
         self._env_s.append(time.perf_counter() - self._pending["env_started"])
-        observation = str(observation)
+        observation = _as_observation(observation)
         terminated, truncated = bool(terminated), bool(truncated)
         self._record(float(reward), terminated, truncated, observation, dict(info))
         if terminated or truncated:
@@ -688,15 +709,20 @@ class EpisodeSession:
             self.turns[-1].truncated = True
             self._finish("max_turns")
             return
-        message: Message = {"role": "tool" if info.get("tool_calls") else "user", "content": observation}
+        message: Message = {
+            "role": "tool" if info.get("tool_calls") else "user",
+            "content": to_message_content(observation),
+        }
         self.messages.append(message)
         if self.context is not None:
             generated = self.turns[-1].action_token_ids or []
             if self.engine.context_mode == "rerender":
-                bridge = self.engine.first_prompt_ids(self.messages)
+                bridge, images, inputs = self.engine.first_prompt(self.messages)
                 self.context = bridge
+                self.images, self.image_inputs = [], []  # a new context: its images are all re-encoded
+                self._add_images(images, inputs)
             else:
-                bridge = self.engine.bridge_ids([message], generated)
+                bridge, images, inputs = self.engine.bridge(message, generated)
                 room = self._room()
                 if room is not None and len(bridge) >= room:  # no room left for a generated token
                     self.messages.pop()
@@ -704,6 +730,7 @@ class EpisodeSession:
                     self._finish("budget")
                     return
                 self.context.extend(bridge)
+                self._add_images(images, inputs)
                 self._used += len(bridge)
         self._observation = observation
 
@@ -827,7 +854,9 @@ class EpisodeSession:
             cap = room if cap is None else min(cap, room)
         return None if cap is None else cap - len(self._partial_ids)
 
-    def _record(self, reward: float, terminated: bool, truncated: bool, next_obs: str, info: dict[str, Any]) -> None:
+    def _record(
+        self, reward: float, terminated: bool, truncated: bool, next_obs: Observation, info: dict[str, Any]
+    ) -> None:
         pending, self._pending = self._pending, None
         assert pending is not None and self._observation is not None
         self.turns.append(
@@ -841,6 +870,7 @@ class EpisodeSession:
                 info=info,
                 prompt_messages=pending["prompt_messages"],
                 prompt_token_ids=pending["prompt_ids"],
+                prompt_images=pending["prompt_images"],
                 action_token_ids=pending["ids"],
                 action_logprobs=pending["logprobs"],
                 stop_reason=pending["finish_reason"],
@@ -877,6 +907,12 @@ class EpisodeEngine:
         vocab_size: Ids a generation may hold are ``[0, vocab_size)`` (the generate
             contract); default ``len(tokenizer)`` (added tokens included), else its
             ``vocab_size``; ``None`` when it has neither (then only negative ids are refused).
+        processor: A vision-language model's processor (e.g. ``Qwen2VLProcessor``), instead of
+            ``tokenizer``: token mode where observations may hold images. Text goes through its
+            chat template and tokenizer as for a text model; each message with images is
+            encoded by the processor, which places the image tokens (see :mod:`gem_core.vision`).
+            An :class:`~gem_core.vision.ImageProcessorTokenizer` may be given as ``tokenizer``
+            instead (to choose its ``image_loader``).
 
     Raises:
         TemplatePrefixError: At construction (the start-up probe), when the template
@@ -894,8 +930,15 @@ class EpisodeEngine:
         renderer: ChatRenderer | None = None,
         stop_token_ids: Sequence[int] | None = None,
         vocab_size: int | None = None,
+        processor: Any = None,
         **limit_kwargs: Any,
     ) -> None:
+        if processor is not None:
+            if tokenizer is not None:
+                raise ConfigError("give tokenizer= or processor= (a VLM's processor holds its tokenizer), not both")
+            tokenizer = ImageProcessorTokenizer(processor)
+        #: Encodes messages with images (token mode with a processor); ``None``: text only.
+        self.image_encoder = tokenizer if isinstance(tokenizer, ImageProcessorTokenizer) else None
         if limits is not None and limit_kwargs:
             raise ConfigError("give limits=EpisodeLimits(...) or its fields as keywords, not both")
         try:
@@ -935,6 +978,46 @@ class EpisodeEngine:
         return render_ids(
             self.tokenizer, messages, add_generation_prompt=True, chat_template_kwargs=self.chat_template_kwargs
         )
+
+    def first_prompt(self, messages: Sequence[Message]) -> tuple[list[int], list[Image], ImageInputs]:
+        """The ids of ``messages`` and the generation prompt, with their images and the images' features."""
+        images = [image for m in messages for image in message_images(m.get("content"))]
+        if not images:
+            return self.first_prompt_ids(messages), [], {}
+        encoder = self._require_image_encoder(len(images))
+        text = self.renderer.render(messages) if self.renderer is not None else None
+        if text is None:
+            assert self.tokenizer is not None
+            from gem_core.chat import render_text
+
+            text = render_text(
+                self.tokenizer, messages, add_generation_prompt=True, chat_template_kwargs=self.chat_template_kwargs
+            )
+        ids, inputs = encoder.encode_with_images(text, images)
+        return ids, images, inputs
+
+    def bridge(self, message: Message, generated: Sequence[int]) -> tuple[list[int], list[Image], ImageInputs]:
+        """The ids that follow ``generated`` for the new ``message``, with its images and their features.
+
+        Only the new message is rendered and encoded: the images already in the context keep
+        their ids and features.
+        """
+        assert self.renderer is not None
+        images = message_images(message.get("content"))
+        if not images:
+            return self.bridge_ids([message], generated), [], {}
+        encoder = self._require_image_encoder(len(images))
+        ids, inputs = encoder.encode_with_images(self.renderer.bridge_text([message]), images)
+        return ids[tail_overlap(generated, ids) :], images, inputs
+
+    def _require_image_encoder(self, count: int) -> ImageProcessorTokenizer:
+        if self.image_encoder is None:
+            raise ImageError(
+                f"an observation holds {count} image(s), but this engine has a text tokenizer: build it with "
+                "EpisodeEngine(processor=AutoProcessor.from_pretrained(vlm)) to place image tokens, or use "
+                "message mode (no tokenizer) with a server that takes image parts"
+            )
+        return self.image_encoder
 
     def bridge_ids(self, new_messages: Sequence[Message], generated: Sequence[int]) -> list[int]:
         """The ids that follow ``generated`` so the context ends with ``new_messages`` and a generation prompt."""
@@ -1183,6 +1266,11 @@ def _vocabulary_size(tokenizer: Any) -> int | None:
     except TypeError:
         size = getattr(tokenizer, "vocab_size", None)
         return size if isinstance(size, int) and size > 0 else None
+
+
+def _as_observation(observation: Any) -> Observation:
+    """An env's observation as the engine keeps it: a :class:`Content` as it is, anything else as ``str``."""
+    return observation if isinstance(observation, Content) else str(observation)
 
 
 def _spec_id(env: Any) -> str | None:

@@ -20,6 +20,7 @@ __all__ = [
     "GemCoreError",
     "GemCoreWarning",
     "GenerateContractError",
+    "ImageError",
     "InvalidAction",
     "InvalidIdError",
     "NamespaceError",
@@ -122,6 +123,14 @@ class PluginCommandError(GemCoreError):
     """A ``gem`` command a plugin declared could not be loaded, or failed with an error outside gem's.
 
     The message names the command, the plugin and its distribution, and who can fix it.
+    """
+
+
+class ImageError(GemCoreError, ValueError):
+    """An image of an observation or trace is not usable.
+
+    Not PNG or JPEG (by its magic bytes), a cut header, a missing file, or a part of a
+    :class:`~gem_core.multimodal.Content` that is neither text nor an image.
     """
 
 

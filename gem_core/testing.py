@@ -16,6 +16,7 @@ import ctypes
 import inspect
 import math
 import os
+import pickle
 import random
 import re
 import subprocess
@@ -29,8 +30,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gem_core.core import AsyncEnv, Env, ResetReturn, StepReturn, to_sync
-from gem_core.errors import EnvCheckError, ResetNeeded
+from gem_core.errors import EnvCheckError, ImageError, ResetNeeded
 from gem_core.multiagent.core import MultiAgentEnv
+from gem_core.multimodal import Content, Observation, observation_text
 from gem_core.tools.base import Tool, ToolResult
 from gem_core.wrappers.base import Wrapper, ends_episode
 
@@ -368,12 +370,32 @@ def _check_reset_signature(env: Env) -> None:
             )
 
 
-def _check_reset_return(result: Any) -> tuple[str, dict[str, Any]]:
+def _check_observation(obs: Any, call: str) -> None:
+    """An observation is a ``str`` or a :class:`~gem_core.multimodal.Content` whose images can be read."""
+    if isinstance(obs, str):
+        return
+    if not isinstance(obs, Content):
+        raise _fail(
+            f"{call} observation must be str or gem_core.multimodal.Content (text and images), got {type(obs).__name__}"
+        )
+    if not obs.parts:
+        raise _fail(f"{call} returned an empty Content; give at least one text or image part")
+    for image in obs.images:
+        try:
+            _ = image.size  # reads the bytes (a path image's file) and checks the header
+        except ImageError as exc:
+            raise _fail(f"{call} observation holds an unusable image: {exc}") from None
+    try:
+        pickle.loads(pickle.dumps(obs))  # process and Ray vector envs send observations between processes
+    except Exception as exc:
+        raise _fail(f"{call} observation does not survive pickling: {type(exc).__name__}: {exc}") from None
+
+
+def _check_reset_return(result: Any) -> tuple[Observation, dict[str, Any]]:
     if not (isinstance(result, tuple) and len(result) == 2):
         raise _fail(f"reset() must return (obs, info), got {type(result).__name__}: {result!r:.200}")
     obs, info = result
-    if not isinstance(obs, str):
-        raise _fail(f"reset() observation must be str, got {type(obs).__name__}")
+    _check_observation(obs, "reset()")
     if not isinstance(info, dict):
         raise _fail(f"reset() info must be dict, got {type(info).__name__}")
     return obs, info
@@ -386,8 +408,7 @@ def _check_step_return(result: Any, action: str) -> StepReturn:
             f"step({shown}) must return a 5-tuple (obs, reward, terminated, truncated, info), got {result!r:.200}"
         )
     obs, reward, terminated, truncated, info = result
-    if not isinstance(obs, str):
-        raise _fail(f"step({shown}) observation must be str, got {type(obs).__name__}")
+    _check_observation(obs, f"step({shown})")
     if isinstance(reward, bool) or not isinstance(reward, (int, float, np.integer, np.floating)):
         raise _fail(f"step({shown}) reward must be a float, got {type(reward).__name__}")
     if not math.isfinite(float(reward)):
@@ -502,7 +523,8 @@ def check_env(
 
     if fuzz:
         obs, _ = _check_reset_return(sync_env.reset(seed=seed + 1))
-        for action in (*FUZZ_ACTIONS, obs):
+        # the previous observation echoed back as the action (its text: actions are str)
+        for action in (*FUZZ_ACTIONS, observation_text(obs)):
             try:
                 result = sync_env.step(action)
             except Exception as exc:

@@ -20,7 +20,7 @@ import contextlib
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["build_tiny_model", "save_tiny_model"]
+__all__ = ["build_tiny_model", "build_tiny_vlm", "build_tiny_vlm_processor", "save_tiny_model"]
 
 #: The smallest decoder the tests train: one layer of width 32, two heads sharing one key/value head.
 TINY_SIZES: dict[str, int] = {
@@ -132,3 +132,93 @@ def save_tiny_model(
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def build_tiny_vlm_processor(*, min_pixels: int = 4 * 28 * 28, max_pixels: int = 16 * 28 * 28) -> Any:
+    """A real ``Qwen2VLProcessor`` over the ``chatml_vision`` test tokenizer, built in code (no hub).
+
+    Its image processor is transformers' Pillow one (``Qwen2VLImageProcessorPil``): 14-pixel
+    patches merged 2x2, each image resized to between ``min_pixels`` and ``max_pixels``, so
+    an image brings 4 to 16 image tokens. The processor has no video processor (that one
+    needs torchvision); images are all gem envs show.
+
+    Needs ``transformers`` (and Pillow, which its image processor imports).
+    """
+    from transformers import Qwen2VLProcessor
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    from gem_core.testing_tokenizers import CHAT_TEMPLATES, build_chat_tokenizer
+
+    base: Any = Qwen2VLProcessor  # transformers' processors are untyped
+
+    class ImageOnlyQwen2VLProcessor(base):  # type: ignore[misc]
+        """Qwen2-VL's processor without a video processor: transformers checks the class of each part given."""
+
+        def check_argument_for_proper_class(self, argument_name: str, argument: Any) -> Any:
+            if argument is None:
+                return None
+            return super().check_argument_for_proper_class(argument_name, argument)
+
+    tokenizer = build_chat_tokenizer("chatml_vision")
+    image_processor = Qwen2VLImageProcessorPil(
+        min_pixels=min_pixels, max_pixels=max_pixels, patch_size=14, merge_size=2, temporal_patch_size=2
+    )
+    return ImageOnlyQwen2VLProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=None,
+        chat_template=CHAT_TEMPLATES["chatml_vision"],
+    )
+
+
+def build_tiny_vlm(processor: Any, *, seed: int = 0, hidden_size: int = 64) -> Any:
+    """A randomly initialised ``Qwen2VLForConditionalGeneration`` (~0.2 M parameters) for ``processor``'s tokens.
+
+    One vision block (width 32) and one decoder layer (``hidden_size`` wide, two heads,
+    multimodal rotary sections sized to the head), with the processor's image, video and
+    vision start/end token ids. Torch's global RNG is restored afterwards.
+    """
+    import torch
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+    tokenizer = processor.tokenizer
+    half_head = hidden_size // 2 // 2  # two heads; rotary sections cover half a head
+    sections = [half_head - 2 * (half_head // 3), half_head // 3, half_head // 3]
+    token = tokenizer.convert_tokens_to_ids
+    config = Qwen2VLConfig(
+        text_config={
+            "vocab_size": len(tokenizer),
+            "hidden_size": hidden_size,
+            "intermediate_size": 2 * hidden_size,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "max_position_embeddings": 4096,
+            "rope_parameters": {"rope_type": "default", "mrope_section": sections, "rope_theta": 10000.0},
+            "bos_token_id": None,
+            "eos_token_id": tokenizer.eos_token_id,
+            "pad_token_id": tokenizer.pad_token_id,
+        },
+        vision_config={
+            "depth": 1,
+            "embed_dim": 32,
+            "hidden_size": hidden_size,
+            "num_heads": 2,
+            "mlp_ratio": 2,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "in_channels": 3,
+        },
+        image_token_id=token("<|image_pad|>"),
+        video_token_id=token("<|video_pad|>"),
+        vision_start_token_id=token("<|vision_start|>"),
+        vision_end_token_id=token("<|vision_end|>"),
+    )
+    model_class: Any = Qwen2VLForConditionalGeneration  # untyped in transformers' stubs
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = model_class(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model.eval()

@@ -9,6 +9,9 @@ Templates:
 
 * ``"chatml"``: every message rendered verbatim, ``<|im_start|>role\ncontent<|im_end|>\n``;
   it extends its own prefix, so the token-in/token-out layout works.
+* ``"chatml_vision"``: ChatML whose messages may hold content parts; each image part is
+  Qwen2-VL's placeholder ``<|vision_start|><|image_pad|><|vision_end|>`` (the tokenizer gets
+  those special tokens), for :func:`~gem_core.testing_models.build_tiny_vlm_processor`.
 * ``"chatml_drop_think"``: like Qwen3, it drops ``<think>...</think>`` from assistant
   messages that come before the last user message, so a rendering of the history
   stops being a prefix of the next one (the case the layout must reject).
@@ -23,7 +26,7 @@ from typing import Any
 
 from gem_core.rl.types import Episode, Message, Turn
 
-__all__ = ["CHAT_TEMPLATES", "SPECIAL_TOKENS", "build_chat_tokenizer", "synthetic_chat_episode"]
+__all__ = ["CHAT_TEMPLATES", "SPECIAL_TOKENS", "VISION_TOKENS", "build_chat_tokenizer", "synthetic_chat_episode"]
 
 #: Special tokens of the test tokenizers (ChatML names).
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -83,8 +86,32 @@ _CHATML_TOOLS = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"
 )
 
+# Qwen2-VL's way: a message's content is a string or a list of parts; each image part (Hugging Face's
+# {"type": "image"} or OpenAI's {"type": "image_url"}) is written as one placeholder that the processor
+# expands into the image's tokens.
+_CHATML_VISION = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' }}"
+    "{%- if message['content'] is string %}{{- message['content'] }}"
+    "{%- else %}{%- for part in message['content'] %}"
+    "{%- if part['type'] == 'text' %}{{- part['text'] }}"
+    "{%- elif part['type'] in ('image', 'image_url') %}{{- '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{%- endif %}{%- endfor %}{%- endif %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
 #: Jinja chat templates by name.
-CHAT_TEMPLATES = {"chatml": _CHATML, "chatml_drop_think": _CHATML_DROP_THINK, "chatml_tools": _CHATML_TOOLS}
+CHAT_TEMPLATES = {
+    "chatml": _CHATML,
+    "chatml_drop_think": _CHATML_DROP_THINK,
+    "chatml_tools": _CHATML_TOOLS,
+    "chatml_vision": _CHATML_VISION,
+}
+
+#: The vision tokens of ``chatml_vision`` tokenizers (Qwen2-VL's names).
+VISION_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 
 _CORPUS = [
     "You are a helpful assistant. Think step by step, then answer.",
@@ -140,11 +167,12 @@ def build_chat_tokenizer(
         show_progress=False,
     )
     backend.train_from_iterator(list(corpus) if corpus is not None else _CORPUS * 4, trainer=trainer)
+    vision = VISION_TOKENS if template == "chatml_vision" else []
     return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=backend,
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
-        additional_special_tokens=["<|im_start|>"],
+        additional_special_tokens=["<|im_start|>", *vision],
         chat_template=CHAT_TEMPLATES[template],
     )
 

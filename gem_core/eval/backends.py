@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from gem_core.episode import Generation, TurnRequest, cut_at_stop
 from gem_core.errors import ConfigError, GemCoreError
+from gem_core.multimodal import openai_content
 
 __all__ = [
     "Backend",
@@ -214,7 +215,7 @@ class OpenAIBackend(Backend):
         if seed is not None:
             body["seed"] = seed
         if self.api == "chat":
-            body["messages"] = [{"role": m["role"], "content": m["content"]} for m in request.messages]
+            body["messages"] = [{"role": m["role"], "content": openai_content(m["content"])} for m in request.messages]
             data = await self._post("/chat/completions", body)
             choice, text = _reply(data, "/chat/completions")
         elif self.exact_tokens:

@@ -333,7 +333,7 @@ async def _run(backend: Any, settings: Any, *, show_progress: bool) -> list[dict
 def cmd_view(args: argparse.Namespace, out: TextIO) -> int:
     """Print the selected episodes of a trace."""
     from gem_core.eval.report import print_episode
-    from gem_core.eval.traces import read_trace
+    from gem_core.eval.traces import image_folder, read_trace
 
     if not os.path.exists(args.trace):
         raise ConfigError(f"no trace file {args.trace!r}")
@@ -349,6 +349,7 @@ def cmd_view(args: argparse.Namespace, out: TextIO) -> int:
     if not selected:
         sys.stderr.write(f"gem view: no episode in {args.trace} matches\n")
         return 1
+    folder = image_folder(args.trace)
     for _, record in selected:
-        print_episode(record, out)
+        print_episode(record, out, image_folder=folder if os.path.isdir(folder) else None)
     return 0

@@ -73,8 +73,51 @@ def plot(summaries: Sequence[EnvSummary], records: Sequence[dict[str, Any]], pat
     plt.close(fig)
 
 
-def print_episode(record: dict[str, Any], out: TextIO, *, width: int = 100) -> None:
-    """One trace record, readably: header, then the conversation with each turn's reward."""
+def content_text(content: Any, image_folder: str | None = None) -> str:
+    """A trace message's ``content`` as text; each image as ``[image png 64x48 sha256:1a2b3c4d5e6f <file>]``.
+
+    Args:
+        content: A ``str``, or content parts (text, and images as trace references).
+        image_folder: The trace's image folder (:func:`~gem_core.eval.traces.image_folder`);
+            the line then names each image's file and its size read from the file's header.
+    """
+    import os
+
+    from gem_core.errors import ImageError
+    from gem_core.multimodal import Image
+
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return str(content if content is not None else "")
+    pieces: list[str] = []
+    for part in content:
+        ref = part.get("image", {}).get("$image") if isinstance(part, dict) and part.get("type") == "image" else None
+        if isinstance(part, dict) and part.get("type") == "text":
+            pieces.append(str(part.get("text", "")))
+        elif isinstance(ref, dict):
+            fmt, digest = ref.get("format", "?"), str(ref.get("sha256", ""))
+            shown = f"[image {fmt}"
+            if image_folder is not None:
+                path = os.path.join(image_folder, f"{digest}.{fmt}")
+                try:
+                    width, height = Image.from_path(path).size
+                    shown += f" {width}x{height} sha256:{digest[:12]} {path}"
+                except ImageError as exc:
+                    shown += f" sha256:{digest[:12]} missing: {exc}"
+            else:
+                shown += f" sha256:{digest[:12]}"
+            pieces.append(shown + "]")
+        else:
+            pieces.append(f"[{part.get('type', 'part') if isinstance(part, dict) else type(part).__name__}]")
+    return "".join(pieces)
+
+
+def print_episode(record: dict[str, Any], out: TextIO, *, width: int = 100, image_folder: str | None = None) -> None:
+    """One trace record, readably: header, then the conversation with each turn's reward.
+
+    Images show as one line each (format, size, hash and file, :func:`content_text`).
+    """
     from rich.console import Console
     from rich.panel import Panel
     from rich.text import Text
@@ -88,7 +131,7 @@ def print_episode(record: dict[str, Any], out: TextIO, *, width: int = 100) -> N
     turns = iter(record.get("turns", []))
     for message in record.get("messages", []):
         role = message.get("role", "?")
-        body = Text(str(message.get("content", "")))
+        body = Text(content_text(message.get("content", ""), image_folder))
         subtitle = None
         if role == "assistant":
             turn = next(turns, None)

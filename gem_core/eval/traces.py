@@ -1,13 +1,20 @@
-"""Eval traces: one JSON line per finished episode, written as it finishes, read back for resume and ``gem view``."""
+"""Eval traces: one JSON line per finished episode, written as it finishes, read back for resume and ``gem view``.
+
+Images (observations with :class:`~gem_core.multimodal.Image` parts) are not inlined: each is
+written once, by content hash, to the folder beside the trace (:func:`image_folder`, e.g.
+``run.jsonl.images/<sha256>.png``), and the record holds ``{"$image": {"format", "sha256"}}``
+in its place. :func:`load_images` turns those references back into images.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from gem_core.errors import TrajectoryError
+from gem_core.errors import ImageError, TrajectoryError
+from gem_core.multimodal import IMAGE_FORMATS, Image, has_images, images_from_json, images_to_json
 
 __all__ = [
     "RECORD_FIELDS",
@@ -15,6 +22,8 @@ __all__ = [
     "TraceWriter",
     "episode_key",
     "finished_keys",
+    "image_folder",
+    "load_images",
     "read_trace",
     "record_problem",
 ]
@@ -110,6 +119,33 @@ def read_trace(path: str | os.PathLike[str], *, repair: bool = False) -> list[di
     return records
 
 
+def image_folder(trace_path: str | os.PathLike[str]) -> str:
+    """The folder that holds a trace's images: the trace's path with ``.images`` added."""
+    return f"{os.fspath(trace_path)}.images"
+
+
+def load_images(record: Any, trace_path: str | os.PathLike[str]) -> Any:
+    """``record`` with its image references (``{"$image": {"format", "sha256"}}``) as :class:`Image` objects.
+
+    Each image is a path image of the trace's image folder, checked against its hash.
+
+    Raises:
+        ImageError: A referenced image is missing from the folder, or its bytes do not match its hash.
+    """
+    folder = image_folder(trace_path)
+
+    def load(ref: dict[str, Any]) -> Image:
+        digest, fmt = str(ref.get("sha256", "")), str(ref.get("format", ""))
+        if fmt not in IMAGE_FORMATS or len(digest) != 64:
+            raise ImageError(f"{trace_path}: a bad image reference {ref!r} (needs format and sha256)")
+        image = Image.from_path(os.path.join(folder, f"{digest}.{fmt}"))
+        if image.sha256 != digest:
+            raise ImageError(f"{image.path}: its bytes do not match its name (the trace's image folder was changed)")
+        return image
+
+    return images_from_json(record, load)
+
+
 def finished_keys(records: list[dict[str, Any]]) -> set[tuple[str, int]]:
     """Keys of the episodes a trace already holds."""
     return {episode_key(r["env_id"], r["seed"]) for r in records}
@@ -126,6 +162,7 @@ class TraceWriter:
 
     path: str
     _fd: int | None = None
+    _stored: set[str] = field(default_factory=set)
 
     def __enter__(self) -> TraceWriter:
         if os.path.exists(self.path) and os.path.getsize(self.path) > 0:
@@ -135,10 +172,27 @@ class TraceWriter:
 
     def write(self, record: dict[str, Any]) -> None:
         assert self._fd is not None, "use TraceWriter as a context manager"
+        if has_images(record):
+            record = images_to_json(record, self._store_image)
         line = json.dumps({"schema": TRACE_SCHEMA, **record}, ensure_ascii=False, default=_plain) + "\n"
         view = memoryview(line.encode("utf-8"))
         while view:  # os.write may write less than asked (signals, full disks); O_APPEND keeps the pieces together
             view = view[os.write(self._fd, view) :]
+
+    def _store_image(self, image: Image) -> dict[str, Any]:
+        """Write ``image`` to the trace's image folder unless it is there; return its reference."""
+        digest = image.sha256
+        if digest not in self._stored:
+            folder = image_folder(self.path)
+            os.makedirs(folder, exist_ok=True)
+            target = os.path.join(folder, f"{digest}.{image.format}")
+            if not os.path.exists(target):  # by hash: the same picture in many episodes is stored once
+                partial = f"{target}.{os.getpid()}.part"
+                with open(partial, "wb") as handle:
+                    handle.write(image.read())
+                os.replace(partial, target)  # whole or absent, even if the run is killed mid-write
+            self._stored.add(digest)
+        return {"format": image.format, "sha256": digest}
 
     def __exit__(self, *exc: object) -> None:
         if self._fd is not None:

@@ -36,6 +36,7 @@ import numpy.typing as npt
 
 from gem_core.chat import HISTORY_PROBE, ChatRenderer, ChatTokenizer, Message, render_ids
 from gem_core.errors import RLInputError, TemplatePrefixError, TrajectoryError
+from gem_core.multimodal import Image
 from gem_core.rl.types import Episode, PrefixView, Turn
 
 __all__ = [
@@ -73,6 +74,9 @@ class TransitionSample:
             (``Turn.policy_versions``), if recorded (never for re-encoded ids). With
             ``response_logprobs`` (the behaviour logprobs) it is what off-policy
             corrections and staleness filters read (:mod:`gem_core.rl.offpolicy`).
+        prompt_images: The images of ``prompt_ids``, in token order (``Turn.prompt_images``:
+            an engine with a processor); ``None`` for a text prompt. A trainer encodes them
+            with the same processor for the model's pixel inputs.
     """
 
     prompt_ids: list[int]
@@ -85,6 +89,7 @@ class TransitionSample:
     turn_index: int
     retokenized: bool = False
     response_policy_versions: list[int] | None = None
+    prompt_images: list[Image] | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -111,6 +116,9 @@ class EpisodeSequence:
         token_policy_versions: The policy version that sampled each generated token
             (``Turn.policy_versions``), -1 on prompt and env tokens (int64); ``None``
             unless every turn recorded versions. See :mod:`gem_core.rl.offpolicy`.
+        images: The images of ``input_ids``, in token order (the last turn's
+            ``prompt_images``: every image of the sequence is in its last prompt); ``None``
+            for a text episode.
     """
 
     input_ids: npt.NDArray[np.int64]
@@ -123,6 +131,7 @@ class EpisodeSequence:
     episode_id: str
     start_state_id: str
     token_policy_versions: npt.NDArray[np.int64] | None = None
+    images: list[Image] | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -208,6 +217,7 @@ def episode_to_transitions(
                 response_policy_versions=(
                     None if retokenized or turn.policy_versions is None else list(turn.policy_versions)
                 ),
+                prompt_images=None if turn.prompt_images is None else list(turn.prompt_images),
             )
         )
     return samples
@@ -407,6 +417,7 @@ def episode_to_sequence(
         episode_id=episode.episode_id,
         start_state_id=episode.start_state_id,
         token_policy_versions=token_versions,
+        images=None if turns[-1].prompt_images is None else list(turns[-1].prompt_images),
     )
 
 

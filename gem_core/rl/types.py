@@ -32,6 +32,7 @@ import numpy as np
 
 from gem_core.chat import Message
 from gem_core.errors import TrajectoryError
+from gem_core.multimodal import Image, Observation, has_images, images_from_json, images_to_json
 
 __all__ = [
     "SCHEMA",
@@ -187,6 +188,9 @@ class Turn:
             paused for a weight update and resumed holds more than one version; off-policy
             corrections and staleness bounds read it. ``action_logprobs`` are then the
             behaviour logprobs: each under the version that sampled its token.
+        prompt_images: The images of the prompt, in the order their tokens appear in
+            ``prompt_token_ids`` (token mode with a processor; the episode engine records a
+            :class:`PrefixView` of its image list), if the prompt held any.
         resumed_at: Where this turn's generation was aborted (a weight update) and resumed
             under new weights, as offsets into ``action_token_ids``, one per abort, in order
             (non-decreasing, each in ``[0, len(action_token_ids)]``): ``[5]`` means tokens
@@ -194,12 +198,12 @@ class Turn:
             prompt was the context plus those 5 ids. ``None``: never aborted (or unrecorded).
     """
 
-    observation: str
+    observation: Observation
     action: str
     reward: float
     terminated: bool = False
     truncated: bool = False
-    next_observation: str = ""
+    next_observation: Observation = ""
     info: dict[str, Any] = field(default_factory=dict)
     prompt_messages: Sequence[Message] | None = None
     prompt_token_ids: Sequence[int] | None = None
@@ -208,6 +212,7 @@ class Turn:
     stop_reason: str | None = None
     policy_versions: list[int] | None = None
     resumed_at: list[int] | None = None
+    prompt_images: Sequence[Image] | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -283,10 +288,13 @@ class Turn:
             "stop_reason",
             "policy_versions",
             "resumed_at",
+            "prompt_images",
         ):
             value = getattr(self, name)
             if value is not None:
                 out[name] = _plain_list(value)
+        if has_images(out):  # images inline as base64 ({"$image": ...}); from_dict reads them back
+            out = images_to_json(out)
         return out
 
     @classmethod
@@ -298,7 +306,7 @@ class Turn:
         missing = {"observation", "action", "reward"} - set(data)
         if missing:
             raise TrajectoryError(f"Turn record lacks required field(s) {sorted(missing)}")
-        return cls(**dict(data))
+        return cls(**images_from_json(dict(data)))
 
 
 _TURN_FIELDS = frozenset(Turn.__dataclass_fields__)

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gem_core.core import Env, ResetReturn, StepReturn
 from gem_core.errors import ConfigError, InvalidAction, ToolError
 from gem_core.loop import LoopThread
+from gem_core.multimodal import add_text
 from gem_core.registry import format_config_error
 from gem_core.tools.base import Tool, ToolCall, ToolResult
 from gem_core.tools.parsing import MalformedCall, ParsedResponse, Syntax, parse_tool_calls
@@ -129,7 +130,7 @@ class ToolEnvWrapper(Wrapper):
         self.turn_calls = []
         info = {**info, "tools": [tool.schema() for tool in self.tools.values()]}
         if self.config.instructions:
-            obs = f"{obs}\n\n{self.instructions()}"
+            obs = add_text(obs, after=f"\n\n{self.instructions()}")
         return obs, info
 
     def instructions(self) -> str:
@@ -192,7 +193,8 @@ class ToolEnvWrapper(Wrapper):
         }
         if has_answer and self.config.answer_with_calls == "both":
             env_obs, env_reward, terminated, truncated, env_info = self.env.step(action)
-            return f"{obs}\n\n{env_obs}", reward + env_reward, terminated, truncated, {**env_info, **info}
+            merged = add_text(env_obs, before=f"{obs}\n\n")
+            return merged, reward + env_reward, terminated, truncated, {**env_info, **info}
         return obs, reward, False, False, info
 
     def _env_step(self, action: str, *, calls: int) -> StepReturn:

@@ -23,6 +23,7 @@ import numpy as np
 
 from gem_core.core import AsyncEnv, Env
 from gem_core.errors import ConfigError, EnvResultError, EnvStepTimeout
+from gem_core.multimodal import Content
 from gem_core.seed_streams import SeedStream, episode_seed
 
 __all__ = [
@@ -208,8 +209,8 @@ def step_result_problem(value: Any) -> str | None:
         shown = f"a {len(value)}-tuple" if isinstance(value, tuple) else f"{type(value).__name__} {value!r:.80}"
         return f"step() must return a 5-tuple (obs, reward, terminated, truncated, info), got {shown}"
     obs, reward, terminated, truncated, info = value
-    if not isinstance(obs, str):
-        return f"step() observation must be str, got {type(obs).__name__}"
+    if not isinstance(obs, (str, Content)):
+        return f"step() observation must be str or Content, got {type(obs).__name__}"
     if isinstance(reward, (bool, np.bool_)) or not isinstance(reward, numbers.Real):
         return f"step() reward must be a float, got {type(reward).__name__}"
     for name, flag in (("terminated", terminated), ("truncated", truncated)):
@@ -227,8 +228,8 @@ def reset_result_problem(value: Any) -> str | None:
     if not isinstance(value, tuple) or len(value) != 2:
         shown = f"a {len(value)}-tuple" if isinstance(value, tuple) else f"{type(value).__name__} {value!r:.80}"
         return f"reset() must return (obs, info), got {shown}"
-    if not isinstance(value[0], str):
-        return f"reset() observation must be str, got {type(value[0]).__name__}"
+    if not isinstance(value[0], (str, Content)):
+        return f"reset() observation must be str or Content, got {type(value[0]).__name__}"
     if not isinstance(value[1], dict):
         return f"reset() info must be dict, got {type(value[1]).__name__}"
     return None

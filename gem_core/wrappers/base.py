@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gem_core.core import AsyncEnv, Env, ResetReturn, StepReturn, ends_episode
+from gem_core.multimodal import Observation
 
 if TYPE_CHECKING:
     from gem_core.registry import EnvSpec
@@ -50,7 +51,7 @@ __all__ = [
 class WrapperHooks:
     """The three override points shared by :class:`Wrapper` and :class:`AsyncWrapper`."""
 
-    def _on_reset(self, obs: str, info: dict[str, Any]) -> ResetReturn:
+    def _on_reset(self, obs: Observation, info: dict[str, Any]) -> ResetReturn:
         return obs, info
 
     def _on_action(self, action: str) -> str:
@@ -204,11 +205,11 @@ class AsyncWrapper(_Forwarding, WrapperHooks, AsyncEnv):
 class ObservationWrapper(Wrapper):
     """Transforms every observation (reset and step) with :meth:`observation`."""
 
-    def observation(self, obs: str) -> str:
+    def observation(self, obs: Observation) -> Observation:
         """Return the transformed observation."""
         raise NotImplementedError(f"{type(self).__name__} must implement observation(obs)")
 
-    def _on_reset(self, obs: str, info: dict[str, Any]) -> ResetReturn:
+    def _on_reset(self, obs: Observation, info: dict[str, Any]) -> ResetReturn:
         return self.observation(obs), info
 
     def _on_step(self, result: StepReturn) -> StepReturn:

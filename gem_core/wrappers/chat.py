@@ -13,6 +13,7 @@ from typing import Any, Literal
 from gem_core.chat import ChatRenderer, ChatTokenizer, Message, render_text
 from gem_core.core import ResetReturn, StepReturn
 from gem_core.errors import ConfigError
+from gem_core.multimodal import Observation, message_text, to_message_content
 from gem_core.wrappers.base import AsyncWrapper, Wrapper, WrapperHooks
 
 __all__ = [
@@ -61,9 +62,13 @@ class Conversation:
         #: Index of the first observation (the task), always kept by view().
         self.first_observation_index = len(self.messages)
 
-    def add_observation(self, text: str, *, role: str = "user") -> Message:
-        """Append an observation (``role="tool"`` for tool output) and return the message."""
-        message: Message = {"role": role, "content": text}
+    def add_observation(self, obs: Observation, *, role: str = "user") -> Message:
+        """Append an observation (``role="tool"`` for tool output) and return the message.
+
+        A :class:`~gem_core.multimodal.Content` observation becomes a list of content parts
+        (text and ``{"type": "image", "image": Image}``), which VLM chat templates render.
+        """
+        message: Message = {"role": role, "content": to_message_content(obs)}
         self.messages.append(message)
         return message
 
@@ -83,8 +88,8 @@ class Conversation:
         return head + (tail[len(tail) - keep :] if keep else [])
 
     def text(self, *, include_actions: bool) -> str:
-        """Plain text: the contents joined by newlines, actions included or not."""
-        return "\n".join(m["content"] for m in self.view() if include_actions or m["role"] != "assistant")
+        """Plain text: the contents joined by newlines, actions included or not (``<image>`` for each image)."""
+        return "\n".join(message_text(m["content"]) for m in self.view() if include_actions or m["role"] != "assistant")
 
     def render(self, tokenizer: ChatTokenizer, *, add_generation_prompt: bool = True) -> str:
         """The whole (limited) history through the chat template."""
@@ -116,7 +121,7 @@ class _ChatHistoryHooks(WrapperHooks):
         self.conversation = Conversation(system_prompt, max_history)
         self._renderer: ChatRenderer | None = None
 
-    def _render(self, latest: str) -> str:
+    def _render(self, latest: Observation) -> Observation:
         conv, tok = self.conversation, self.tokenizer
         if self.mode == "observation":
             return conv.text(include_actions=False)
@@ -129,9 +134,9 @@ class _ChatHistoryHooks(WrapperHooks):
             return conv.text(include_actions=True)
         first = conv.view()[: conv.first_observation_index + 1]
         head = render_text(tok, first, add_generation_prompt=True)
-        return head + "\n".join(m["content"] for m in conv.view()[len(first) :])
+        return head + "\n".join(message_text(m["content"]) for m in conv.view()[len(first) :])
 
-    def _on_reset(self, obs: str, info: dict[str, Any]) -> ResetReturn:
+    def _on_reset(self, obs: Observation, info: dict[str, Any]) -> ResetReturn:
         self.conversation = Conversation(self.system_prompt, self.max_history)
         self.conversation.add_observation(obs)
         info = {**info, "messages": self.conversation.view()}

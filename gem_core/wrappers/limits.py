@@ -7,6 +7,7 @@ from typing import Any
 
 from gem_core.core import ResetReturn, StepReturn
 from gem_core.errors import ConfigError
+from gem_core.multimodal import Observation
 from gem_core.wrappers.base import AsyncWrapper, Wrapper, WrapperHooks
 
 __all__ = ["AsyncTimeLimit", "TimeLimit"]
@@ -26,7 +27,7 @@ class _TimeLimitHooks(WrapperHooks):
         self.turns = 0
         self._started = time.monotonic()
 
-    def _on_reset(self, obs: str, info: dict[str, Any]) -> ResetReturn:
+    def _on_reset(self, obs: Observation, info: dict[str, Any]) -> ResetReturn:
         self.turns = 0
         self._started = time.monotonic()
         return obs, info

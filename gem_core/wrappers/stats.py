@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from gem_core.core import ResetReturn, StepReturn
+from gem_core.multimodal import Observation
 from gem_core.wrappers.base import AsyncWrapper, Wrapper, WrapperHooks
 
 __all__ = ["AsyncEpisodeStatistics", "EpisodeStatistics"]
@@ -22,7 +23,7 @@ class _EpisodeStatisticsHooks(WrapperHooks):
         self.episode_tool_calls = 0
         self._started = time.perf_counter()
 
-    def _on_reset(self, obs: str, info: dict[str, Any]) -> ResetReturn:
+    def _on_reset(self, obs: Observation, info: dict[str, Any]) -> ResetReturn:
         self._clear()
         return obs, info
 
