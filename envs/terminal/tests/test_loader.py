@@ -347,6 +347,61 @@ def test_a_container_backend_gets_what_only_the_sandbox_cannot_run(
     assert isinstance(load_task(tmp_path / "t"), SkippedTask)
 
 
+CONTAINER_REFUSALS = [
+    pytest.param(
+        {"solution.sh": "#!/bin/bash\npip install tomli-w==1.0.0\necho hello > /srv/out.txt\n"},
+        "its reference solution installs tomli-w==1.0.0 at run time, which its image does not",
+        id="solution-installs",
+    ),
+    pytest.param(
+        {"solution.sh": "#!/bin/bash\napt-get update && apt-get install -y jq\necho hello > /srv/out.txt\n"},
+        "its reference solution installs jq at run time",
+        id="solution-apt",
+    ),
+    pytest.param({"Dockerfile": None}, "no Dockerfile and no prebuilt image", id="no-dockerfile"),
+]
+
+
+@pytest.mark.parametrize(("files", "reason"), CONTAINER_REFUSALS)
+def test_a_container_backend_refuses_at_load_what_it_cannot_run(
+    tmp_path: Path, files: dict[str, str | None], reason: str
+) -> None:
+    found = load_task(write_task(tmp_path / "t", **files), backend="container")
+    assert isinstance(found, SkippedTask), found
+    assert reason in found.reason and "\n" not in found.reason
+
+
+def test_what_the_image_installs_a_solution_may_install_offline(tmp_path: Path) -> None:
+    dockerfile = BASE + "RUN apt-get update && apt-get install -y jq && pip install tomli_w==1.0.0\nWORKDIR /srv\n"
+    solution = "#!/bin/bash\napt-get install -y jq\npip install tomli-w\necho hello > /srv/out.txt\n"
+    task = load_task(
+        write_task(tmp_path / "t", Dockerfile=dockerfile, **{"solution.sh": solution}), backend="container"
+    )
+    assert isinstance(task, TerminalTask) and task.container_reason == "", task
+
+
+def test_what_the_checker_installs_is_kept_for_the_containers_image(tmp_path: Path) -> None:
+    test_sh = (
+        "#!/bin/bash\napt-get update && apt-get install -y curl jq\n"
+        "curl -LsSf https://astral.sh/uv/0.9.5/install.sh | sh\nsource $HOME/.local/bin/env\n"
+        "uvx -p 3.13 -w pytest==8.4.1 -w requests==2.32.3 pytest /tests/test_x.py -rA\n"
+        "echo $? > /logs/verifier/reward.txt\n"
+    )
+    task = load_task(
+        write_harbor(tmp_path / "t", **{"tests/test.sh": test_sh, "tests/test_x.py": "def test_a():\n    pass\n"}),
+        backend="container",
+    )
+    assert isinstance(task, TerminalTask), task
+    assert (task.checker_apt, task.checker_python, task.checker_pytest) == (
+        ("curl", "jq"),
+        ("requests==2.32.3",),
+        True,
+    )
+    plain = load_task(write_task(tmp_path / "plain"), backend="container")
+    assert isinstance(plain, TerminalTask)
+    assert (plain.checker_apt, plain.checker_python, plain.checker_pytest) == ((), (), False)
+
+
 def test_a_folder_that_is_no_task_says_so(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     found = load_task(tmp_path / "empty")
