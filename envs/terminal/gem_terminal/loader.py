@@ -47,6 +47,7 @@ from gem_terminal.provision import (
     missing_imports,
     provision_script,
     python_facts,
+    remote_urls,
     split_commands,
 )
 
@@ -765,6 +766,10 @@ def _finish(path: Path, fields: dict[str, Any], **given: Any) -> TerminalTask:
             checker_apt += script.apt_installs
             checker_python += script.python_installs
     python_tests = {rel: data.decode("utf-8", "replace") for rel, data in tests.items() if rel.endswith(".py")}
+    for relative, text in python_tests.items():
+        urls = remote_urls(text)
+        if urls:
+            raise _Refused(f"tests/{relative} reaches {urls[0][:80]} at check time; no network here")
     if checker.ran_pytest or any(rel.startswith("test") for rel in python_tests):
         reasons.extend(
             f"its tests import {name}, which this host's python3 lacks"

@@ -30,6 +30,7 @@ __all__ = [
     "missing_imports",
     "provision_script",
     "python_facts",
+    "remote_urls",
     "split_commands",
 ]
 
@@ -544,6 +545,24 @@ def does_nothing(text: str) -> bool:
 
 
 _LOOPBACK_URL = re.compile(r"^(?:[a-z]+://)?(?:localhost|127\.\d+\.\d+\.\d+|0\.0\.0\.0|\[::1\])(?:[:/]|$)")
+
+
+_NETWORK_MODULES = re.compile(
+    r"^\s*(?:import\s+[^\n#]*\b|from\s+)(?:requests|httpx|aiohttp|urllib3?|http\.client|websockets?|grpc)\b",
+    re.MULTILINE,
+)
+_URL = re.compile(r"""\bhttps?://[^\s'"<>)]+""")
+
+
+def remote_urls(python_source: str) -> list[str]:
+    """The non-loopback ``http(s)://`` URLs a Python file that imports an HTTP client names.
+
+    Such a test talks to a server on the network at check time (a remote judge, an API): no backend
+    here gives the checker a network. URLs in a file without an HTTP client are text, not requests.
+    """
+    if not _NETWORK_MODULES.search(python_source):
+        return []
+    return [url for url in _URL.findall(python_source) if not _LOOPBACK_URL.match(url.split("://", 1)[1])]
 
 
 def _downloads(words: list[str]) -> bool:

@@ -202,6 +202,23 @@ def test_read_reward_follows_harbors_verifier_contract(json_text: str, text: str
 # --- Refusals: one line naming the reason ----------------------------------------------------------------------
 
 MISSING_APT = BASE + "RUN apt-get update && apt-get install -y gem-no-such-package && rm -rf /var/lib/apt/lists/*\n"
+#: A test that submits the agent's code to a judge over HTTP (Terminal-Bench adapters of online judges do).
+JUDGE = (
+    "import os, requests\nBASE = os.environ.get('BASE_URL', '{url}')\n\n"
+    "def test_judged():\n    assert requests.post(BASE + '/submit', timeout=5).ok\n"
+)
+
+
+def test_a_test_that_talks_to_loopback_or_names_a_url_as_text_loads(tmp_path: Path) -> None:
+    local = load_task(
+        write_task(tmp_path / "a", **{"tests/test_outputs.py": JUDGE.format(url="http://127.0.0.1:8081")})
+    )
+    text = "def test_doc():\n    assert 'https://example.com' in open('/srv/out.txt').read()\n"
+    named = load_task(write_task(tmp_path / "b", **{"tests/test_outputs.py": text}), backend="container")
+    assert isinstance(named, TerminalTask), named
+    assert isinstance(local, TerminalTask) or "reaches" not in local.reason, local
+
+
 TB_REFUSALS = [
     pytest.param({"Dockerfile": "FROM postgres:16\n"}, "needs the image 'postgres:16'", id="other-image"),
     pytest.param({"Dockerfile": MISSING_APT}, "Debian package 'gem-no-such-package', which this host lacks", id="apt"),
@@ -271,6 +288,11 @@ TB_REFUSALS = [
     pytest.param({"task.yaml": "- a list\n"}, "not a mapping", id="yaml-list"),
     pytest.param({"task.yaml": "instruction: x\nmax_agent_timeout_sec: -1\n"}, "positive number", id="bad-timeout"),
     pytest.param({"task.yaml": "instruction: [unclosed\n"}, "not valid YAML", id="bad-yaml"),
+    pytest.param(
+        {"tests/test_outputs.py": JUDGE.format(url="http://203.0.113.5:8081")},
+        "tests/test_outputs.py reaches http://203.0.113.5:8081 at check time; no network here",
+        id="remote-judge",
+    ),
 ]
 
 
