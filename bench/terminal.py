@@ -189,11 +189,14 @@ def _bench_container(
     from gem_terminal.container.backend import ContainerConfig
     from gem_terminal.container.images import build_task_image
     from gem_terminal.container.session import ContainerEpisode
+    from gem_terminal.loader import TerminalTask, load_task
 
     ca = ContainerConfig(ca_bundle=args.ca_bundle).ca_path() if args.ca_bundle else None
+    task = load_task(path, backend="container")
+    assert isinstance(task, TerminalTask), task
     started = time.perf_counter()
-    image = build_task_image(runtime, path, ca_bundle=ca, base_images="map")
-    cached = timed(lambda: build_task_image(runtime, path, ca_bundle=ca, base_images="map"), 3)
+    image = build_task_image(runtime, task, ca_bundle=ca, base_images="map")
+    cached = timed(lambda: build_task_image(runtime, task, ca_bundle=ca, base_images="map"), 3)
     row: dict[str, Any] = {
         "first build or cache hit (s)": time.perf_counter() - started,
         "cached build p50 (s)": statistics.median(cached),

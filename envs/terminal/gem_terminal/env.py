@@ -305,12 +305,12 @@ class TerminalEnv(Env):
 
     def _choose_containers(self, folder: Path) -> None:
         """Apply ``backend``: which tasks run in a container (all of them, or in ``auto`` those the sandbox skips)."""
-        from gem_terminal.container.backend import load_container_task, runtime_for
+        from gem_terminal.container.backend import load_for_container, runtime_for
 
         if self.config.backend == "auto" and not self.skipped:
             return
         try:
-            runtime_for(self.config.backend)
+            runtime = runtime_for(self.config.backend)
         except ToolError as exc:
             if self.config.backend != "auto":
                 raise ConfigError(f"terminal env: backend={self.config.backend!r}: {exc}") from exc
@@ -319,7 +319,7 @@ class TerminalEnv(Env):
         candidates: list[TerminalTask | SkippedTask] = [*self.skipped]
         if self.config.backend != "auto":
             candidates += self.tasks
-        loaded = [load_container_task(item.path) for item in candidates]
+        loaded = [load_for_container(item.path, runtime, self.container_config) for item in candidates]
         moved = [t for t in loaded if isinstance(t, TerminalTask)]
         keep = [t for t in self.tasks if self.config.backend == "auto"]
         self.tasks = sorted([*keep, *moved], key=lambda t: t.name)
@@ -457,7 +457,7 @@ class TerminalEnv(Env):
             return 0.0, "the episode's sandbox ended before the tests ran"
         in_container = task.name in self.container_tasks
         try:
-            probe = None if in_container else self._probe(task)
+            probe = self._probe(task)
             staged = sandbox.begin_check() if in_container else self.stage_checker()
         except ToolError as exc:
             return 0.0, str(exc)
@@ -494,6 +494,11 @@ class TerminalEnv(Env):
         script = task.tests.get(PROBE)
         if script is None:
             return None
+        if task.name in self.container_tasks:  # beside the agent's processes, in an exec of its own
+            result = self._sandbox.probe(
+                script.decode("utf-8", "replace"), timeout_s=task.test_timeout_s, env=self._checker_env(task)
+            )
+            return f"{result.stdout}[exit code] {result.exit_code if result.exit_code is not None else 'none'}\n"
         result = self._sandbox.run(
             script.decode("utf-8", "replace"),
             timeout_s=task.test_timeout_s,

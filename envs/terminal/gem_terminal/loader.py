@@ -41,11 +41,13 @@ import yaml
 
 from gem_terminal.dockerfile import CopyStep, DockerfileError, DockerImage, RunStep, read_image
 from gem_terminal.provision import (
+    PYTEST_COMMAND,
     SYSTEM_PYTHON,
     does_nothing,
     missing_imports,
     provision_script,
     python_facts,
+    remote_urls,
     split_commands,
 )
 
@@ -126,6 +128,14 @@ class TerminalTask:
             Dockerfile runs it as root, so a backend must too (``EpisodeSandbox.run(..., root=True)``).
         sandbox_reason: Why the no-daemon sandbox cannot run the task (``""``: it can); a container
             backend ignores it.
+
+    What a container backend adds to the task's image for the checker, and why it cannot run the task:
+        checker_apt: Debian packages the checker (or a script under ``tests/``) installs at check time.
+        checker_python: Python requirements it installs (pytest and its report plugins left out).
+        checker_pytest: Whether it runs pytest (``$GEM_PYTEST`` must then hold one).
+        container_reason: Why a container backend cannot run the task (``""``: it can); the sandbox
+            ignores it. The agent's container has no network, so a reference solution that installs
+            what the image does not is refused.
     """
 
     name: str
@@ -164,6 +174,10 @@ class TerminalTask:
     storage_mb: int | None = None
     network: str = ""
     sandbox_reason: str = ""
+    checker_apt: tuple[str, ...] = ()
+    checker_python: tuple[str, ...] = ()
+    checker_pytest: bool = False
+    container_reason: str = ""
 
     @property
     def setup_needs_root(self) -> bool:
@@ -192,7 +206,7 @@ def load_task(
     Args:
         path: The task's folder.
         backend: ``"sandbox"`` also refuses what only the no-daemon sandbox cannot run (the task's
-            ``sandbox_reason``); ``"container"`` refuses only what no backend here can run.
+            ``sandbox_reason``); ``"container"`` what only a container backend cannot (``container_reason``).
         pythons: Interpreters on this host that stand in for a Python image's (``{"3.13": "/opt/py313/bin/python3"}``)
             in the sandbox; without one of the image's version, the system ``python3`` must match it.
 
@@ -205,6 +219,8 @@ def load_task(
         return SkippedTask(found.name, found.path, " ".join(found.reason.split()))
     if backend == "sandbox" and found.sandbox_reason:
         return SkippedTask(path.name, path, " ".join(found.sandbox_reason.split()))
+    if backend == "container" and found.container_reason:
+        return SkippedTask(path.name, path, " ".join(found.container_reason.split()))
     return found
 
 
@@ -506,8 +522,10 @@ def _image_fields(build: _Build, task_path: Path, pythons: dict[str, str]) -> di
         else:
             fields["workdir"] = build.workdir or "/app"
             fields["env"] = dict(build.env)
+            fields["container_reasons"] = ["no Dockerfile and no prebuilt image: nothing to build its container from"]
         fields["sandbox_reasons"] = reasons
         fields["copies"], fields["setup"], fields["setup_root"] = (), (), ()
+        fields["image_installs"] = frozenset()
         return fields
     args = {str(k): str(v) for k, v in (build.compose.get("args") or {}).items()}
     image = read_image(_text(build.dockerfile), args)
@@ -531,6 +549,7 @@ def _image_fields(build: _Build, task_path: Path, pythons: dict[str, str]) -> di
     copies: list[tuple[str, str]] = []
     setup: list[str] = []
     setup_root: list[bool] = []
+    installed: set[str] = set()
     for step in image.steps:
         if isinstance(step, RunStep):
             done = provision_script(
@@ -539,6 +558,7 @@ def _image_fields(build: _Build, task_path: Path, pythons: dict[str, str]) -> di
                 read_file=lambda p: _context_file(build.context, p),
                 python=fields["python"],
             )
+            installed.update(_requirement_name(n) for n in (*done.apt_installs, *done.python_installs))
             if done.downloads:
                 raise _Refused(f"its image build downloads ({done.downloads[0][:80]!r}); no network here")
             if done.missing:
@@ -558,7 +578,13 @@ def _image_fields(build: _Build, task_path: Path, pythons: dict[str, str]) -> di
             setup.append(text)
             setup_root.append(root)
     fields.update(copies=tuple(copies), setup=tuple(setup), setup_root=tuple(setup_root), sandbox_reasons=reasons)
+    fields["image_installs"] = frozenset(installed)
     return fields
+
+
+def _requirement_name(requirement: str) -> str:
+    """A package's bare name (``numpy==1.26`` -> ``numpy``, ``jq:amd64`` -> ``jq``), lower case, ``-`` for ``_``."""
+    return re.split(r"[=<>~!\[ ;:@]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
 
 
 def _context_file(context: Path, image_path: str) -> str | None:
@@ -689,6 +715,8 @@ def _tests(folder: Path) -> dict[str, bytes]:
 def _finish(path: Path, fields: dict[str, Any], **given: Any) -> TerminalTask:
     """Resolve the checker and solution against this host and build the task (or refuse it)."""
     reasons: list[str] = fields.pop("sandbox_reasons")
+    image_installs: frozenset[str] = fields.pop("image_installs")
+    container_reasons: list[str] = fields.pop("container_reasons", [])
     solution_files: dict[str, bytes] = given["solution_files"]
     python = fields["python"]
     checker = provision_script(given["checker"], checker=True, python=python)
@@ -719,7 +747,29 @@ def _finish(path: Path, fields: dict[str, Any], **given: Any) -> TerminalTask:
             f"its reference solution downloads at run time ({solution.downloads[0][:80]!r}); no network here"
         )
     reasons.extend(f"its reference solution installs {m}, which this host lacks" for m in solution.missing)
+    # The agent's container has no network: what the solution installs must come with the image.
+    lacking = [
+        name
+        for name in (*solution.apt_installs, *solution.python_installs)
+        if _requirement_name(name) not in image_installs | _IMAGE_TOOLS
+    ]
+    if lacking:
+        container_reasons.append(
+            f"its reference solution installs {', '.join(lacking[:3])} at run time, which its image does not;"
+            " the agent's container has no network"
+        )
+    checker_apt = [*checker.apt_installs]
+    checker_python = [*checker.python_installs]
+    for relative, data in given["tests"].items():
+        if relative.endswith(".sh"):
+            script = provision_script(data.decode("utf-8", "replace"), checker=True, python=python)
+            checker_apt += script.apt_installs
+            checker_python += script.python_installs
     python_tests = {rel: data.decode("utf-8", "replace") for rel, data in tests.items() if rel.endswith(".py")}
+    for relative, text in python_tests.items():
+        urls = remote_urls(text)
+        if urls:
+            raise _Refused(f"tests/{relative} reaches {urls[0][:80]} at check time; no network here")
     if checker.ran_pytest or any(rel.startswith("test") for rel in python_tests):
         reasons.extend(
             f"its tests import {name}, which this host's python3 lacks"
@@ -737,9 +787,26 @@ def _finish(path: Path, fields: dict[str, Any], **given: Any) -> TerminalTask:
     if any(fields.get("setup_root", ())) and not _sandbox_runs_root():
         step = fields["setup"][list(fields["setup_root"]).index(True)]
         reasons.append(f"its set-up needs root ({step.splitlines()[-1][:60]!r}); the sandbox runs set-up unprivileged")
-    given.update(checker=checker.text, tests=tests, solution=solution.text)
+    given.update(
+        checker=checker.text,
+        tests=tests,
+        solution=solution.text,
+        checker_apt=tuple(dict.fromkeys(checker_apt)),
+        checker_python=tuple(dict.fromkeys(checker_python)),
+        checker_pytest=checker.ran_pytest
+        or any(rel.endswith(".sh") and PYTEST_COMMAND.encode() in d for rel, d in tests.items()),
+        container_reason=container_reasons[0] if container_reasons else "",
+    )
     task = TerminalTask(name=path.name, path=path, **given, **fields)
     return _with_reason(task, reasons[0] if reasons else "")
+
+
+#: Packages every image a container backend runs has (the image map's stand-ins and Terminal-Bench's
+#: own images), and installers whose install is no tool: a solution may "install" them offline.
+_IMAGE_TOOLS = frozenset(
+    {"python3", "python3-pip", "python3-venv", "python-is-python3", "tmux", "git", "curl", "procps",
+     "ca-certificates", "pip", "uv", "setuptools", "wheel", "asciinema"}
+)  # fmt: skip
 
 
 #: Where a reference run finds the files beside ``solve.sh`` (Harbor mounts them at ``/solution``, which

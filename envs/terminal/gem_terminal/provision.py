@@ -30,19 +30,24 @@ __all__ = [
     "missing_imports",
     "provision_script",
     "python_facts",
+    "remote_urls",
     "split_commands",
 ]
 
 #: What a checker's pytest line becomes: a shell function (:data:`CHECKED_PYTEST`, put at the top of the
 #: checker) that runs the system python3 with gem's pytest copy first on its path.
 PYTEST_COMMAND = "gem_checked_pytest"
-#: The function behind :data:`PYTEST_COMMAND`. Its status is pytest's, and 0 only when the JUnit report
+#: The function behind :data:`PYTEST_COMMAND`. pytest starts with the folder it runs in off ``sys.path``
+#: (a ``pytest.py`` the agent left there is not imported; ``-P`` does the same but needs Python 3.11,
+#: and images have older ones). Its status is pytest's, and 0 only when the JUnit report
 #: pytest writes (to a fresh folder of the checker's own) holds at least one test and no failure or
 #: error: code of the agent's that a test imports and that exits 0 early (``os._exit``, an ``atexit``
 #: hook) leaves no report, so it fails.
-CHECKED_PYTEST = """gem_checked_pytest() {
+CHECKED_PYTEST = """gem_pytest_main='import sys; sys.path = [p for p in sys.path if p]; import pytest
+sys.exit(pytest.main())'
+gem_checked_pytest() {
   gem_report_dir=$(mktemp -d) || return 1
-  PYTHONPATH="$GEM_PYTEST${PYTHONPATH:+:$PYTHONPATH}" python3 -P -m pytest -p no:cacheprovider "$@" \\
+  PYTHONPATH="$GEM_PYTEST${PYTHONPATH:+:$PYTHONPATH}" python3 -c "$gem_pytest_main" -p no:cacheprovider "$@" \\
     --junitxml="$gem_report_dir/report.xml"
   gem_status=$?
   if [ "$gem_status" -ne 0 ]; then return "$gem_status"; fi
@@ -87,6 +92,9 @@ class Provisioned:
         ran_pytest: Whether a pytest run was found and pointed at gem's pytest.
         installs: What it installs (Debian packages and Python requirements), as named.
         pytest_args: The arguments of the pytest runs found (test files among them).
+        apt_installs: The Debian packages among ``installs``.
+        python_installs: The Python requirements among ``installs`` (pytest and its report plugins
+            left out), with the packages a pytest runner adds (``uvx -w PKG``).
     """
 
     text: str
@@ -95,6 +103,8 @@ class Provisioned:
     ran_pytest: bool = False
     installs: tuple[str, ...] = field(default=())
     pytest_args: tuple[str, ...] = ()
+    apt_installs: tuple[str, ...] = ()
+    python_installs: tuple[str, ...] = ()
 
 
 def split_commands(text: str) -> list[tuple[str, str]]:
@@ -444,6 +454,8 @@ def provision_script(
     missing: list[str] = []
     downloads: list[str] = []
     installs: list[str] = []
+    apt_installs: list[str] = []
+    python_installs: list[str] = []
     ran_pytest = False
     pytest_args: list[str] = []
     for separator, command in split_commands(text):
@@ -458,6 +470,7 @@ def provision_script(
             replacement = "true"
         elif kind == "apt-install":
             installs.extend(names)
+            apt_installs.extend(names)
             lacking = host_debian_packages(names)
             missing.extend(f"Debian package {name!r}" for name in lacking)
             replacement = "true"
@@ -477,11 +490,13 @@ def provision_script(
             # pytest and its report plugins: gem provides pytest to checkers ($GEM_PYTEST).
             wanted = [n for n in wanted if not _is_pytest_package(n)]
             installs.extend(wanted)
+            python_installs.extend(wanted)
             missing.extend(f"Python package {name!r}" for name in _python_missing(wanted, python))
             replacement = "true"
         elif kind == "pytest" and checker:
             at, extra = _pytest_at(words) or (0, [])
             wanted = [n for n in extra if not _is_pytest_package(n)]
+            python_installs.extend(wanted)
             missing.extend(f"Python package {name!r}" for name in _python_missing(wanted, python))
             redirect = _redirections(body)
             pytest_args.extend(_pytest_arguments(words[at:]))
@@ -504,6 +519,8 @@ def provision_script(
         ran_pytest,
         tuple(installs),
         tuple(pytest_args),
+        tuple(dict.fromkeys(apt_installs)),
+        tuple(dict.fromkeys(python_installs)),
     )
 
 
@@ -528,6 +545,24 @@ def does_nothing(text: str) -> bool:
 
 
 _LOOPBACK_URL = re.compile(r"^(?:[a-z]+://)?(?:localhost|127\.\d+\.\d+\.\d+|0\.0\.0\.0|\[::1\])(?:[:/]|$)")
+
+
+_NETWORK_MODULES = re.compile(
+    r"^\s*(?:import\s+[^\n#]*\b|from\s+)(?:requests|httpx|aiohttp|urllib3?|http\.client|websockets?|grpc)\b",
+    re.MULTILINE,
+)
+_URL = re.compile(r"""\bhttps?://[^\s'"<>)]+""")
+
+
+def remote_urls(python_source: str) -> list[str]:
+    """The non-loopback ``http(s)://`` URLs a Python file that imports an HTTP client names.
+
+    Such a test talks to a server on the network at check time (a remote judge, an API): no backend
+    here gives the checker a network. URLs in a file without an HTTP client are text, not requests.
+    """
+    if not _NETWORK_MODULES.search(python_source):
+        return []
+    return [url for url in _URL.findall(python_source) if not _LOOPBACK_URL.match(url.split("://", 1)[1])]
 
 
 def _downloads(words: list[str]) -> bool:

@@ -202,6 +202,23 @@ def test_read_reward_follows_harbors_verifier_contract(json_text: str, text: str
 # --- Refusals: one line naming the reason ----------------------------------------------------------------------
 
 MISSING_APT = BASE + "RUN apt-get update && apt-get install -y gem-no-such-package && rm -rf /var/lib/apt/lists/*\n"
+#: A test that submits the agent's code to a judge over HTTP (Terminal-Bench adapters of online judges do).
+JUDGE = (
+    "import os, requests\nBASE = os.environ.get('BASE_URL', '{url}')\n\n"
+    "def test_judged():\n    assert requests.post(BASE + '/submit', timeout=5).ok\n"
+)
+
+
+def test_a_test_that_talks_to_loopback_or_names_a_url_as_text_loads(tmp_path: Path) -> None:
+    local = load_task(
+        write_task(tmp_path / "a", **{"tests/test_outputs.py": JUDGE.format(url="http://127.0.0.1:8081")})
+    )
+    text = "def test_doc():\n    assert 'https://example.com' in open('/srv/out.txt').read()\n"
+    named = load_task(write_task(tmp_path / "b", **{"tests/test_outputs.py": text}), backend="container")
+    assert isinstance(named, TerminalTask), named
+    assert isinstance(local, TerminalTask) or "reaches" not in local.reason, local
+
+
 TB_REFUSALS = [
     pytest.param({"Dockerfile": "FROM postgres:16\n"}, "needs the image 'postgres:16'", id="other-image"),
     pytest.param({"Dockerfile": MISSING_APT}, "Debian package 'gem-no-such-package', which this host lacks", id="apt"),
@@ -271,6 +288,11 @@ TB_REFUSALS = [
     pytest.param({"task.yaml": "- a list\n"}, "not a mapping", id="yaml-list"),
     pytest.param({"task.yaml": "instruction: x\nmax_agent_timeout_sec: -1\n"}, "positive number", id="bad-timeout"),
     pytest.param({"task.yaml": "instruction: [unclosed\n"}, "not valid YAML", id="bad-yaml"),
+    pytest.param(
+        {"tests/test_outputs.py": JUDGE.format(url="http://203.0.113.5:8081")},
+        "tests/test_outputs.py reaches http://203.0.113.5:8081 at check time; no network here",
+        id="remote-judge",
+    ),
 ]
 
 
@@ -345,6 +367,61 @@ def test_a_container_backend_gets_what_only_the_sandbox_cannot_run(
     assert isinstance(task, TerminalTask), task
     assert getattr(task, field) == value and task.sandbox_reason
     assert isinstance(load_task(tmp_path / "t"), SkippedTask)
+
+
+CONTAINER_REFUSALS = [
+    pytest.param(
+        {"solution.sh": "#!/bin/bash\npip install tomli-w==1.0.0\necho hello > /srv/out.txt\n"},
+        "its reference solution installs tomli-w==1.0.0 at run time, which its image does not",
+        id="solution-installs",
+    ),
+    pytest.param(
+        {"solution.sh": "#!/bin/bash\napt-get update && apt-get install -y jq\necho hello > /srv/out.txt\n"},
+        "its reference solution installs jq at run time",
+        id="solution-apt",
+    ),
+    pytest.param({"Dockerfile": None}, "no Dockerfile and no prebuilt image", id="no-dockerfile"),
+]
+
+
+@pytest.mark.parametrize(("files", "reason"), CONTAINER_REFUSALS)
+def test_a_container_backend_refuses_at_load_what_it_cannot_run(
+    tmp_path: Path, files: dict[str, str | None], reason: str
+) -> None:
+    found = load_task(write_task(tmp_path / "t", **files), backend="container")
+    assert isinstance(found, SkippedTask), found
+    assert reason in found.reason and "\n" not in found.reason
+
+
+def test_what_the_image_installs_a_solution_may_install_offline(tmp_path: Path) -> None:
+    dockerfile = BASE + "RUN apt-get update && apt-get install -y jq && pip install tomli_w==1.0.0\nWORKDIR /srv\n"
+    solution = "#!/bin/bash\napt-get install -y jq\npip install tomli-w\necho hello > /srv/out.txt\n"
+    task = load_task(
+        write_task(tmp_path / "t", Dockerfile=dockerfile, **{"solution.sh": solution}), backend="container"
+    )
+    assert isinstance(task, TerminalTask) and task.container_reason == "", task
+
+
+def test_what_the_checker_installs_is_kept_for_the_containers_image(tmp_path: Path) -> None:
+    test_sh = (
+        "#!/bin/bash\napt-get update && apt-get install -y curl jq\n"
+        "curl -LsSf https://astral.sh/uv/0.9.5/install.sh | sh\nsource $HOME/.local/bin/env\n"
+        "uvx -p 3.13 -w pytest==8.4.1 -w requests==2.32.3 pytest /tests/test_x.py -rA\n"
+        "echo $? > /logs/verifier/reward.txt\n"
+    )
+    task = load_task(
+        write_harbor(tmp_path / "t", **{"tests/test.sh": test_sh, "tests/test_x.py": "def test_a():\n    pass\n"}),
+        backend="container",
+    )
+    assert isinstance(task, TerminalTask), task
+    assert (task.checker_apt, task.checker_python, task.checker_pytest) == (
+        ("curl", "jq"),
+        ("requests==2.32.3",),
+        True,
+    )
+    plain = load_task(write_task(tmp_path / "plain"), backend="container")
+    assert isinstance(plain, TerminalTask)
+    assert (plain.checker_apt, plain.checker_python, plain.checker_pytest) == ((), (), False)
 
 
 def test_a_folder_that_is_no_task_says_so(tmp_path: Path) -> None:

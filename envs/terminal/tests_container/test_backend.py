@@ -9,15 +9,18 @@ from pathlib import Path
 import pytest
 
 from gem_core.errors import ConfigError
-from gem_terminal.container.backend import ContainerConfig, load_container_task
+from gem_terminal.container.backend import ContainerConfig, load_for_container
+from gem_terminal.container.runtime import Runtime
 from gem_terminal.env import TASKS_DIR, TerminalEnv, reference_action
 from gem_terminal.loader import SkippedTask, TerminalTask
+from gem_terminal.loader import load_task as load_folder
 
 from .conftest import FIXTURES
 
-FIXTURE_TASKS = ["apt-pip-heredoc", "compose-context", "pytest-python313"]
-#: Shipped tasks that need nothing the base image lacks (no gcc, no process that must outlive the agent).
-SHIPPED = ["text-sort-uniq", "git-resolve-conflict", "python-fix-off-by-one"]
+FIXTURE_TASKS = ["apt-pip-heredoc", "compose-context", "harbor-verifier", "pytest-python313"]
+#: A sample of the shipped tasks (every one of them was played outside the suite: docs/terminal.md): text,
+#: git (the checker's copy in /checker/work run through as-agent), Python, and a process observed by its probe.
+SHIPPED = ["text-sort-uniq", "git-revert-bad-commit", "python-fix-off-by-one", "process-http-server"]
 
 
 def _bash(command: str) -> str:
@@ -58,7 +61,7 @@ def test_fixture_task_reference_scores_1_and_no_op_0(fixture_env: TerminalEnv, t
 
 
 def load_task(name: str) -> TerminalTask:
-    task = load_container_task(FIXTURES / name)
+    task = load_folder(FIXTURES / name, backend="container")
     assert isinstance(task, TerminalTask)
     return task
 
@@ -122,21 +125,37 @@ def test_shipped_tasks_stay_in_the_sandbox_under_auto() -> None:
     assert not env.container_tasks and len(env.tasks) == len([p for p in TASKS_DIR.iterdir() if p.is_dir()])
 
 
-@pytest.mark.parametrize(
-    ("files", "reason"),
-    [
-        ({"task.yaml": "instruction: x\n", "Dockerfile": "FROM x\n", "run-tests.sh": "true"}, "no reference solution"),
-        ({"task.yaml": "instruction: x\n", "Dockerfile": "FROM x\n", "solution.sh": "true"}, "no checker"),
-        ({"task.yaml": "instruction: x\n", "solution.sh": "true", "run-tests.sh": "true"}, "no Dockerfile"),
-        ({"task.yaml": "[", "Dockerfile": "FROM x\n"}, "malformed"),
-    ],
-    ids=["no-solution", "no-checker", "no-dockerfile", "bad-yaml"],
-)
-def test_container_loader_names_what_is_missing(tmp_path: Path, files: dict[str, str], reason: str) -> None:
-    for name, text in files.items():
-        (tmp_path / name).write_text(text)
-    item = load_container_task(tmp_path)
-    assert isinstance(item, SkippedTask) and reason in item.reason
+def test_a_harbor_verifier_runs_with_what_it_installs_and_its_reward_file(fixture_env: TerminalEnv) -> None:
+    # tests/test.sh bootstraps uv and runs `uvx -w pytest -w tomli-w pytest`: with no network at check time,
+    # pytest and tomli-w come from the image (installed at build into $GEM_PYTEST); the reward is reward.txt.
+    reward, info = _play(fixture_env, "harbor-verifier", reference_action(load_task("harbor-verifier")))
+    assert reward == 1.0 and "[reward] 1" in str(info["checker_output"]), info["checker_output"]
+
+
+def test_a_reward_file_the_agent_leaves_does_not_count(fixture_env: TerminalEnv) -> None:
+    # reward.json wins over the reward.txt the verifier writes: one the agent left must be gone first.
+    plant = "mkdir -p /logs/verifier && echo '{\"reward\": 1.0}' > /logs/verifier/reward.json"
+    reward, info = _play(fixture_env, "harbor-verifier", _bash(plant))
+    assert reward == 0.0, info["checker_output"]
+
+
+def _unbuildable(folder: Path) -> Path:
+    (folder / "tests").mkdir(parents=True)
+    (folder / "task.yaml").write_text("instruction: Say hi.\n")
+    (folder / "Dockerfile").write_text("FROM localhost/gem-no-such-image:1\nWORKDIR /app\n")
+    (folder / "solution.sh").write_text("echo hi > /app/hi\n")
+    (folder / "run-tests.sh").write_text("grep -q hi /app/hi\n")
+    return folder
+
+
+def test_an_image_nothing_here_provides_is_refused_at_load(
+    runtime: Runtime, container_config: ContainerConfig, tmp_path: Path
+) -> None:
+    found = load_for_container(_unbuildable(tmp_path / "t"), runtime, container_config)
+    assert isinstance(found, SkippedTask)
+    assert "FROM localhost/gem-no-such-image:1, which is not here" in found.reason and "\n" not in found.reason
+    with pytest.raises(ConfigError, match="no registry serves it"):
+        TerminalEnv(tasks_dir=str(tmp_path), backend=runtime.kind, container=container_config.model_dump())
 
 
 def test_bad_container_settings_are_config_errors() -> None:

@@ -9,8 +9,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gem_core.errors import ToolError
-from gem_terminal.container.images import CA_ENV, base_image_for, plan_build, qualified, rewrite_dockerfile
+from gem_terminal.container.images import (
+    CA_ENV,
+    base_image_for,
+    checker_tools_script,
+    qualified,
+    rewrite_dockerfile,
+    task_dockerfile,
+)
 from gem_terminal.container.session import integrity_violations
+from gem_terminal.loader import TerminalTask, load_task
 
 
 def _same(name: str) -> str:
@@ -117,42 +125,29 @@ def test_copy_heredoc_bodies_arrive_verbatim(lines: list[str]) -> None:
     assert body.decode() == "\n".join(lines) + "\n"
 
 
-def _task(tmp_path: Path, compose: str | None, files: dict[str, str]) -> Path:
-    (tmp_path / "task.yaml").write_text("instruction: x\n")
-    if compose is not None:
-        (tmp_path / "docker-compose.yaml").write_text(compose)
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    return tmp_path
+def _harbor(tmp_path: Path, test_sh: str, user: str = "") -> TerminalTask:
+    (tmp_path / "environment").mkdir(parents=True)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "task.toml").write_text("[verifier]\ntimeout_sec = 30.0\n")
+    (tmp_path / "instruction.md").write_text("Do it.\n")
+    (tmp_path / "environment" / "Dockerfile").write_text(f"FROM debian:bookworm\nWORKDIR /app\n{user}")
+    (tmp_path / "tests" / "test.sh").write_text(test_sh)
+    task = load_task(tmp_path, backend="container")
+    assert isinstance(task, TerminalTask), task
+    return task
 
 
-def test_compose_build_context_is_the_build_context(tmp_path: Path) -> None:
-    compose = "services:\n  client:\n    build:\n      context: client\n      dockerfile: Dockerfile\n"
-    plan = plan_build(_task(tmp_path, compose, {"client/Dockerfile": "FROM x\n"}))
-    assert plan.context == (tmp_path / "client").resolve() and plan.dockerfile.name == "Dockerfile"
+def test_checker_tools_install_what_the_checker_installs(tmp_path: Path) -> None:
+    task = _harbor(tmp_path, "apt-get install -y jq\nuvx -w pytest==8.4.1 -w requests pytest /tests -rA\n")
+    script = checker_tools_script(task)
+    assert script is not None
+    assert "for p in jq;" in script and "--target /opt/gem/pytest pytest requests" in script
+    text, context = task_dockerfile(task)
+    assert text.startswith("FROM debian:bookworm") and context == tmp_path / "environment"
 
 
-def test_plain_task_builds_from_its_folder(tmp_path: Path) -> None:
-    plan = plan_build(
-        _task(tmp_path, "services:\n  client:\n    build:\n      dockerfile: Dockerfile\n", {"Dockerfile": "FROM x\n"})
-    )
-    assert plan.context == tmp_path.resolve()
-
-
-@pytest.mark.parametrize(
-    ("compose", "files", "match"),
-    [
-        ("services:\n  a: {}\n  b: {}\n", {"Dockerfile": "FROM x\n"}, "2 containers"),
-        ("services:\n  a:\n    build: ../..\n", {"Dockerfile": "FROM x\n"}, "outside the task folder"),
-        ("services:\n  a:\n    build: sub\n", {"Dockerfile": "FROM x\n"}, "no Dockerfile"),
-        ("services: [\n", {"Dockerfile": "FROM x\n"}, "not valid YAML"),
-    ],
-    ids=["two-services", "context-outside", "no-dockerfile", "bad-yaml"],
-)
-def test_unbuildable_tasks_are_refused_by_name(tmp_path: Path, compose: str, files: dict[str, str], match: str) -> None:
-    with pytest.raises(ToolError, match=match):
-        plan_build(_task(tmp_path, compose, files))
+def test_a_checker_that_installs_nothing_adds_no_build_step(tmp_path: Path) -> None:
+    assert checker_tools_script(_harbor(tmp_path, "echo 1 > /logs/verifier/reward.txt\n")) is None
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from gem_terminal.container.backend import ContainerConfig
 from gem_terminal.container.images import build_task_image
 from gem_terminal.container.runtime import Runtime
 from gem_terminal.container.session import ContainerEpisode
+from gem_terminal.loader import TerminalTask, load_task
 from gem_tool_python.episode import EpisodeConfig
 
 from .conftest import FIXTURES
@@ -22,9 +23,9 @@ from .conftest import FIXTURES
 
 @pytest.fixture(scope="module")
 def image(runtime: Runtime, container_config: ContainerConfig) -> str:
-    return build_task_image(
-        runtime, FIXTURES / "apt-pip-heredoc", ca_bundle=container_config.ca_path(), base_images="map"
-    )
+    task = load_task(FIXTURES / "apt-pip-heredoc", backend="container")
+    assert isinstance(task, TerminalTask), task
+    return build_task_image(runtime, task, ca_bundle=container_config.ca_path(), base_images="map")
 
 
 @pytest.fixture(scope="module")

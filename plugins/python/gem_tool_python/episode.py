@@ -37,7 +37,15 @@ from gem_core.tools.safety import clean_text
 from gem_tool_python.cgroups import CallCgroups
 from gem_tool_python.cgroups import detect as detect_cgroups
 
-__all__ = ["CommandResult", "EpisodeConfig", "EpisodeSandbox", "episodes_available", "prepare_layer", "processes_of"]
+__all__ = [
+    "CommandResult",
+    "EpisodeBudget",
+    "EpisodeConfig",
+    "EpisodeSandbox",
+    "episodes_available",
+    "prepare_layer",
+    "processes_of",
+]
 
 _WORKER = str(Path(__file__).with_name("_episode_worker.py"))
 #: Host directories every episode sees read-only at the same place (symlinks are recreated as links).
@@ -193,6 +201,52 @@ class CommandResult:
         return text
 
 
+class EpisodeBudget:
+    """An episode's command-time and output budgets, shared by every backend that runs an episode.
+
+    Commands with ``charge_episode`` are refused once a budget is spent, get at most the time left,
+    and are charged their wall clock and output; set-up and checker commands are not charged.
+    """
+
+    def __init__(self, config: EpisodeConfig) -> None:
+        self.timeout_s = float(config.episode_timeout_s)
+        self.max_bytes = config.max_episode_output_bytes
+        self.spent_s = 0.0
+        self.spent_bytes = 0
+
+    @property
+    def remaining_s(self) -> float:
+        """Command time left."""
+        return max(self.timeout_s - self.spent_s, 0.0)
+
+    def spent(self, closed: bool) -> str | None:
+        """Which budget is spent (``time``, ``output``), ``closed`` when the episode is, else ``None``."""
+        if closed:
+            return "closed"
+        if self.remaining_s <= 0:
+            return "time"
+        if self.spent_bytes >= self.max_bytes:
+            return "output"
+        return None
+
+    def refusal(self) -> CommandResult | None:
+        """The ``episode_limit`` result of a charged command when a budget is spent, else ``None``."""
+        if self.remaining_s <= 0:
+            return CommandResult("episode_limit", error=f"the episode's {self.timeout_s:g} s of command time are spent")
+        if self.spent_bytes >= self.max_bytes:
+            return CommandResult("episode_limit", error=f"the episode's {self.max_bytes} bytes of output are spent")
+        return None
+
+    def allowance(self, timeout_s: float, charge_episode: bool) -> float:
+        """A command's wall clock: ``timeout_s``, cut to the time left when it is charged."""
+        return min(timeout_s, self.remaining_s) if charge_episode else timeout_s
+
+    def charge(self, elapsed_s: float, output_chars: int) -> None:
+        """Count a charged command's wall clock and output."""
+        self.spent_s += elapsed_s
+        self.spent_bytes += output_chars
+
+
 def episodes_available() -> tuple[bool, str]:
     """Whether this host can run episode sandboxes, and why not (root with mount namespaces and overlayfs)."""
     if not sys.platform.startswith("linux"):
@@ -344,8 +398,7 @@ class EpisodeSandbox:
                 )
         self._lock = threading.Lock()
         self._next_id = 0
-        self._spent_s = 0.0
-        self._spent_bytes = 0
+        self.budget = EpisodeBudget(self.config)
         self._closed = False
         self._keeper: int | None = None
         self._alive: int | None = None
@@ -442,18 +495,12 @@ class EpisodeSandbox:
     @property
     def remaining_s(self) -> float:
         """Command time left in the episode's budget."""
-        return max(self.config.episode_timeout_s - self._spent_s, 0.0)
+        return self.budget.remaining_s
 
     @property
     def spent(self) -> str | None:
         """Which of the episode's budgets is spent (``time``, ``output``), ``closed``, or ``None``."""
-        if self._closed:
-            return "closed"
-        if self.remaining_s <= 0:
-            return "time"
-        if self._spent_bytes >= self.config.max_episode_output_bytes:
-            return "output"
-        return None
+        return self.budget.spent(self._closed)
 
     def run(
         self,
@@ -482,16 +529,9 @@ class EpisodeSandbox:
         with self._lock:
             if self._closed:
                 return CommandResult("closed", error="the episode's sandbox is closed")
-            if charge_episode and self.remaining_s <= 0:
-                return CommandResult(
-                    "episode_limit",
-                    error=f"the episode's {self.config.episode_timeout_s:g} s of command time are spent",
-                )
-            if charge_episode and self._spent_bytes >= self.config.max_episode_output_bytes:
-                return CommandResult(
-                    "episode_limit",
-                    error=f"the episode's {self.config.max_episode_output_bytes} bytes of output are spent",
-                )
+            refused = self.budget.refusal() if charge_episode else None
+            if refused is not None:
+                return refused
             # Any str is a result, never an exception: lone surrogates become U+FFFD, NUL is refused by name.
             command = clean_text(command)
             env = {clean_text(k): clean_text(v) for k, v in (env or {}).items()}
@@ -502,15 +542,14 @@ class EpisodeSandbox:
                     "exit", exit_code=2, error=f"the command is longer than {_MESSAGE_BYTES - 1000} bytes"
                 )
             note = self._process_limit_note()  # background processes of earlier commands may have hit it
-            budget = timeout_s or self.config.command_timeout_s
-            if charge_episode:
-                budget = min(budget, self.remaining_s)
+            budget = self.budget.allowance(timeout_s or self.config.command_timeout_s, charge_episode)
             started = time.monotonic()
+            result = CommandResult("closed", error="the command did not return")
             try:
                 result = self._run(command, budget, cwd and clean_text(cwd), env, checker)
             finally:
-                if charge_episode:
-                    self._spent_s += time.monotonic() - started
+                if charge_episode:  # its time counts even when it raised
+                    self.budget.charge(time.monotonic() - started, len(result.stdout) + len(result.stderr))
             result.elapsed_s = time.monotonic() - started
             after = self._process_limit_note()
             if after and result.status in ("ok", "exit", "timeout"):
@@ -518,8 +557,6 @@ class EpisodeSandbox:
                 result.error = after
             elif note:
                 result.error = f"{note} (before this command)" + (f"; {result.error}" if result.error else "")
-            if charge_episode:
-                self._spent_bytes += len(result.stdout) + len(result.stderr)
             return result
 
     def _run(self, command: str, budget: float, cwd: str | None, env: dict[str, str], checker: bool) -> CommandResult:

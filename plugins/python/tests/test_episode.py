@@ -558,3 +558,19 @@ def test_a_pseudo_terminal_works_in_the_episode() -> None:
         listed = sandbox.run("sleep 0.3; tmux ls; cat /tmp/from-tmux; ls /dev/pts")
         assert listed.ok and "work:" in listed.stdout and "hi" in listed.stdout, listed
         assert sandbox.run("tmux send-keys -t work 'exit' Enter").ok
+
+
+def test_the_episode_budget_refuses_cuts_and_charges() -> None:
+    """The budget every episode backend shares: commands get at most the time left, then are refused."""
+    from gem_tool_python.episode import EpisodeBudget
+
+    budget = EpisodeBudget(EpisodeConfig(episode_timeout_s=10, max_episode_output_bytes=300))
+    assert (budget.allowance(30, True), budget.allowance(30, False), budget.spent(False)) == (10, 30, None)
+    budget.charge(7.5, 200)
+    assert budget.allowance(30, True) == 2.5 and budget.refusal() is None
+    budget.charge(0.5, 100)
+    refused = budget.refusal()
+    assert budget.spent(False) == "output" and refused is not None and "300 bytes" in str(refused.error)
+    budget.charge(5, 0)
+    assert (budget.remaining_s, budget.spent(False), budget.spent(True)) == (0.0, "time", "closed")
+    assert "10 s of command time" in str(budget.refusal().error)  # type: ignore[union-attr]

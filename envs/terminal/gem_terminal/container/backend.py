@@ -2,34 +2,28 @@
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from gem_core.errors import ToolError
-from gem_terminal.container.images import BaseImages, build_task_image, plan_build
+from gem_terminal.container.images import BaseImages, build_task_image, unresolvable_images
 from gem_terminal.container.runtime import Runtime, detect_runtime
 from gem_terminal.container.session import ContainerEpisode
-from gem_terminal.loader import SkippedTask, TerminalTask
+from gem_terminal.loader import SkippedTask, TerminalTask, load_task
 from gem_tool_python.episode import EpisodeConfig
 
 __all__ = [
     "Backend",
     "ContainerConfig",
-    "load_container_task",
-    "needs_own_image",
+    "load_for_container",
     "runtime_for",
     "start_container_episode",
 ]
 
 Backend = Literal["auto", "sandbox", "podman", "docker"]
-
-#: The checker of a task with ``tests/test_outputs.py`` and no ``run-tests.sh`` (Terminal-Bench's default).
-DEFAULT_CHECKER = "python3 -m pytest -q -p no:cacheprovider $TEST_DIR/test_outputs.py"
 
 
 class ContainerConfig(BaseModel):
@@ -70,74 +64,25 @@ class ContainerConfig(BaseModel):
         return path
 
 
-def _seconds(meta: dict[str, Any], key: str, default: float) -> float:
-    value = float(meta.get(key, default))
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{key} must be a positive number of seconds, got {meta.get(key)!r}")
-    return value
+def load_for_container(path: Path, runtime: Runtime, config: ContainerConfig) -> TerminalTask | SkippedTask:
+    """A task folder (Terminal-Bench v1 or Harbor) as a container backend runs it, or why it cannot (one line).
 
-
-def load_container_task(path: Path) -> TerminalTask | SkippedTask:
-    """A Terminal-Bench task folder as the container backend runs it: its image is its own Dockerfile.
-
-    Reads ``task.yaml``, the solution, ``run-tests.sh`` (or the default pytest checker) and ``tests/``;
-    the Dockerfile (or the compose file's build context) is read at build time. Never raises for what
-    the folder holds: what cannot run is a :class:`SkippedTask` with the reason.
+    :func:`gem_terminal.loader.load_task` with ``backend="container"``, then the images its ``FROM`` lines
+    name: one that is not in the local store, has no stand-in in the image map and that no registry
+    serves refuses the task here, at load, rather than at its first ``reset``.
     """
-    path = Path(path)
-    name = path.name
-    if not (path / "task.yaml").exists() and (path / "task.toml").exists():
-        return SkippedTask(name, path, "a Harbor folder: the container backend reads Terminal-Bench v1 folders only")
-    try:
-        meta = yaml.safe_load((path / "task.yaml").read_text()) or {}
-        if not isinstance(meta, dict) or not isinstance(meta.get("instruction"), str):
-            return SkippedTask(name, path, "task.yaml has no instruction")
-        plan_build(path)
-        if (path / "solution.sh").exists():
-            solution = (path / "solution.sh").read_text()
-        elif (path / "solution.yaml").exists():
-            steps = yaml.safe_load((path / "solution.yaml").read_text()) or []
-            solution = "\n".join(str(s["command"]) if isinstance(s, dict) else str(s) for s in steps)
-        else:
-            return SkippedTask(name, path, "no reference solution (solution.sh or solution.yaml)")
-        tests_dir = path / "tests"
-        tests = {
-            str(f.relative_to(tests_dir)): f.read_bytes()
-            for f in sorted(tests_dir.rglob("*"))
-            if f.is_file() and "__pycache__" not in f.parts
-        }
-        if (path / "run-tests.sh").exists():
-            checker = (path / "run-tests.sh").read_text()
-        elif "test_outputs.py" in tests:
-            checker = DEFAULT_CHECKER
-        else:
-            return SkippedTask(name, path, "no checker (run-tests.sh or tests/test_outputs.py)")
-        tags = meta.get("tags") or ()
-        return TerminalTask(
-            name=name,
-            path=path,
-            instruction=meta["instruction"].strip(),
-            solution=solution,
-            checker=checker,
-            tests=tests,
-            agent_timeout_s=_seconds(meta, "max_agent_timeout_sec", 600.0),
-            test_timeout_s=_seconds(meta, "max_test_timeout_sec", 60.0),
-            difficulty=str(meta.get("difficulty", "")),
-            tags=tuple(str(t) for t in tags) if isinstance(tags, list | tuple) else (),
+    task = load_task(path, backend="container")
+    if isinstance(task, SkippedTask):
+        return task
+    missing = unresolvable_images(runtime, task, config.base_images)
+    if missing:
+        return SkippedTask(
+            task.name,
+            task.path,
+            f"its image builds FROM {missing[0]}, which is not here, has no stand-in in the image map"
+            " and no registry serves it",
         )
-    except ToolError as exc:
-        return SkippedTask(name, path, str(exc))
-    except (OSError, TypeError, ValueError, KeyError, AttributeError, yaml.YAMLError) as exc:
-        return SkippedTask(name, path, f"malformed task files: {type(exc).__name__}: {exc}")
-
-
-def needs_own_image(path: Path) -> bool:
-    """Whether a task's image is built from somewhere else than its folder's ``Dockerfile`` (compose, Harbor)."""
-    try:
-        plan = plan_build(path)
-    except ToolError:
-        return False
-    return plan.dockerfile != (Path(path).resolve() / "Dockerfile")
+    return task
 
 
 _runtimes: dict[str, Runtime] = {}
@@ -166,12 +111,27 @@ def start_container_episode(
     runtime = runtime_for(backend)
     image = build_task_image(
         runtime,
-        task.path,
+        task,
         ca_bundle=config.ca_path(),
         base_images=config.base_images,
         mirror=config.mirror,
         timeout_s=config.build_timeout_s,
     )
     return ContainerEpisode(
-        runtime, image, settings, agent_user=config.agent_user, checker_network=config.checker_network
+        runtime,
+        image,
+        settings,
+        workdir=_workdir(task),
+        agent_user=config.agent_user,
+        checker_network=config.checker_network,
     )
+
+
+def _workdir(task: TerminalTask) -> str | None:
+    """Where commands start when the task sets it beyond its image; ``None``: the image's ``WORKDIR``.
+
+    Compose ``working_dir`` and Harbor's ``[environment] workdir`` do.
+    """
+    if task.image is not None and task.workdir == (task.image.workdir or "/app"):
+        return None
+    return task.workdir if task.image is not None or task.workdir != "/app" else None

@@ -16,6 +16,7 @@ import hashlib
 import io
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import tarfile
@@ -24,21 +25,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from gem_core.errors import ToolError
 from gem_terminal.container.runtime import Runtime, state_dir
+from gem_terminal.loader import TerminalTask
 
 __all__ = [
     "BASE_PACKAGES",
+    "CHECKER_TOOLS_DIR",
     "IMAGE_MAP",
     "BaseImage",
-    "BuildPlan",
     "base_image_for",
     "build_task_image",
+    "checker_tools_script",
     "ensure_base_image",
-    "plan_build",
     "rewrite_dockerfile",
+    "task_dockerfile",
+    "unresolvable_images",
 ]
 
 #: What every locally built base image has: a shell, Python with venv and pip (``python`` too), tmux
@@ -357,58 +359,6 @@ def rewrite_dockerfile(text: str, resolve: Any, *, ca_bundle: bytes | None = Non
 BaseImages = Literal["auto", "map", "pull"]
 
 
-@dataclass(frozen=True)
-class BuildPlan:
-    """Where a task's image comes from: its build context and Dockerfile."""
-
-    context: Path
-    dockerfile: Path
-
-
-def _expand(value: str) -> str:
-    """Compose's ``${VAR}`` and ``${VAR:-default}`` from the environment."""
-
-    def sub(match: re.Match[str]) -> str:
-        name, default = match.group(1), match.group(3) or ""
-        return os.environ.get(name) or default
-
-    return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:?-([^}]*))?\}", sub, value)
-
-
-def plan_build(task_path: Path) -> BuildPlan:
-    """The build context and Dockerfile of a task folder (its compose file's ``build`` where it has one).
-
-    Raises:
-        ToolError: several services, a context outside the folder, or no Dockerfile.
-    """
-    task_path = Path(task_path).resolve()
-    context, dockerfile = task_path, "Dockerfile"
-    if not (task_path / "Dockerfile").exists() and (task_path / "environment" / "Dockerfile").exists():
-        context = task_path / "environment"  # Harbor's layout
-    compose = next((p for p in (context / "docker-compose.yaml", context / "docker-compose.yml") if p.exists()), None)
-    if compose is not None:
-        try:
-            spec = yaml.safe_load(compose.read_text()) or {}
-        except (yaml.YAMLError, UnicodeDecodeError) as exc:
-            raise ToolError(f"{compose}: not valid YAML ({exc})") from exc
-        services = (spec.get("services") if isinstance(spec, dict) else None) or {}
-        if not isinstance(services, dict) or len(services) > 1:
-            raise ToolError(f"{compose}: needs {len(services)} containers; an episode is one container")
-        service = next(iter(services.values()), None) or {}
-        build = service.get("build") if isinstance(service, dict) else None
-        if isinstance(build, str):
-            context = (compose.parent / _expand(build)).resolve()
-        elif isinstance(build, dict):
-            context = (compose.parent / (_expand(str(build.get("context") or ".")) or ".")).resolve()
-            dockerfile = _expand(str(build.get("dockerfile") or "Dockerfile"))
-        if context != task_path and task_path not in context.parents:
-            raise ToolError(f"{compose}: build context {context} is outside the task folder")
-    path = (context / dockerfile).resolve()
-    if not path.is_file():
-        raise ToolError(f"task {task_path.name}: no Dockerfile at {path}")
-    return BuildPlan(context, path)
-
-
 def _tree_hash(folder: Path) -> str:
     digest = hashlib.sha256()
     for path in sorted(folder.rglob("*")):
@@ -467,42 +417,156 @@ def _image_id(runtime: Runtime, image: str) -> str:
     return _image_ids[key]
 
 
+#: Where the checker's pytest and Python requirements are installed in a task's image (``$GEM_PYTEST``).
+CHECKER_TOOLS_DIR = "/opt/gem/pytest"
+
+
+def checker_tools_script(task: TerminalTask) -> str | None:
+    """A build step installing what the task's checker installs at check time (the check has no network).
+
+    The Debian packages it names that the image lacks, and pytest with its Python requirements into
+    :data:`CHECKER_TOOLS_DIR` (``pip install --target``: the image's own packages stay as they are).
+    ``None`` when the checker installs nothing and runs no pytest.
+    """
+    if not (task.checker_apt or task.checker_python or task.checker_pytest):
+        return None
+    lines = ["set -e"]
+    if task.checker_apt:
+        names = " ".join(shlex.quote(n) for n in task.checker_apt)
+        lines += [
+            "missing=",
+            f'for p in {names}; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done',
+            'if [ -n "$missing" ]; then',
+            '  command -v apt-get >/dev/null || { echo "gem: the checker installs$missing; no apt-get" >&2; exit 1; }',
+            "  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends"
+            " $missing && rm -rf /var/lib/apt/lists/*",
+            "fi",
+        ]
+    wanted = " ".join(shlex.quote(n) for n in ("pytest", *task.checker_python))
+    lines += [
+        "py=$(command -v python3 || command -v python || true)",
+        '[ -n "$py" ] || { echo "gem: the image has no python3 for the checker\'s pytest" >&2; exit 1; }',
+        'if PIP_BREAK_SYSTEM_PACKAGES=1 "$py" -m pip --version >/dev/null 2>&1; then',
+        '  PIP_BREAK_SYSTEM_PACKAGES=1 "$py" -m pip install -q --no-cache-dir --disable-pip-version-check'
+        f" --target {CHECKER_TOOLS_DIR} {wanted}",
+        "elif command -v uv >/dev/null; then",
+        f'  uv pip install -q --python "$py" --target {CHECKER_TOOLS_DIR} {wanted}',
+        "else",
+        '  echo "gem: the image has neither pip nor uv to install the checker\'s pytest" >&2; exit 1',
+        "fi",
+        f"chmod -R a+rX {CHECKER_TOOLS_DIR}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def task_dockerfile(task: TerminalTask) -> tuple[str, Path | None]:
+    """The Dockerfile text a task's image is built from, and its build context (``None``: none is needed).
+
+    The task's own Dockerfile, or ``FROM docker_image`` for a task that names a prebuilt image.
+
+    Raises:
+        ToolError: the task has neither.
+    """
+    if task.dockerfile is not None:
+        return task.dockerfile.read_text(encoding="utf-8"), task.build_context
+    if task.base_image:
+        return f"FROM {task.base_image}\n", None
+    raise ToolError(f"task {task.name}: no Dockerfile and no prebuilt image to run")
+
+
 def build_task_image(
     runtime: Runtime,
-    task_path: Path,
+    task: TerminalTask,
     *,
     ca_bundle: Path | None = None,
     base_images: BaseImages = "auto",
     mirror: str | None = None,
     timeout_s: float = 1800.0,
 ) -> str:
-    """Build the task's image from its own Dockerfile (cached by a hash of the recipe); its tag.
+    """Build a loaded task's image from its own Dockerfile (cached by a hash of the recipe); its tag.
+
+    The build context and the compose file's ``args`` and ``target`` are the loader's
+    (:func:`gem_terminal.loader.load_task`); a last step adds what the checker installs at check time
+    (:func:`checker_tools_script`).
 
     Raises:
         ToolError: the task has no buildable Dockerfile, or the build failed (its output's tail is in the message).
     """
-    plan = plan_build(task_path)
+    text, context_dir = task_dockerfile(task)
     ca = Path(ca_bundle).read_bytes() if ca_bundle is not None else None
-    rewrite = rewrite_dockerfile(
-        plan.dockerfile.read_text(), _resolver(runtime, base_images, mirror, ca_bundle, timeout_s), ca_bundle=ca
-    )
+    rewrite = rewrite_dockerfile(text, _resolver(runtime, base_images, mirror, ca_bundle, timeout_s), ca_bundle=ca)
+    dockerfile = rewrite.text
+    files = dict(rewrite.files)
+    tools = checker_tools_script(task)
+    target = str(task.compose_build.get("target") or "")
+    if tools is not None and not target:  # a compose `target` stage is the image: the tools go on the last stage
+        files[".gem/checker-tools.sh"] = tools.encode()
+        dockerfile += "USER root\nCOPY .gem/checker-tools.sh /tmp/.gem-checker-tools.sh\n"
+        dockerfile += "RUN sh /tmp/.gem-checker-tools.sh; s=$?; rm -f /tmp/.gem-checker-tools.sh; exit $s\n"
+        if task.image is not None and task.image.user:
+            dockerfile += f"USER {task.image.user}\n"
+    build_args = [f"{k}={v}" for k, v in sorted((task.compose_build.get("args") or {}).items())]
     recipe = hashlib.sha256()
-    for part in [rewrite.text, _tree_hash(plan.context), *[_image_id(runtime, i) for i in rewrite.images]]:
+    parts = [dockerfile, _tree_hash(context_dir) if context_dir else "", *build_args, target]
+    for part in [*parts, *[_image_id(runtime, i) for i in rewrite.images]]:
         recipe.update(part.encode() + b"\0")
-    for name, data in sorted(rewrite.files.items()):
+    for name, data in sorted(files.items()):
         recipe.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
-    slug = re.sub(r"[^a-z0-9_.-]", "-", Path(task_path).resolve().name.lower())[:60].strip("-.") or "task"
+    slug = re.sub(r"[^a-z0-9_.-]", "-", task.name.lower())[:60].strip("-.") or "task"
     tag = f"localhost/gem-task-{slug}:{recipe.hexdigest()[:16]}"
     if _image_id(runtime, tag) != tag:  # there (the answer is kept for the rest of the process)
         return tag
     work = Path(tempfile.mkdtemp(prefix="gem-build-", dir=_scratch()))
     try:
         context = work / "context"
-        shutil.copytree(plan.context, context, symlinks=True)
-        for name, data in {**rewrite.files, ".gem/Dockerfile": rewrite.text.encode()}.items():
+        if context_dir is not None:
+            shutil.copytree(context_dir, context, symlinks=True)
+        else:
+            context.mkdir()
+        for name, data in {**files, ".gem/Dockerfile": dockerfile.encode()}.items():
             (context / name).parent.mkdir(parents=True, exist_ok=True)
             (context / name).write_bytes(data)
-        runtime.call("build", "-f", str(context / ".gem" / "Dockerfile"), "-t", tag, str(context), timeout_s=timeout_s)
+        args = ["build", "-f", str(context / ".gem" / "Dockerfile"), "-t", tag]
+        for value in build_args:
+            args += ["--build-arg", value]
+        if target:
+            args += ["--target", target]
+        runtime.call(*args, str(context), timeout_s=timeout_s)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return tag
+
+
+def unresolvable_images(runtime: Runtime, task: TerminalTask, base_images: BaseImages = "auto") -> list[str]:
+    """The ``FROM`` images of a task that nothing here can provide.
+
+    That is: not in the local store, no stand-in in :data:`IMAGE_MAP` (unless ``base_images="pull"``),
+    and no registry that answers for them. A registry is asked for the image's manifest once per image
+    and process (no layer is pulled).
+    """
+    try:
+        text, _ = task_dockerfile(task)
+        images = rewrite_dockerfile(text, lambda name: name).images
+    except ToolError:
+        return []
+    missing = []
+    for image in dict.fromkeys(images):
+        name = qualified(image) if runtime.kind == "podman" else image
+        if base_images != "pull" and base_image_for(name) is not None:
+            continue
+        if "$" in name or runtime.image_exists(name) or _registry_has(runtime, name):
+            continue
+        missing.append(image)
+    return missing
+
+
+_registry_answers: dict[tuple[tuple[str, ...], str], bool] = {}
+
+
+def _registry_has(runtime: Runtime, image: str) -> bool:
+    key = (runtime.argv, image)
+    if key not in _registry_answers:
+        # Podman and Docker both read a name that is no local manifest list from its registry.
+        done = runtime.call("manifest", "inspect", image, timeout_s=60.0, check=False)
+        _registry_answers[key] = done.returncode == 0
+    return _registry_answers[key]

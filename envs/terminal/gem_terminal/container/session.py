@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from gem_core.errors import ToolError
 from gem_terminal.container.runtime import Runtime
-from gem_tool_python.episode import CommandResult, EpisodeConfig
+from gem_tool_python.episode import CommandResult, EpisodeBudget, EpisodeConfig
 
 __all__ = ["DRIVER", "ContainerEpisode", "IntegrityReport", "integrity_violations"]
 
@@ -117,6 +117,8 @@ PROTECTED = (
     "/etc/profile",
     "/etc/profile.d",
     "/etc/environment",
+    # The checker's pytest and requirements (installed into the image for the check, $GEM_PYTEST).
+    "/opt/gem",
     # pytest looks for its configuration from the tests' folder (/tests) up to /: a /pytest.ini makes /
     # the root folder, and a /conftest.py there then runs inside the checker.
     "/conftest.py",
@@ -132,13 +134,14 @@ ADDABLE = ("/usr/local/bin", "/usr/local/sbin")
 CHECKER_TOOLS = frozenset({"pytest", "py.test", "uv", "uvx", "pip", "pip3", "python", "python3"})
 
 
-#: What the check phase's container gets first: the checker's folders as the sandbox has them (``/checker/home``,
-#: ``/checker/work``, ``/checker/bin`` first on its PATH), ``/tests`` for root alone, and ``as-agent``, which runs
+#: What the check phase's container gets first: the checker's folders as the sandbox has them (``/checker/home``
+#: root's alone; ``/checker/work``, where copies the agent's code runs on go, readable by ``as-agent``;
+#: ``/checker/bin`` first on its PATH), ``/tests`` for root alone, and ``as-agent``, which runs
 #: the agent's code in a child process as ``nobody``: it cannot read ``/tests`` (the agent was root, so its own
 #: uid could), nor write what root owns.
 CHECK_PREPARE = (
     b"rm -rf /gem-checker-home /checker /tests && mkdir -m 700 /gem-checker-home /tests"
-    b" && mkdir -p -m 700 /checker/home /checker/work && mkdir -m 755 /checker/bin"
+    b" && mkdir -p -m 700 /checker/home && mkdir -m 755 /checker/work /checker/bin"
     b" && printf '%s\\n' '#!/bin/sh'"
     b" 'command -v setpriv >/dev/null || { echo as-agent: no setpriv in the image >&2; exit 126; }'"
     b" 'exec setpriv --reuid=65534 --regid=65534 --clear-groups -- \"$@\"' > /checker/bin/as-agent"
@@ -242,8 +245,7 @@ class ContainerEpisode:
         self.runtime, self.image, self.config = runtime, image, config
         self.agent_user, self.checker_network = agent_user, checker_network
         self._lock = threading.Lock()
-        self._spent_s = 0.0
-        self._spent_bytes = 0
+        self.budget = EpisodeBudget(config)
         self._closed = False
         self._checking = False
         self._check_image: str | None = None
@@ -339,18 +341,12 @@ class ContainerEpisode:
     @property
     def remaining_s(self) -> float:
         """Command time left to the episode."""
-        return max(float(self.config.episode_timeout_s) - self._spent_s, 0.0)
+        return self.budget.remaining_s
 
     @property
     def spent(self) -> str | None:
         """Which of the episode's budgets is spent (``time``, ``output``), ``closed``, or ``None``."""
-        if self._closed:
-            return "closed"
-        if self.remaining_s <= 0:
-            return "time"
-        if self._spent_bytes >= self.config.max_episode_output_bytes:
-            return "output"
-        return None
+        return self.budget.spent(self._closed)
 
     def run(
         self,
@@ -379,23 +375,13 @@ class ContainerEpisode:
                     exit_code=1,
                     error=f"the checker did not run: the agent changed files the checker relies on ({listed})",
                 )
-            if charge_episode and self.remaining_s <= 0:
-                return CommandResult(
-                    "episode_limit",
-                    error=f"the episode's {self.config.episode_timeout_s:g} s of command time are spent",
-                )
-            if charge_episode and self._spent_bytes >= self.config.max_episode_output_bytes:
-                return CommandResult(
-                    "episode_limit",
-                    error=f"the episode's {self.config.max_episode_output_bytes} bytes of output are spent",
-                )
+            refused = self.budget.refusal() if charge_episode else None
+            if refused is not None:
+                return refused
             command = command.encode("utf-8", "replace").decode()
             if "\x00" in command or "\x00" in (cwd or ""):
                 return CommandResult("exit", exit_code=2, error="the command or its folder holds a NUL character")
-            budget = timeout_s or self.config.command_timeout_s
-            if charge_episode:
-                budget = min(budget, self.remaining_s)
-            budget = max(budget, 0.01)
+            budget = max(self.budget.allowance(timeout_s or self.config.command_timeout_s, charge_episode), 0.01)
             # In the check phase: a HOME of its own (the agent's dotfiles, `~/.local/bin/env` and the like
             # are not read) and no pip/uv configuration (one could point the checker's installs at a fake).
             variables = {**(CHECK_ENV if self._checking else {}), **(env or {})}
@@ -412,9 +398,9 @@ class ContainerEpisode:
                 budget + 15.0,
             )
             elapsed = time.monotonic() - started
-            if charge_episode:
-                self._spent_s += elapsed
             if reply is None:
+                if charge_episode:
+                    self.budget.charge(elapsed, 0)
                 self._kill_session()
                 self._closed = True
                 return CommandResult("closed", elapsed_s=elapsed, error="the episode's container session ended")
@@ -432,7 +418,7 @@ class ContainerEpisode:
             result.stdout = out[:cap].decode("utf-8", "replace")
             result.stderr = err[:cap].decode("utf-8", "replace")
             if charge_episode:
-                self._spent_bytes += len(result.stdout) + len(result.stderr)
+                self.budget.charge(elapsed, len(result.stdout) + len(result.stderr))
             return result
 
     def write_file(self, path: str, data: bytes, *, mode: int = 0o644, owned_by_agent: bool = False) -> None:
@@ -452,6 +438,30 @@ class ContainerEpisode:
             reply = self._request("PUT", [f"{mode:o}", str(len(raw_path)), str(len(encoded))], raw_path + encoded, 60.0)
             if reply is None or reply[2] != "0":
                 raise ToolError(f"could not write {path} in the container")
+
+    def probe(self, script: str, *, timeout_s: float, env: dict[str, str] | None = None) -> CommandResult:
+        """Run a task's probe (``tests/gem-probe.sh``) while the agent's processes still run, before the check.
+
+        It runs as root in an ``exec`` of its own (not the agent's session), with the check phase's
+        environment, and is not charged to the episode. Never raises for what the script does.
+        """
+        with self._lock:
+            if self._closed or self._checking:
+                return CommandResult("closed", error="the episode's agent part is over")
+            args = ["exec", "--user", "0", "--workdir", self.workdir]
+            for key, value in {**CHECK_ENV, "HOME": "/root", **(env or {})}.items():
+                args += ["--env", f"{key}={value}"]
+            args += [self._container, "timeout", "-k", "1", f"{timeout_s:g}", "bash", "-c", script]
+            started = time.monotonic()
+            done = self.runtime.call(*args, timeout_s=timeout_s + 30.0, check=False)
+            cap = self.config.max_output_bytes
+            return CommandResult(
+                "ok" if done.returncode == 0 else "exit",
+                stdout=done.stdout[:cap].decode("utf-8", "replace"),
+                stderr=done.stderr[:cap].decode("utf-8", "replace"),
+                exit_code=done.returncode,
+                elapsed_s=time.monotonic() - started,
+            )
 
     def begin_check(self) -> None:
         """End the agent's part: kill all its processes, then continue in a fresh container of its files.
