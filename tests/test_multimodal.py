@@ -237,10 +237,12 @@ def test_chat_history_and_tool_wrapper_carry_images() -> None:
 
 
 @pytest.mark.parametrize("backend", ["sync", "async", "process"])
-def test_vector_envs_carry_images(backend: str) -> None:
+def test_vector_envs_carry_images(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from gem_core.api import register
     from gem_core.vector import make_vec
 
+    # the process backend's workers import the env by its module name: the repo root on their path
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
     register("test:Picture-v0", f"{__name__}:PictureEnv")
     vec = make_vec("test:Picture-v0", 2, backend=backend)
     try:
