@@ -117,7 +117,12 @@ def in_process(seed: int, history: list[str], action: str) -> tuple[str, float, 
 
 guesses = st.integers(0, 12).map(lambda n: f"\\boxed{{{n}}}") | st.text(max_size=6)
 seeds = st.integers(0, 2**31 - 1)
-bad_seeds = st.text(max_size=3) | st.floats(allow_nan=False, allow_infinity=False) | st.booleans() | st.lists(st.integers(), max_size=2)
+bad_seeds = (
+    st.text(max_size=3)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.booleans()
+    | st.lists(st.integers(), max_size=2)
+)
 bad_histories = st.text(min_size=1, max_size=4) | st.lists(st.integers() | st.none(), min_size=1, max_size=3)
 
 
