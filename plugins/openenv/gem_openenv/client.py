@@ -9,6 +9,10 @@ not fit is a format error whose message names the schema, or :class:`~gem_core.e
 with ``on_bad_action="raise"``). Each step's reward is the server's reward for that step; OpenEnv's
 ``done`` is ``terminated``, unless the observation says ``truncated`` (as gem's own server does).
 
+Seeds past ``max_seed`` (default ``2**32 - 1``, what numpy-seeded OpenEnv envs take; unlimited against
+``gem serve``) are folded into range by a stable hash; lone surrogates in the text go out as U+FFFD
+(:func:`wire_safe`); a boolean ``success`` the server reports (observation or metadata) is ``info["success"]``.
+
 Faults: ``CAPACITY_REACHED`` is retried with exponential backoff up to ``capacity_wait_s``, then
 :class:`~gem_core.errors.EnvServerAtCapacity`; a server that is gone or goes away is
 :class:`~gem_core.errors.EnvServerUnavailable`; any other error frame is

@@ -107,14 +107,14 @@ def tool_call(tool: Tool, loop: LoopThread | None) -> Callable[..., Awaitable[di
 
 
 class HungSteps:
-    """The steps of one server that ran past their time limit and still run, capped at ``limit``.
+    """The resets and steps of one server that ran past their time limit and still run, capped at ``limit``.
 
-    Python cannot stop a thread, so each such step keeps its thread (and its abandoned env) until it
-    returns by itself. At ``limit`` of them the server is degraded: new steps are refused (no new
-    thread starts) and ``/health`` says so, until one ends.
+    Python cannot stop a thread, so each such call keeps its thread (and its abandoned env) until it
+    returns by itself. At ``limit`` of them the server is degraded: new resets and steps are refused
+    (no new thread starts) and ``/health`` says so, until one ends.
 
     Args:
-        limit: How many may run at once before steps are refused.
+        limit: How many may run at once before resets and steps are refused.
     """
 
     def __init__(self, limit: int) -> None:

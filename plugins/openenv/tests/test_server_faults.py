@@ -1,4 +1,4 @@
-"""``gem serve``'s environment under faults, in-process through OpenEnv's own ``create_app`` (Starlette's test
+"""``gem serve``'s environment under faults, in-process through gem's own app (Starlette's test
 client): an env that raises or hangs in step, step after done, reset twice, max sessions exact, and any
 malformed HTTP replay (``seed``/``history``) is a 4xx, never a silently different episode."""
 
@@ -276,3 +276,48 @@ def test_a_step_longer_than_the_idle_timeout_is_not_idleness() -> None:
 def test_bounds_are_checked(kwargs: dict[str, Any], field: str) -> None:
     with pytest.raises(ConfigError, match=field):
         build_app("test:Faulty-v0", **kwargs)
+
+
+class HangsInReset(Env):
+    """Hangs in ``reset`` until ``release`` is set; counts the envs built."""
+
+    release = threading.Event()
+    built = 0
+
+    def __init__(self) -> None:
+        type(self).built += 1
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.release.wait(30)
+        return "ready", {}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        return "ok", 0.0, False, False, {}
+
+
+gem_core.register("test:HangsInReset-v0", HangsInReset, override=True)
+
+
+@pytest.mark.parametrize("path", ["websocket", "http"])
+def test_a_reset_that_hangs_is_bounded_by_the_step_timeout(path: str) -> None:
+    """``gem serve --step-timeout`` bounds reset as it bounds step: the episode is lost, the next reset builds anew."""
+    HangsInReset.release.clear()
+    app = build_app("test:HangsInReset-v0", max_sessions=2, step_timeout_s=0.3)
+    try:
+        with TestClient(app) as test_client:
+            if path == "http":
+                answer = test_client.post("/reset", json={"seed": 1})
+                assert answer.status_code == 504 and "reset ran past 0.3s" in answer.json()["detail"]
+                return
+            with test_client.websocket_connect("/ws") as socket:
+                failed = send(socket, "reset", {"seed": 1})
+                assert failed["type"] == "error" and failed["data"]["code"] == "EXECUTION_ERROR"
+                assert "test:HangsInReset-v0: reset ran past 0.3s" in failed["data"]["message"]
+                assert "lost" in send(socket, "step", {"text": "x"})["data"]["message"]
+                built = HangsInReset.built
+                HangsInReset.release.set()
+                assert send(socket, "reset", {"seed": 1})["data"]["observation"]["text"] == "ready"
+                assert HangsInReset.built == built + 1  # a new env, not the one the hung reset ran in
+    finally:
+        HangsInReset.release.set()
