@@ -222,7 +222,7 @@ def make_app(
             return {}
         try:
             value = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        except (ValueError, RecursionError) as exc:
             raise ConfigError(f"the request body is not JSON ({str(exc)[:120]})") from None
         if not isinstance(value, dict):
             raise ConfigError(f"the request body is JSON {type(value).__name__}, not an object")
@@ -252,7 +252,7 @@ def make_app(
     async def mcp(request: Request) -> Response:
         try:
             message = json.loads(await request.body())
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        except (ValueError, RecursionError):
             return json_response(rpc_error(None, PARSE_ERROR, "Parse error"))
         return json_response(await handle_rpc(message, None))
 
@@ -388,7 +388,7 @@ def make_app(
                 raw = (incoming.get("bytes") or b"").decode("utf-8", "replace")
             try:
                 message = json.loads(raw)
-            except (json.JSONDecodeError, RecursionError) as exc:
+            except (ValueError, RecursionError) as exc:  # not JSON, or an integer longer than Python reads
                 await send_error(socket, f"Invalid JSON: {str(exc)[:200]}", "INVALID_JSON")
                 continue
             kind = message.get("type") if isinstance(message, dict) else None

@@ -13,6 +13,7 @@ only its typed client's (``client.py``), the ``openenv`` extra: the server runs 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import string
@@ -85,8 +86,9 @@ def build_wheels(distributions: list[str], wheels: Path) -> list[str]:
     for name in distributions:
         folder = source_dir(name)
         if folder is not None:
-            argv = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
-            argv += ["--wheel-dir", str(wheels), str(folder)]
+            argv = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "--wheel-dir", str(wheels), str(folder)]
+            if importlib.util.find_spec("setuptools") is not None:  # gem's packages build with it: no isolated env
+                argv.append("--no-build-isolation")
             try:
                 done = subprocess.run(argv, capture_output=True, text=True, timeout=WHEEL_TIMEOUT_S)
             except subprocess.TimeoutExpired:

@@ -321,3 +321,23 @@ def test_a_reset_that_hangs_is_bounded_by_the_step_timeout(path: str) -> None:
                 assert HangsInReset.built == built + 1  # a new env, not the one the hung reset ran in
     finally:
         HangsInReset.release.set()
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ['{"type": "reset", "data": {"seed": ' + "1" * 5000 + "}}", "[" * 100_000, '{"type": "reset", "data": [1]}', "[1]"],
+    ids=["int-past-4300-digits", "too-deep", "data-not-object", "not-an-object"],
+)
+def test_a_malformed_message_is_an_error_frame_and_the_session_lives_on(client: Any, raw: str) -> None:
+    with client.websocket_connect("/ws") as socket:
+        socket.send_text(raw)
+        answer = socket.receive_json()
+        assert answer["type"] == "error" and answer["data"]["code"] in ("INVALID_JSON", "VALIDATION_ERROR")
+        assert send(socket, "reset")["type"] == "observation"
+    if raw.startswith('{"type": "reset", "data": ['):
+        return  # over HTTP an object is a fine /reset body (its fields are reset options)
+    for path in ("/reset", "/step", "/mcp"):  # over HTTP: a 4xx or a JSON-RPC error, never a 500
+        answer = client.post(path, content=raw, headers={"content-type": "application/json"})
+        assert answer.status_code in ((200,) if path == "/mcp" else (422,)), answer.text
+        if path == "/mcp":
+            assert answer.json()["error"]["code"] in (-32700, -32600)

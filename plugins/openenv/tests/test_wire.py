@@ -65,7 +65,7 @@ def test_openenv_is_not_needed() -> None:
     assert not [name for name in sys.modules if name.split(".")[0] in ("openenv", "fastmcp", "gradio", "fastapi")]
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**70) | st.sampled_from([2**32 - 1, 2**32, 2**63, 2**64 + 5]))
 def test_any_seed_plays_the_in_process_episode_on_gem_serve(shared_server, seed: int) -> None:
     """gem envs take any seed: against gem serve it goes over the wire as is (no folding), whatever its size."""
@@ -85,7 +85,7 @@ def test_success_and_info_come_through_from_gem_serve(shared_server) -> None:
     assert right[2] and right[4] == {"success": True, "parsed_action": answer}
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=surrogate_text)
 def test_text_with_lone_surrogates_is_sent_as_its_characters(shared_server, text: str) -> None:
     """The client sends every lone surrogate as U+FFFD (never a crash, never two read back as one character)."""
