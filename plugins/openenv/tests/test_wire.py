@@ -55,14 +55,17 @@ def played_remotely(url: str, seed: int, actions: list[str]) -> list[tuple[objec
 
 
 def test_openenv_is_not_needed() -> None:
-    """gem-openenv's client and server import nothing of OpenEnv (FastMCP, gradio) in this process."""
+    """gem-openenv's client and server import nothing of OpenEnv (FastMCP, gradio, FastAPI): a fresh process."""
+    import subprocess
     import sys
 
-    import gem_openenv.app
-    import gem_openenv.client
-    import gem_openenv.server  # noqa: F401
-
-    assert not [name for name in sys.modules if name.split(".")[0] in ("openenv", "fastmcp", "gradio", "fastapi")]
+    probe = (
+        "import sys, gem_openenv.app, gem_openenv.client, gem_openenv.server, gem_openenv.export; "
+        "print([m for m in sys.modules if m.split('.')[0] in ('openenv', 'fastmcp', 'gradio', 'fastapi')])"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
