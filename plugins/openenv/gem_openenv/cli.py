@@ -26,13 +26,19 @@ def serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--max-sessions", type=int, default=8, help="concurrent sessions; more get CAPACITY_REACHED")
     p.add_argument(
-        "--step-timeout", type=float, default=None, help="seconds one step may take; past it the episode is lost"
+        "--step-timeout",
+        type=float,
+        default=None,
+        help="seconds one reset or step (or MCP tool call) may take; past it the episode is lost",
     )
     p.add_argument(
         "--idle-timeout", type=float, default=600.0, help="seconds a session may idle before it is closed (0: never)"
     )
     p.add_argument(
-        "--max-hung-steps", type=int, default=4, help="steps past --step-timeout still running before steps are refused"
+        "--max-hung-steps",
+        type=int,
+        default=4,
+        help="resets/steps past --step-timeout still running before they are refused",
     )
     p.add_argument("--kw", action="append", default=[], metavar="KEY=VALUE", help="constructor override")
     p.add_argument("--log-level", default="warning", help="uvicorn's log level")
@@ -89,10 +95,11 @@ def serve(
     idle_timeout_s: float | None = 600.0,
     max_hung_steps: int = 4,
 ) -> int:
-    """Serve ``env_id`` with OpenEnv's server factory until interrupted; the exit code.
+    """Serve ``env_id`` over OpenEnv's protocol until interrupted; the exit code.
 
-    ``idle_timeout_s`` (0: none) closes WebSocket sessions idle that long; at ``max_hung_steps`` steps past
-    ``step_timeout_s`` still running the server is degraded (see :func:`gem_openenv.server.build_app`).
+    ``step_timeout_s`` bounds each reset and step; ``idle_timeout_s`` (0: none) closes WebSocket sessions
+    idle that long; at ``max_hung_steps`` calls past ``step_timeout_s`` still running the server is
+    degraded (see :func:`gem_openenv.server.build_app`).
     """
     from gem_core.api import make
 
@@ -104,7 +111,7 @@ def serve(
         raise ConfigError(f"--idle-timeout must be seconds >= 0 (0: sessions may idle forever), got {idle_timeout_s}")
     if max_hung_steps < 1:
         raise ConfigError(f"--max-hung-steps must be at least 1, got {max_hung_steps}")
-    make(env_id, **kwargs).close()  # wrong kwargs fail here, before OpenEnv's (slow) import
+    make(env_id, **kwargs).close()  # wrong kwargs fail here, before a port is bound
 
     import uvicorn
 

@@ -1,11 +1,17 @@
-"""Any OpenEnv 0.10 env server as a gem :class:`~gem_core.Env`, through OpenEnv's own ``GenericEnvClient``.
+"""Any OpenEnv 0.10 env server as a gem :class:`~gem_core.Env`, over OpenEnv's wire protocol spoken by gem's code.
 
-One WebSocket session per gem env (opened at the first ``reset``, closed by ``close``). The action
+No OpenEnv code runs here (gem-openenv installs beside packages whose pins exclude OpenEnv's): one
+WebSocket session per gem env (:class:`WireSession`: opened at the first ``reset``, closed by ``close``),
+the messages and frames OpenEnv 0.10's ``GenericEnvClient`` exchanges. The action
 is built from the server's ``/schema``: an action with one text field gets the model's raw text,
 any other action is a JSON object the model writes (checked against the schema; text that does
 not fit is a format error whose message names the schema, or :class:`~gem_core.errors.ActionSchemaError`
 with ``on_bad_action="raise"``). Each step's reward is the server's reward for that step; OpenEnv's
 ``done`` is ``terminated``, unless the observation says ``truncated`` (as gem's own server does).
+
+Seeds past ``max_seed`` (default ``2**32 - 1``, what numpy-seeded OpenEnv envs take; unlimited against
+``gem serve``) are folded into range by a stable hash; lone surrogates in the text go out as U+FFFD
+(:func:`wire_safe`); a boolean ``success`` the server reports (observation or metadata) is ``info["success"]``.
 
 Faults: ``CAPACITY_REACHED`` is retried with exponential backoff up to ``capacity_wait_s``, then
 :class:`~gem_core.errors.EnvServerAtCapacity`; a server that is gone or goes away is
@@ -15,8 +21,8 @@ Faults: ``CAPACITY_REACHED`` is retried with exponential backoff up to ``capacit
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import hashlib
 import json
 import math
 import re
@@ -33,7 +39,15 @@ from gem_core.errors import (
     ResetNeeded,
 )
 
-__all__ = ["ActionFormat", "OpenEnvEnv", "error_code"]
+__all__ = [
+    "DEFAULT_MAX_SEED",
+    "ActionFormat",
+    "OpenEnvEnv",
+    "ServerErrorFrame",
+    "WireSession",
+    "error_code",
+    "wire_safe",
+]
 
 #: Fields every OpenEnv action/observation has that are not the model's to write or read.
 _PROTOCOL_FIELDS = frozenset({"metadata", "done", "reward"})
@@ -104,7 +118,7 @@ def check_reply(kind: str, response: Any) -> dict[str, Any]:
     """
     if not isinstance(response, dict):
         raise _BadReply(f"the frame is JSON {type(response).__name__}, not an object")
-    if response.get("type") == "error":  # OpenEnv's client turns it into its RuntimeError with the code
+    if response.get("type") == "error":  # raised as ServerErrorFrame with its code
         data = response.get("data", {})
         if not isinstance(data, dict):
             raise _BadReply(f"the error frame's 'data' is {type(data).__name__}, not an object")
@@ -150,65 +164,140 @@ def _check_barrier(kind: str, frame: Any) -> None:
     )
 
 
-def _strict_client(base_url: str, message_timeout_s: float) -> Any:
-    """OpenEnv's ``GenericEnvClient``, strict: every frame checked, each answer matched to its request.
+class ServerErrorFrame(Exception):
+    """The server answered with an OpenEnv ``error`` frame.
 
-    An episode never moves to a new socket (OpenEnv's client would reconnect to a new, empty session).
+    Attributes:
+        code: OpenEnv's error code (``CAPACITY_REACHED``, ``EXECUTION_ERROR``, ...).
     """
-    from openenv.core.generic_client import GenericEnvClient
-    from websockets.exceptions import ConnectionClosed
-    from websockets.protocol import State
 
-    class StrictClient(GenericEnvClient):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"Server error: {message[:2000]} (code: {code})")
+        self.code = code
+
+
+#: The largest frame the client reads (OpenEnv's own client allows 100 MB).
+MAX_FRAME_BYTES = 100 * 2**20
+
+
+class WireSession:
+    """One OpenEnv WebSocket session, spoken with gem's own code: every frame checked, each answer matched.
+
+    The socket opens at the first reset; an episode never moves to a new socket (a step on a socket that
+    closed is :class:`_SessionLost`, where OpenEnv's client would reconnect to a new, empty session). Every
+    wait is bounded: the connection by ``connect_timeout_s``, each answer by ``message_timeout_s`` (a socket
+    whose answer came late is never read again), the close handshake by ``close_timeout_s``.
+
+    Args:
+        base_url: The server, ``http(s)://`` or ``ws(s)://``.
+        message_timeout_s: How long one answer may take.
+        connect_timeout_s: How long opening the socket may take.
+    """
+
+    def __init__(self, base_url: str, message_timeout_s: float, connect_timeout_s: float = 10.0) -> None:
+        scheme, rest = base_url.split("://", 1) if "://" in base_url else ("http", base_url)
+        self.ws_url = {"https": "wss", "wss": "wss"}.get(scheme, "ws") + "://" + rest.rstrip("/") + "/ws"
+        self.message_timeout_s = message_timeout_s
+        self.connect_timeout_s = min(connect_timeout_s, message_timeout_s)
+        self.close_timeout_s = min(5.0, message_timeout_s)
+        self.socket: Any = None
         #: The socket of the current episode (set by reset); a step goes out on it or not at all.
-        episode_socket: Any = None
+        self.episode_socket: Any = None
 
-        async def _receive(self) -> Any:
-            socket = self._ws
-            if socket is None:
-                raise _SessionLost("the connection closed before the answer arrived")
-            try:
-                raw = await asyncio.wait_for(socket.recv(), timeout=self._message_timeout)
-            except (asyncio.TimeoutError, asyncio.CancelledError):
-                # The late answer would be read as the next request's: this socket is never read again.
-                self._ws = self._ws_loop = None
-                self._schedule_socket_close(socket)
-                raise
-            return parse_frame(raw)
+    def _connect(self) -> Any:
+        from urllib.parse import urlsplit
 
-        async def _send_and_receive(self, message: dict[str, Any]) -> dict[str, Any]:
-            kind = str(message.get("type"))
-            pinned = self.episode_socket
-            if kind == "step" and (pinned is None or self._ws is not pinned or pinned.state is not State.OPEN):
-                raise _SessionLost(f"the connection that carried this episode closed{_close_reason(pinned)}")
-            await self._ensure_connected()
-            socket = self._ws
-            barrier = kind in ("reset", "step")
+        from websockets.sync.client import connect
+
+        host = urlsplit(self.ws_url).hostname or ""
+        local = host in ("localhost", "127.0.0.1", "::1")
+        try:
+            opened = connect(
+                self.ws_url,
+                open_timeout=self.connect_timeout_s,
+                close_timeout=self.close_timeout_s,
+                max_size=MAX_FRAME_BYTES,
+                compression=None,
+                **({"proxy": None} if local else {}),  # a proxy from the environment never carries loopback
+            )
+            # Entered as websockets >= 17.1 asks (the connection is its own context manager; close() ends it).
+            return opened.__enter__()
+        except TimeoutError:
+            raise TimeoutError(f"connecting took longer than {self.connect_timeout_s:g}s") from None
+
+    def _receive(self, socket: Any) -> Any:
+        try:
+            raw = socket.recv(timeout=self.message_timeout_s)
+        except TimeoutError:
+            # The late answer would be read as the next request's: this socket is never read again.
+            self._abandon()
+            raise
+        return parse_frame(raw)
+
+    def _abandon(self) -> None:
+        socket, self.socket = self.socket, None
+        if socket is not None:
+            with contextlib.suppress(Exception):
+                socket.close()
+
+    def exchange(self, kind: str, data: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Send a ``kind`` message (``reset``/``step``/``state``) and return its checked answer frame's ``data``.
+
+        Raises:
+            _BadReply: the server broke the protocol (the socket is dropped).
+            _SessionLost: the episode's socket closed (a step never reaches a new session).
+            ServerErrorFrame: the server answered with an error frame.
+            TimeoutError: no answer within ``message_timeout_s``.
+            OSError: the server cannot be reached.
+        """
+        from websockets.exceptions import ConnectionClosed
+        from websockets.protocol import State
+
+        pinned = self.episode_socket
+        if kind == "step" and (pinned is None or self.socket is not pinned or pinned.state is not State.OPEN):
+            raise _SessionLost(f"the connection that carried this episode closed{_close_reason(pinned)}")
+        if self.socket is not None and self.socket.state is not State.OPEN:
+            self._abandon()
+        if self.socket is None:
+            self.socket = self._connect()
+        socket = self.socket
+        message = {"type": kind} if data is None else {"type": kind, "data": data}
+        barrier = kind in ("reset", "step")
+        try:
             with contextlib.suppress(ConnectionClosed):  # a refused session sends its error frame, then closes
-                await socket.send(json.dumps(message))
+                socket.send(json.dumps(message, ensure_ascii=True))
                 if barrier:
-                    await socket.send(_BARRIER)
-            response = check_reply(kind, await self._receive())
+                    socket.send(_BARRIER)
+            response = check_reply(kind, self._receive(socket))
             error = response.get("type") == "error"
             if barrier:
                 try:
-                    _check_barrier(kind, await self._receive())
-                except (ConnectionClosed, _SessionLost):
+                    _check_barrier(kind, self._receive(socket))
+                except ConnectionClosed:
                     if not error:  # only a refusal (error frame) may close the socket before the barrier's answer
                         raise
-            if kind == "step" and self._ws is not pinned:
-                raise _SessionLost("the step reached a new session, not this episode's")
-            if kind == "reset":
-                self.episode_socket = self._ws
-            if error:
-                data = response.get("data", {})
-                raise RuntimeError(
-                    f"Server error: {str(data.get('message', 'Unknown error'))[:2000]} "
-                    f"(code: {data.get('code', 'UNKNOWN')})"
-                )
-            return response
+        except _BadReply:
+            self._abandon()
+            raise
+        except ConnectionClosed as exc:
+            self._abandon()
+            raise _SessionLost(f"the connection closed before the answer arrived{_close_reason(socket)}") from exc
+        if kind == "reset":
+            self.episode_socket = socket
+        if error:
+            frame = response.get("data", {})
+            raise ServerErrorFrame(str(frame.get("code", "UNKNOWN")), str(frame.get("message", "Unknown error")))
+        payload: dict[str, Any] = response["data"]
+        return payload
 
-    return StrictClient(base_url=base_url, message_timeout_s=message_timeout_s).sync()
+    def close(self) -> None:
+        """Say ``close`` to the server (its session is freed) and close the socket, within ``close_timeout_s``."""
+        socket, self.socket, self.episode_socket = self.socket, None, None
+        if socket is not None:
+            with contextlib.suppress(Exception):
+                socket.send(json.dumps({"type": "close"}))
+            with contextlib.suppress(Exception):
+                socket.close()
 
 
 def _close_reason(socket: Any) -> str:
@@ -221,7 +310,7 @@ def _close_reason(socket: Any) -> str:
 
 
 def error_code(exc: BaseException) -> str | None:
-    """OpenEnv's error code in a client error (``RuntimeError("Server error: ... (code: X)")``), if any."""
+    """OpenEnv's error code in a client error (``Server error: ... (code: X)``), if any."""
     match = _CODE.search(str(exc))
     return match.group(1) if match else None
 
@@ -376,6 +465,27 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+#: The largest seed sent to a server that is not gem's (numpy's seeding takes ``[0, 2**32 - 1]``).
+DEFAULT_MAX_SEED = 2**32 - 1
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def wire_safe(value: Any) -> Any:
+    """``value`` with every lone surrogate in its strings (keys too) replaced by U+FFFD.
+
+    UTF-8 cannot encode a lone surrogate: a server that decodes or re-encodes such text crashes or
+    garbles it, and two of them in a row read back as one astral character. The model's text is sent
+    as the characters it can mean.
+    """
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {wire_safe(k): wire_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [wire_safe(v) for v in value]
+    return value
+
+
 class OpenEnvEnv(Env):
     """An OpenEnv server's env, played through one OpenEnv client session.
 
@@ -388,6 +498,10 @@ class OpenEnvEnv(Env):
         message_timeout_s: How long to wait for one answer of the server.
         observation_field: The observation field shown to the model; default: the only string
             field of the observation schema, else the whole observation as JSON.
+        max_seed: The largest seed sent; a larger (or negative) one is folded into ``[0, max_seed]``
+            by a stable hash (``info["openenv_seed"]`` says which was played). Default: ``2**32 - 1``
+            (what numpy-seeded OpenEnv envs accept), unlimited for a ``gem serve`` server (gem envs take
+            any seed, so the episode is the in-process one). ``None``: never folded.
 
     Raises:
         EnvServerUnavailable: the server cannot be reached (when the schema is read).
@@ -403,6 +517,7 @@ class OpenEnvEnv(Env):
         capacity_wait_s: float = 60.0,
         message_timeout_s: float = 60.0,
         observation_field: str | None = None,
+        max_seed: int | Literal["auto"] | None = "auto",
     ) -> None:
         if on_bad_action not in ("observe", "raise"):
             raise ConfigError(f"on_bad_action must be 'observe' or 'raise', got {on_bad_action!r}")
@@ -433,7 +548,13 @@ class OpenEnvEnv(Env):
         }
         strings = [k for k, v in observed.items() if v.get("type") == "string"]
         self.observation_field = observation_field or (strings[0] if len(strings) == 1 else None)
-        self._client: Any = None
+        if max_seed == "auto":
+            gem_server = observation_schema.get("title") == "GemObservation" and {"terminated", "info"} <= set(observed)
+            max_seed = None if gem_server else DEFAULT_MAX_SEED
+        if max_seed is not None and (isinstance(max_seed, bool) or not isinstance(max_seed, int) or max_seed < 0):
+            raise ConfigError(f"max_seed must be an integer >= 0, None or 'auto', got {max_seed!r}")
+        self.max_seed: int | None = max_seed
+        self._client: WireSession | None = None
         self._live = False
 
     def _check_schemas(self, *schemas: dict[str, Any]) -> None:
@@ -478,9 +599,9 @@ class OpenEnvEnv(Env):
             )
         return result
 
-    def _session(self) -> Any:
+    def _session(self) -> WireSession:
         if self._client is None:
-            self._client = _strict_client(self.base_url, self.message_timeout_s)
+            self._client = WireSession(self.base_url, self.message_timeout_s)
         return self._client
 
     def _drop_session(self) -> None:
@@ -489,10 +610,10 @@ class OpenEnvEnv(Env):
             with contextlib.suppress(Exception):
                 client.close()
 
-    def _call(self, phase: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """One client call; OpenEnv's and the transport's errors become gem's typed ones."""
+    def _call(self, phase: str, data: dict[str, Any]) -> dict[str, Any]:
+        """One reset/step exchange; protocol and transport errors become gem's typed ones."""
         try:
-            return fn(*args, **kwargs)
+            return self._session().exchange(phase, data)
         except _BadReply as exc:
             self._drop_session()  # a server that broke the protocol once is not trusted with this episode
             self._live = False
@@ -503,22 +624,19 @@ class OpenEnvEnv(Env):
             ) from None
         except _SessionLost as exc:
             raise self._gone(phase, exc) from exc
-        except RuntimeError as exc:
-            code = error_code(exc)
-            if code is None:
-                raise self._gone(phase, exc) from exc
-            lost = phase == "step" and code != "VALIDATION_ERROR"
+        except ServerErrorFrame as exc:
+            lost = phase == "step" and exc.code != "VALIDATION_ERROR"
             if lost:
                 self._live = False  # the server's env failed mid-step: its state is unknown, so is this episode's
             raise EnvServerError(
                 f"the OpenEnv server at {self.base_url} refused {phase}: {exc}"
                 + ("; this episode is lost: reset" if lost else ""),
-                code=code,
+                code=exc.code,
             ) from exc
         except (ConnectionError, OSError, TimeoutError) as exc:
             raise self._gone(phase, exc) from exc
         except Exception as exc:
-            if type(exc).__module__.startswith("websockets"):  # ConnectionClosed and friends
+            if type(exc).__module__.startswith("websockets"):  # InvalidHandshake, InvalidURI and friends
                 raise self._gone(phase, exc) from exc
             raise
 
@@ -534,14 +652,24 @@ class OpenEnvEnv(Env):
         )
 
     # ------------------------------------------------------------------ episode
+    def wire_seed(self, seed: int) -> int:
+        """The seed sent for ``seed``: as is within ``[0, max_seed]``, else folded into it by a stable hash."""
+        if self.max_seed is None or 0 <= seed <= self.max_seed:
+            return seed
+        digest = hashlib.blake2b(str(seed).encode(), digest_size=16).digest()
+        return int.from_bytes(digest, "big") % (self.max_seed + 1)
+
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
         super().reset(seed=seed)
         self._live = False  # until this reset answers: a failed reset leaves no episode to step
-        kwargs = {**(options or {}), **({} if seed is None else {"seed": seed})}
+        if options is not None and not isinstance(options, dict):
+            raise ConfigError(f"reset options must be a dict of the server's reset arguments, got {options!r:.100}")
+        sent = None if seed is None else self.wire_seed(seed)
+        data = wire_safe({**(options or {}), **({} if sent is None else {"seed": sent})})
         deadline, delay = time.monotonic() + self.capacity_wait_s, 0.05
         while True:
             try:
-                result = self._call("reset", self._session().reset, **kwargs)
+                result = self._call("reset", data)
                 break
             except EnvServerError as exc:
                 if exc.code != "CAPACITY_REACHED":
@@ -557,6 +685,8 @@ class OpenEnvEnv(Env):
                 delay = min(delay * 2, 2.0)
         self._live = True
         obs, _, _, _, info = self._unpack(result)
+        if sent is not None and sent != seed:
+            info["openenv_seed"] = sent  # the seed the server played (folded into its range)
         return obs, info
 
     def step(self, action: str) -> StepReturn:
@@ -569,34 +699,41 @@ class OpenEnvEnv(Env):
             if self.on_bad_action == "raise":
                 raise
             return f"Invalid action: {exc}", 0.0, False, False, {"format_error": True}
-        result = self._call("step", self._session().step, payload)
+        result = self._call("step", wire_safe(payload))
         step = self._unpack(result)
         if step[2] or step[3]:
             self._live = False
         return step
 
-    def _unpack(self, result: Any) -> StepReturn:
-        observation = dict(result.observation or {})
+    def _unpack(self, result: dict[str, Any]) -> StepReturn:
+        """A checked observation frame's ``data`` as gem's step tuple."""
+        observation = dict(result.get("observation") or {})
         observation.pop("metadata", None)
         if self.observation_field is not None and isinstance(observation.get(self.observation_field), str):
             text = observation[self.observation_field]
         else:
             text = json.dumps(observation, sort_keys=True, default=repr)
-        done = bool(result.done)
+        done = bool(result.get("done", False))
         flags = observation.get("terminated"), observation.get("truncated")
         if all(isinstance(flag, bool) for flag in flags) and any(flags) == done:  # a gem server: its flags as is
             terminated, truncated = bool(flags[0]), bool(flags[1])
         else:  # OpenEnv's done ends the episode; only a boolean 'truncated' makes it a cut, not a terminal state
             truncated = flags[1] is True and done
             terminated = done and not truncated
-        reward = reward_value(result.reward)  # checked when the frame arrived
+        reward = reward_value(result.get("reward"))  # checked when the frame arrived
+        metadata = result.get("metadata")
         gem_info = observation.get("info")
         if isinstance(gem_info, dict) and "terminated" in observation:  # a gem server: its info as is
             info = dict(gem_info)
         else:
             info = {"openenv_observation": observation}
-        if result.metadata:
-            info["openenv_metadata"] = result.metadata
+            # OpenEnv has no success flag; a server that reports one (observation or metadata) is believed.
+            for source in (observation, metadata if isinstance(metadata, dict) else {}):
+                if isinstance(source.get("success"), bool):
+                    info["success"] = source["success"]
+                    break
+        if metadata:
+            info["openenv_metadata"] = metadata
         return text, reward, terminated, truncated, info
 
     def sample_random_action(self) -> str:

@@ -4,13 +4,21 @@ The package is what ``openenv init`` lays out (``openenv.yaml``, ``pyproject.tom
 ``server`` script, ``server/app.py`` with ``app`` and ``main()``, ``server/Dockerfile``,
 ``client.py``, ``models.py``), with the server built by :func:`gem_openenv.server.build_app`.
 ``openenv validate DIR`` passes on it; ``openenv build`` / ``push`` take it from there.
+
+It is self-contained: no gem package is on a public index, so the wheels of gem-core, gem-openenv and
+the env's own package are built into ``wheels/`` and the package pins them (``pip install
+--find-links wheels .``, as its Dockerfile does); everything else comes from PyPI. OpenEnv itself is
+only its typed client's (``client.py``), the ``openenv`` extra: the server runs without it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import string
+import subprocess
+import sys
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -39,14 +47,58 @@ FILES = (
     "server/Dockerfile",
 )
 
+#: How long building one wheel may take.
+WHEEL_TIMEOUT_S = 300.0
 
-def _tool_names(environment: Any) -> list[str]:
-    server = environment.mcp_server
-    if server is None:
-        return []
-    from openenv.core.env_server.mcp_environment import get_server_tools
 
-    return list(get_server_tools(server))
+def source_dir(distribution: str) -> Path | None:
+    """The local folder ``distribution`` was installed from (``pip install [-e] DIR``), if any."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import distribution as find
+    from urllib.parse import unquote, urlsplit
+
+    try:
+        text = find(distribution).read_text("direct_url.json")
+    except PackageNotFoundError:
+        return None
+    if not text:
+        return None
+    url = json.loads(text).get("url", "")
+    parts = urlsplit(url)
+    if parts.scheme != "file" or "dir_info" not in json.loads(text):
+        return None
+    return Path(unquote(parts.path))
+
+
+def build_wheels(distributions: list[str], wheels: Path) -> list[str]:
+    """Wheels of ``distributions`` built into ``wheels``; the requirements that pin them (``name==version``).
+
+    A distribution installed from a local folder is built from it; one installed from an index is
+    required by version (the index has it).
+
+    Raises:
+        ConfigError: a wheel does not build (pip's message names why).
+    """
+    from importlib.metadata import version
+
+    wheels.mkdir(parents=True, exist_ok=True)
+    requirements = []
+    for name in distributions:
+        folder = source_dir(name)
+        if folder is not None:
+            argv = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "--wheel-dir", str(wheels), str(folder)]
+            if importlib.util.find_spec("setuptools") is not None:  # gem's packages build with it: no isolated env
+                argv.append("--no-build-isolation")
+            try:
+                done = subprocess.run(argv, capture_output=True, text=True, timeout=WHEEL_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                raise ConfigError(
+                    f"building the wheel of {name} from {folder} took over {WHEEL_TIMEOUT_S:g}s"
+                ) from None
+            if done.returncode != 0:
+                raise ConfigError(f"cannot build the wheel of {name} from {folder}: {done.stderr.strip()[-800:]}")
+        requirements.append(f"{name}=={version(name)}")
+    return requirements
 
 
 def _render(relative: str, values: Mapping[str, str]) -> str:
@@ -72,7 +124,7 @@ def export_openenv(
         reward_range: The per-turn reward range the manifest declares.
 
     Raises:
-        ConfigError: the folder exists and is not empty.
+        ConfigError: the folder exists and is not empty, or a wheel does not build.
         GemCoreError: the id is unknown or does not build with ``make_kwargs``.
     """
     from gem_core.plugins import get_discovery
@@ -84,13 +136,13 @@ def export_openenv(
     from gem_openenv.server import GemEnvironment
 
     probe = GemEnvironment(env_id, make_kwargs)  # a wrong id or kwargs fails before anything is written
-    tools = sorted(_tool_names(probe))
+    tools = sorted(probe.tools)
     probe.close()
     distribution = get_discovery().registry.spec(env_id).distribution
     if distribution in ("gem-core", None):
         distribution = None
     written = [root]
-    deps = ["openenv>=0.10,<0.11", "gem-core", "gem-openenv", *([distribution] if distribution else [])]
+    deps = build_wheels(["gem-core", "gem-openenv", *([distribution] if distribution else [])], root / "wheels")
     values = {
         "name": name,
         "env_id": env_id,
@@ -107,4 +159,5 @@ def export_openenv(
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(_render(relative, values), encoding="utf-8")
         written.append(path)
+    written += sorted((root / "wheels").glob("*.whl"))
     return written

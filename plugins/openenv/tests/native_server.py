@@ -33,7 +33,7 @@ class TargetObservation(Observation):
 
 
 class TargetEnvironment(Environment[MoveAction, TargetObservation, State]):
-    """Reach the target from 0 in at most 6 moves; -0.1 a move, +1 on the target."""
+    """Reach the target from 0 in at most 6 moves; -0.1 a move, +1 on the target; seeds in [0, 2**32)."""
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
@@ -43,6 +43,8 @@ class TargetEnvironment(Environment[MoveAction, TargetObservation, State]):
         self.value = self.target = 0
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> TargetObservation:
+        if seed is not None and not 0 <= seed < 2**32:  # as numpy-seeded OpenEnv envs refuse (maze)
+            raise ValueError("Seed must be between 0 and 2**32 - 1")
         self.value, self.target = 0, (seed or 0) % 7 + 2
         self._state = State(episode_id=episode_id, step_count=0)
         return TargetObservation(message=f"reach {self.target} from 0", target=self.target, reward=0.0)
@@ -54,7 +56,11 @@ class TargetEnvironment(Environment[MoveAction, TargetObservation, State]):
         done = hit or self._state.step_count >= 6
         message = "reached" if hit else f"value {self.value}, target {self.target}"
         reward = 1.0 if hit else -0.1
-        return TargetObservation(message=message, value=self.value, target=self.target, reward=reward, done=done)
+        # OpenEnv has no success flag; this env reports one in the observation's metadata when the episode ends.
+        metadata = {"success": hit} if done else {}
+        return TargetObservation(
+            message=message, value=self.value, target=self.target, reward=reward, done=done, metadata=metadata
+        )
 
     @property
     def state(self) -> State:

@@ -203,3 +203,27 @@ def test_conformance_through_gem_serve_and_openenv(shared_server, case: Conforma
     advantages = np.split(rebn(np.concatenate(returns)), np.cumsum([len(r) for r in returns])[:-1])
     records = [record_from_episode(ep, adv.tolist()) for ep, adv in zip(episodes, advantages, strict=True)]
     assert_conformant(case, records)
+
+
+@pytest.mark.parametrize("seed", [2**32 - 1, 2**32, 2**40, 2**64 + 5], ids=["max", "2**32", "2**40", "2**64+5"])
+def test_seeds_past_the_servers_range_are_folded_into_it(shared_server, seed: int) -> None:
+    """OpenEnv envs seed numpy (0 <= seed < 2**32; this one refuses others as maze does): gem's 64-bit seeds fold."""
+    server = shared_server(native="target", sessions=8)
+    with remote(server.url) as env:
+        obs, info = env.reset(seed=seed)
+        sent = info.get("openenv_seed", seed)
+        assert 0 <= sent < 2**32 and (sent == seed) == (seed < 2**32)
+        assert sent == env.unwrapped.wire_seed(seed)  # type: ignore[attr-defined]
+        assert obs == f"reach {sent % 7 + 2} from 0"
+
+
+def test_success_the_server_reports_comes_through(shared_server) -> None:
+    """OpenEnv has no success flag; an env that reports one (here in its metadata) is believed, per episode end."""
+    server = shared_server(native="target", sessions=8)
+    with remote(server.url) as env:
+        env.reset(seed=3)  # target 5
+        reached = env.step('{"op": "add", "amount": 5}')
+        env.reset(seed=3)
+        steps = [env.step('{"op": "sub", "amount": 1}') for _ in range(6)]
+    assert reached[2] and reached[4]["success"] is True
+    assert "success" not in steps[0][4] and steps[-1][2] and steps[-1][4]["success"] is False

@@ -1,4 +1,4 @@
-"""``gem serve``'s environment under faults, in-process through OpenEnv's own ``create_app`` (Starlette's test
+"""``gem serve``'s environment under faults, in-process through gem's own app (Starlette's test
 client): an env that raises or hangs in step, step after done, reset twice, max sessions exact, and any
 malformed HTTP replay (``seed``/``history``) is a 4xx, never a silently different episode."""
 
@@ -117,7 +117,12 @@ def in_process(seed: int, history: list[str], action: str) -> tuple[str, float, 
 
 guesses = st.integers(0, 12).map(lambda n: f"\\boxed{{{n}}}") | st.text(max_size=6)
 seeds = st.integers(0, 2**31 - 1)
-bad_seeds = st.text(max_size=3) | st.floats() | st.booleans() | st.lists(st.integers(), max_size=2)
+bad_seeds = (
+    st.text(max_size=3)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.booleans()
+    | st.lists(st.integers(), max_size=2)
+)
 bad_histories = st.text(min_size=1, max_size=4) | st.lists(st.integers() | st.none(), min_size=1, max_size=3)
 
 
@@ -203,16 +208,17 @@ def test_fifteen_hung_steps_leave_a_bounded_number_of_threads_and_health_says_de
             messages = []
             for _ in range(15):
                 with test_client.websocket_connect("/ws") as socket:
-                    send(socket, "reset")
-                    messages.append(send(socket, "step", {"text": "x"})["data"]["message"])
-            assert [("ran past 0.2s" in m) for m in messages] == [True] * 3 + [False] * 12
-            assert all("step refused: 3 steps ran past their time limit" in m for m in messages[3:])
+                    reset = send(socket, "reset")  # a reset starts a thread too: refused once degraded
+                    answer = reset if reset["type"] == "error" else send(socket, "step", {"text": "x"})
+                    messages.append(answer["data"]["message"])
+            assert [("step ran past 0.2s" in m) for m in messages] == [True] * 3 + [False] * 12
+            assert all("reset refused: 3 resets/steps ran past their time limit" in m for m in messages[3:])
             assert hung_threads() == 3  # 15 before the cap: one thread per hung step
             health = test_client.get("/health")
             assert health.status_code == 503 and health.json()["status"] == "degraded"
             assert "--max-hung-steps" in health.json()["detail"]
             replay = test_client.post("/step", json={"action": {"text": "x"}, "seed": 1})  # HTTP is refused too
-            assert replay.status_code == 504 and "step refused" in replay.json()["detail"]
+            assert replay.status_code == 504 and "refused" in replay.json()["detail"]
             closed_before = Hangs.closed_after_step
             Hangs.release.set()  # the hung steps end by themselves: their threads close their abandoned envs
             for thread in [t for t in threading.enumerate() if t.name == "gem-serve-step-test:Hangs-v0"]:
@@ -270,3 +276,68 @@ def test_a_step_longer_than_the_idle_timeout_is_not_idleness() -> None:
 def test_bounds_are_checked(kwargs: dict[str, Any], field: str) -> None:
     with pytest.raises(ConfigError, match=field):
         build_app("test:Faulty-v0", **kwargs)
+
+
+class HangsInReset(Env):
+    """Hangs in ``reset`` until ``release`` is set; counts the envs built."""
+
+    release = threading.Event()
+    built = 0
+
+    def __init__(self) -> None:
+        type(self).built += 1
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.release.wait(30)
+        return "ready", {}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        return "ok", 0.0, False, False, {}
+
+
+gem_core.register("test:HangsInReset-v0", HangsInReset, override=True)
+
+
+@pytest.mark.parametrize("path", ["websocket", "http"])
+def test_a_reset_that_hangs_is_bounded_by_the_step_timeout(path: str) -> None:
+    """``gem serve --step-timeout`` bounds reset as it bounds step: the episode is lost, the next reset builds anew."""
+    HangsInReset.release.clear()
+    app = build_app("test:HangsInReset-v0", max_sessions=2, step_timeout_s=0.3)
+    try:
+        with TestClient(app) as test_client:
+            if path == "http":
+                answer = test_client.post("/reset", json={"seed": 1})
+                assert answer.status_code == 504 and "reset ran past 0.3s" in answer.json()["detail"]
+                return
+            with test_client.websocket_connect("/ws") as socket:
+                failed = send(socket, "reset", {"seed": 1})
+                assert failed["type"] == "error" and failed["data"]["code"] == "EXECUTION_ERROR"
+                assert "test:HangsInReset-v0: reset ran past 0.3s" in failed["data"]["message"]
+                assert "lost" in send(socket, "step", {"text": "x"})["data"]["message"]
+                built = HangsInReset.built
+                HangsInReset.release.set()
+                assert send(socket, "reset", {"seed": 1})["data"]["observation"]["text"] == "ready"
+                assert HangsInReset.built == built + 1  # a new env, not the one the hung reset ran in
+    finally:
+        HangsInReset.release.set()
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ['{"type": "reset", "data": {"seed": ' + "1" * 5000 + "}}", "[" * 100_000, '{"type": "reset", "data": [1]}', "[1]"],
+    ids=["int-past-4300-digits", "too-deep", "data-not-object", "not-an-object"],
+)
+def test_a_malformed_message_is_an_error_frame_and_the_session_lives_on(client: Any, raw: str) -> None:
+    with client.websocket_connect("/ws") as socket:
+        socket.send_text(raw)
+        answer = socket.receive_json()
+        assert answer["type"] == "error" and answer["data"]["code"] in ("INVALID_JSON", "VALIDATION_ERROR")
+        assert send(socket, "reset")["type"] == "observation"
+    if raw.startswith('{"type": "reset", "data": ['):
+        return  # over HTTP an object is a fine /reset body (its fields are reset options)
+    for path in ("/reset", "/step", "/mcp"):  # over HTTP: a 4xx or a JSON-RPC error, never a 500
+        answer = client.post(path, content=raw, headers={"content-type": "application/json"})
+        assert answer.status_code in ((200,) if path == "/mcp" else (422,)), answer.text
+        if path == "/mcp":
+            assert answer.json()["error"]["code"] in (-32700, -32600)

@@ -1,11 +1,11 @@
-"""A typed OpenEnv client for $env_id: ``GemEnvClient(base_url=...).sync()``."""
+"""A typed OpenEnv client for $env_id: ``GemEnvClient(base_url=...).sync()`` (needs the ``openenv`` extra)."""
 
 from typing import Any
 
 from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
 
-from gem_openenv.server import GemAction, GemObservation, GemState
+from gem_openenv.models import GemAction, GemObservation, GemState
 
 
 class GemEnvClient(EnvClient[GemAction, GemObservation, GemState]):

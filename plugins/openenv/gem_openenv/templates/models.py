@@ -1,5 +1,5 @@
 """The action, observation and state models (gem-openenv's, every field declared)."""
 
-from gem_openenv.server import GemAction, GemObservation, GemState
+from gem_openenv.models import GemAction, GemObservation, GemState
 
 __all__ = ["GemAction", "GemObservation", "GemState"]

@@ -1,4 +1,4 @@
-"""OpenEnv's FastAPI app (create_app) serving the gem env $env_id.
+"""The gem env $env_id served over OpenEnv's protocol (gem-openenv's app; OpenEnv itself is not needed).
 
 Run: ``uvicorn server.app:app --port 8000``, ``uv run --project . server``, or the Docker image.
 """
