@@ -68,6 +68,20 @@ def start(
 
 
 @pytest.fixture
+def server_process() -> Iterator[Callable[[list[str], int], Server]]:
+    """Start any server command (``argv``) that answers ``/health`` on ``port``; killed after the test."""
+    started: list[Server] = []
+
+    def run(argv: list[str], port: int) -> Server:
+        started.append(Server(argv, port))
+        return started[-1]
+
+    yield run
+    for server in started:
+        server.kill()
+
+
+@pytest.fixture
 def start_server() -> Iterator[Callable[..., Server]]:
     """:func:`start` for one test; its servers are killed after it."""
     started: list[Server] = []

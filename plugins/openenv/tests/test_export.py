@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -92,14 +94,14 @@ def test_export_refuses_a_bad_id_or_a_folder_in_use(tmp_path: Path) -> None:
     assert (used / "keep.txt").read_text() == "mine"
 
 
-def test_the_export_installs_and_serves_in_a_fresh_venv(tmp_path: Path) -> None:
+def test_the_export_installs_and_serves_in_a_fresh_venv(
+    tmp_path: Path, server_process: Callable[[list[str], int], Any]
+) -> None:
     """What its Dockerfile does, in a venv with nothing installed: pip install --find-links wheels, then serve.
 
     Slow (a fresh venv and PyPI's packages; about 2 minutes under load): the issue's case, a folder that
     built only inside this checkout (no gem package is on a public index).
     """
-    from conftest import Server
-
     from gem_core.testing_servers import free_port
 
     root = tmp_path / "pkg"
@@ -123,7 +125,7 @@ def test_the_export_installs_and_serves_in_a_fresh_venv(tmp_path: Path) -> None:
     absent = "import importlib.util as u; assert u.find_spec('openenv') is None"  # the server needs no OpenEnv
     subprocess.run([python, "-c", absent], check=True, timeout=120, env=environ)
     port = free_port()
-    server = Server([str(venv / "bin" / "server"), "--host", "127.0.0.1", "--port", str(port)], port)
+    server = server_process([str(venv / "bin" / "server"), "--host", "127.0.0.1", "--port", str(port)], port)
     try:
         env = gem_core.make("game:GuessTheNumber-v0-easy")
         expected = env.reset(seed=9)[0], env.step("\\boxed{4}")[:4]
