@@ -1,4 +1,4 @@
-"""Real servers for tests: a free loopback port, and a server process that is up before the test starts.
+"""Real servers for tests: a free port, a server process that is up first, a scripted chat server.
 
 Tests start real servers (``transformers serve``, vLLM's OpenAI server, ...) as processes on
 loopback. :func:`serve_until_healthy` starts one in its own session, waits until its health URL
@@ -7,15 +7,20 @@ answers 200, and kills its whole process group at the end, so no test leaves a s
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 
 def free_port() -> int:
@@ -75,3 +80,53 @@ def serve_until_healthy(
         with suppress(ProcessLookupError):  # the group is already gone when the server exited first
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
+
+
+@dataclass
+class ScriptedChatServer:
+    """A running :func:`scripted_chat_server`: its base URL (``.../v1``) and every request body it received."""
+
+    url: str
+    bodies: list[dict[str, Any]] = field(default_factory=list)
+
+
+@contextmanager
+def scripted_chat_server(answer: Callable[[dict[str, Any]], str]) -> Iterator[ScriptedChatServer]:
+    """Serve OpenAI chat completions on loopback over real HTTP; ``answer(body)`` gives each reply's text.
+
+    For tests of clients (``gem eval``'s OpenAI backend and the like) where no model server runs: the
+    replies are scripted, the HTTP exchange and the completion's shape are real.
+    """
+    received: list[dict[str, Any]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
+            received.append(body)
+            reply = {
+                "id": f"scripted-{len(received)}",
+                "object": "chat.completion",
+                "model": body.get("model", "scripted"),
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": answer(body)}, "finish_reason": "stop"}
+                ],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            }
+            data = json.dumps(reply).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield ScriptedChatServer(f"http://127.0.0.1:{httpd.server_address[1]}/v1", received)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

@@ -8,49 +8,26 @@ from __future__ import annotations
 import io
 import json
 import re
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from gem_core.cli import main
+from gem_core.testing_servers import scripted_chat_server
 
 
-class _LowestFreeCell(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        last = [m["content"] for m in body["messages"] if m["role"] == "user"][-1]
-        board = last.strip().splitlines()[-4:-1] if last.strip().endswith("?") else []
-        free = [int(d) for row in board for d in re.findall(r"\b([1-9])\b", row)]
-        text = f"I take {min(free) if free else 5}"
-        reply = {
-            "id": "x",
-            "object": "chat.completion",
-            "model": body.get("model", "lowest"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-        }
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+def _lowest_free_cell(body: dict[str, Any]) -> str:
+    last = [m["content"] for m in body["messages"] if m["role"] == "user"][-1]
+    board = last.strip().splitlines()[-4:-1] if last.strip().endswith("?") else []
+    free = [int(d) for row in board for d in re.findall(r"\b([1-9])\b", row)]
+    return f"I take {min(free) if free else 5}"
 
 
 @pytest.fixture
 def server() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _LowestFreeCell)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    httpd.shutdown()
-    httpd.server_close()
+    with scripted_chat_server(_lowest_free_cell) as chat:
+        yield chat.url
 
 
 def test_gem_eval_against_the_scripted_opponent_reports_each_seat(server: str, tmp_path: Path) -> None:

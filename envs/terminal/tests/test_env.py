@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ from hypothesis import strategies as st
 import gem_core
 from gem_core.cli import main
 from gem_core.errors import ConfigError, ResetNeeded
+from gem_core.testing_servers import scripted_chat_server
 from gem_core.tools.fuzz import model_text
 from gem_terminal.env import TASKS_DIR, TerminalEnv, reference_action
 from gem_terminal.loader import load_tasks
@@ -194,42 +193,19 @@ def test_the_episode_engine_plays_a_task_in_token_mode() -> None:
     assert "2" in session.turns[1].next_observation and session.end_reason == "env"
 
 
-class _ScriptedModel(BaseHTTPRequestHandler):
-    """An OpenAI-compatible chat endpoint that plays each task's reference solution, then says done."""
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        messages = body["messages"]
-        first = next(m["content"] for m in messages if m["role"] == "user")
-        task = next(t for t in TASKS.values() if t.instruction in first)
-        said = sum(m["role"] == "assistant" for m in messages)
-        text = reference_action(task) if said == 0 else "<done></done>"
-        reply = {
-            "id": "x",
-            "object": "chat.completion",
-            "model": body.get("model", "scripted"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-        }
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+def _reference_then_done(body: dict[str, Any]) -> str:
+    """Plays each task's reference solution, then says done."""
+    messages = body["messages"]
+    first = next(m["content"] for m in messages if m["role"] == "user")
+    task = next(t for t in TASKS.values() if t.instruction in first)
+    said = sum(m["role"] == "assistant" for m in messages)
+    return reference_action(task) if said == 0 else "<done></done>"
 
 
 @pytest.fixture
 def scripted_server() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _ScriptedModel)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    with scripted_chat_server(_reference_then_done) as chat:
+        yield chat.url
 
 
 def test_gem_eval_scores_reference_play_one(scripted_server: str, tmp_path: Path) -> None:

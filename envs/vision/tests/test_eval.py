@@ -9,10 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -23,46 +20,17 @@ from gem_core.eval.backends import OpenAIBackend
 from gem_core.eval.run import EvalSettings, evaluate
 from gem_core.eval.traces import image_folder, load_images, read_trace
 from gem_core.multimodal import Image, message_images
-
-
-class AnswerServer:
-    """Answers every chat request with ``\\boxed{42}`` and keeps the request bodies."""
-
-    def __init__(self) -> None:
-        self.bodies: list[dict[str, Any]] = []
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                owner.bodies.append(json.loads(self.rfile.read(int(self.headers.get("content-length", 0)))))
-                reply = {
-                    "choices": [{"index": 0, "finish_reason": "stop", "message": {"content": "\\boxed{42}"}}],
-                    "usage": {"prompt_tokens": 1, "completion_tokens": 1},
-                }
-                payload = json.dumps(reply).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+from gem_core.testing_servers import ScriptedChatServer, scripted_chat_server
 
 
 @pytest.fixture
-def server() -> Iterator[AnswerServer]:
-    s = AnswerServer()
-    yield s
-    s.httpd.shutdown()
-    s.httpd.server_close()
+def server() -> Iterator[ScriptedChatServer]:
+    """Answers every chat request with ``\\boxed{42}`` and keeps the request bodies."""
+    with scripted_chat_server(lambda body: "\\boxed{42}") as chat:
+        yield chat
 
 
-def test_gem_eval_sends_image_parts_and_traces_each_image_once(server: AnswerServer, tmp_path: Path) -> None:
+def test_gem_eval_sends_image_parts_and_traces_each_image_once(server: ScriptedChatServer, tmp_path: Path) -> None:
     trace = tmp_path / "run.jsonl"
     backend = OpenAIBackend("vlm", server.url, api_key="k", backoff_s=0.01)
 
