@@ -371,3 +371,27 @@ def test_tool_wrapper_keeps_images_in_instructions_and_answers() -> None:
     obs, *_ = env.step("<echo>hm</echo> red")
     assert isinstance(obs, Content) and len(obs.images) == 1 and obs.text.startswith("<tool_response")
     env.close()
+
+
+def test_gem_view_keeps_each_image_header_on_one_line_whatever_the_folder_path(tmp_path: Path) -> None:
+    # A long trace folder once wrapped "[image jpeg 9x8 ..." across two lines of the panel.
+    from gem_core.eval.report import print_episode
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    first, second = Image.from_bytes(png(6, 5)), Image.from_bytes(jpeg_header(9, 8))
+    for image in (first, second):
+        (deep / f"{image.sha256}.{image.format}").write_bytes(image.read())
+    refs = [{"type": "image", "image": {"$image": {"format": i.format, "sha256": i.sha256}}} for i in (first, second)]
+    record = {
+        "env_id": "test:Picture-v0",
+        "seed": 0,
+        "episode_return": 0.0,
+        "num_turns": 0,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "look " * 30}, *refs]}],
+    }
+    out = io.StringIO()
+    print_episode(record, out, image_folder=str(deep))
+    text = out.getvalue()
+    assert f"[image png 6x5 sha256:{first.sha256[:12]}" in text
+    assert f"[image jpeg 9x8 sha256:{second.sha256[:12]}" in text

@@ -91,6 +91,7 @@ def content_text(content: Any, image_folder: str | None = None) -> str:
     if not isinstance(content, list):
         return str(content if content is not None else "")
     pieces: list[str] = []
+    image_pieces: set[int] = set()
     for part in content:
         ref = part.get("image", {}).get("$image") if isinstance(part, dict) and part.get("type") == "image" else None
         if isinstance(part, dict) and part.get("type") == "text":
@@ -108,9 +109,15 @@ def content_text(content: Any, image_folder: str | None = None) -> str:
             else:
                 shown += f" sha256:{digest[:12]}"
             pieces.append(shown + "]")
+            image_pieces.add(len(pieces) - 1)
         else:
             pieces.append(f"[{part.get('type', 'part') if isinstance(part, dict) else type(part).__name__}]")
-    return "".join(pieces)
+    # an image is a line of its own: its header never shares a wrapped line with text or a long path
+    lines = ""
+    for i, piece in enumerate(pieces):
+        apart = i in image_pieces or (i - 1) in image_pieces
+        lines += ("\n" if apart and lines and not lines.endswith("\n") else "") + piece
+    return lines
 
 
 def print_episode(record: dict[str, Any], out: TextIO, *, width: int = 100, image_folder: str | None = None) -> None:
