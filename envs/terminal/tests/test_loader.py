@@ -661,9 +661,7 @@ def test_a_python_image_of_another_version_runs_only_with_a_stand_in_of_that_ver
 
 def _path_task(folder: Path) -> Path:
     # The set-up puts a tool in a folder of its own and the image's ENV puts that folder on PATH.
-    tool = (
-        "RUN mkdir -p tool && printf '#!/bin/sh\\necho 42\\n' > tool/answer && chmod 755 tool/answer\n"
-    )
+    tool = "RUN mkdir -p tool && printf '#!/bin/sh\\necho 42\\n' > tool/answer && chmod 755 tool/answer\n"
     return write_task(
         folder,
         Dockerfile=BASE + "WORKDIR /srv\n" + tool + "ENV PATH=/srv/tool:$PATH\n",

@@ -16,6 +16,7 @@ import pytest
 from gem_core.errors import ToolError
 from gem_terminal.container.backend import ContainerConfig, runtime_for
 from gem_terminal.container.runtime import Runtime, detect_runtime, present_runtimes
+from gem_terminal.container.session import OWNER_LABEL
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "container_tasks"
 #: Checked once at collection; ``none`` stands for "no runtime" (skipped, or failed in CI).
@@ -45,11 +46,12 @@ def container_config(runtime: Runtime) -> ContainerConfig:
 
 @pytest.fixture
 def no_leftovers(runtime: Runtime) -> Iterator[None]:
-    """The test leaves no episode container and no checker image behind (of those it started)."""
+    """The test leaves no episode container and no checker image behind (of those this process started)."""
+    mine = f"label={OWNER_LABEL}={os.getpid()}"  # other processes may play episodes on the same runtime
 
     def names() -> set[str]:
-        listing = runtime.call("ps", "-a", "--filter", "label=gem-terminal", "--format", "{{.Names}}")
-        images = runtime.call("images", "--format", "{{.Repository}}")
+        listing = runtime.call("ps", "-a", "--filter", mine, "--format", "{{.Names}}")
+        images = runtime.call("images", "--filter", mine, "--format", "{{.Repository}}")
         found = set(listing.stdout.decode().split())
         return found | {i for i in images.stdout.decode().split() if "gem-check-" in i}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from gem_core.errors import ConfigError
 from gem_terminal.container.backend import ContainerConfig, load_for_container
 from gem_terminal.container.runtime import Runtime
+from gem_terminal.container.session import OWNER_LABEL
 from gem_terminal.env import TASKS_DIR, TerminalEnv, reference_action
 from gem_terminal.loader import SkippedTask, TerminalTask
 from gem_terminal.loader import load_task as load_folder
@@ -115,7 +117,8 @@ def test_forging_the_tools_on_the_image_s_path_scores_0(
 def test_episodes_run_on_the_runtime_chosen(fixture_env: TerminalEnv, runtime: Runtime) -> None:
     fixture_env.reset(options={"task": "env-path"})
     try:
-        listing = runtime.call("ps", "--filter", "label=gem-terminal", "--format", "{{.Names}}").stdout.decode()
+        mine = f"label={OWNER_LABEL}={os.getpid()}"
+        listing = runtime.call("ps", "--filter", mine, "--format", "{{.Names}}").stdout.decode()
         assert listing.split(), f"no episode container on {runtime.kind}"
     finally:
         fixture_env.step("<done></done>")

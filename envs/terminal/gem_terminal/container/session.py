@@ -31,7 +31,7 @@ from gem_core.errors import ToolError
 from gem_terminal.container.runtime import Runtime
 from gem_tool_python.episode import CommandResult, EpisodeBudget, EpisodeConfig
 
-__all__ = ["DRIVER", "ContainerEpisode", "IntegrityReport", "integrity_violations"]
+__all__ = ["DRIVER", "OWNER_LABEL", "ContainerEpisode", "IntegrityReport", "integrity_violations"]
 
 #: The session's driver. A request is a header line and raw bytes: ``RUN id timeout_s cap n_cmd n_cwd n_env``
 #: then the command, its folder (empty: the session's) and ``b64(NUL-separated KEY=VALUE)`` (empty: none);
@@ -85,6 +85,8 @@ while IFS=' ' read -r op id a b c e; do
 done
 """
 
+#: The label naming the process (its pid) that started an episode's containers.
+OWNER_LABEL = "gem-terminal.owner"
 #: pid 1 of an episode's container.
 INIT = 'trap "exit 0" TERM INT; while :; do sleep 86400 & wait $!; done'
 
@@ -284,7 +286,19 @@ class ContainerEpisode:
 
     def _start(self, name: str, image: str, *, network: bool) -> str:
         c = self.config
-        args = ["run", "-d", "--name", name, "--label", "gem-terminal=episode", "-t"]
+        # The owner's pid tells apart the episodes of several processes on one runtime (a killed
+        # process's leftovers: `ps -a --filter label=gem-terminal.owner=PID`); commit copies it to the checker's image.
+        args = [
+            "run",
+            "-d",
+            "--name",
+            name,
+            "--label",
+            "gem-terminal=episode",
+            "--label",
+            f"{OWNER_LABEL}={os.getpid()}",
+        ]
+        args += ["-t"]
         args += [] if network else ["--network=none"]
         args += ["--memory", f"{c.episode_memory_mb}m", "--pids-limit", str(c.max_procs)]
         for key, value in c.env.items():
