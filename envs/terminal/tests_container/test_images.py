@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 from gem_core.errors import ToolError
 from gem_terminal.container.images import (
     CA_ENV,
+    BaseImage,
     base_image_for,
     checker_tools_script,
+    mmdebstrap_command,
     qualified,
     rewrite_dockerfile,
     task_dockerfile,
@@ -233,3 +235,11 @@ def test_short_names_are_qualified_as_docker_reads_them(short: str, full: str) -
 def test_integrity_rule_on_the_image_s_path(diff: list[str], bad: list[str]) -> None:
     path = ("/opt/venv/bin", "/opt/tool/bin", "/root/.local/bin", "/usr/local/bin", "/usr/bin", "")
     assert integrity_violations(diff, {"python3", "pytest", "bash", "sh"}, path) == bad
+
+
+@pytest.mark.parametrize("name", ["bookworm.tar.123.partial", "trixie", "x.tar.gz.tmp"])
+def test_mmdebstrap_writes_a_tar_whatever_the_output_is_named(name: str, tmp_path: Path) -> None:
+    # mmdebstrap takes the format from the name unless told: `.partial` made a directory, and a fresh
+    # base image (one not cached yet) could not be built.
+    command = mmdebstrap_command(BaseImage("bookworm"), "http://deb.debian.org/debian", tmp_path / name)
+    assert "--format=tar" in command and command[-2:] == [str(tmp_path / name), "http://deb.debian.org/debian"]
