@@ -100,8 +100,6 @@ PATH_FORGERIES = {
     # The venv's python (a link to the system's) replaced by one that passes everything.
     "venv-python3": "rm -f /opt/venv/bin/python3 && printf '#!/bin/sh\\nexit 0\\n' > /opt/venv/bin/python3"
     " && chmod +x /opt/venv/bin/python3",
-    # A pytest next to it.
-    "venv-pytest": "printf '#!/bin/sh\\nexit 0\\n' > /opt/venv/bin/pytest && chmod +x /opt/venv/bin/pytest",
 }
 
 
