@@ -164,6 +164,8 @@ def _split_flags(rest: str) -> tuple[dict[str, str], str]:
     return flags, rest
 
 
+#: ``PATH`` of the base images a ``FROM`` line names here (Docker's default; ``$PATH`` in ``ENV`` extends it).
+BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?::?([-+])([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")
 
 
@@ -232,7 +234,8 @@ def read_image(text: str, build_args: dict[str, str] | None = None) -> DockerIma
     steps: list[RunStep | CopyStep] = []
     others: list[Instruction] = []
     for ins in parse_dockerfile(text):
-        variables = {**args, **env}
+        # `ENV PATH=/x:$PATH` extends the base image's PATH, which is not empty.
+        variables = {"PATH": BASE_PATH, **args, **env}
         if ins.keyword == "FROM":
             words = _words(ins.rest, {**global_args, **build_args})
             if not words:

@@ -173,10 +173,12 @@ _GIT_PINNED = {
     "log.showSignature": "false",
     "diff.external": "",
 }
+#: The checker's own programs (``as-agent``), first on its PATH.
+CHECKER_BIN = "/checker/bin"
 CHECKER_ENV = {
     "TEST_DIR": "/tests",
     "HOME": "/checker/home",
-    "PATH": "/checker/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "PATH": "/checker/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",  # see _checker_env
     "GEM_PYTEST": PYTEST_IN_SANDBOX,
     "PYTHONNOUSERSITE": "1",
     "GIT_CONFIG_GLOBAL": "/checker/home/.gitconfig",
@@ -274,6 +276,12 @@ class TerminalEnv(Env):
             self.container_config = ContainerConfig.model_validate(self.config.container)
         except ValidationError as exc:
             raise ConfigError(format_config_error("terminal env container settings (container=...)", exc)) from exc
+        chosen = self.container_config.runtime
+        if self.config.backend in ("docker", "podman") and chosen not in ("auto", self.config.backend):
+            raise ConfigError(
+                f"terminal env: backend={self.config.backend!r} with container runtime={chosen!r}: name one"
+                " runtime (backend='auto' with container={'runtime': ...}, or backend=the runtime)"
+            )
         folder = Path(self.config.tasks_dir) if self.config.tasks_dir else TASKS_DIR
         if not folder.is_dir():
             raise ConfigError(f"terminal env: tasks_dir {str(folder)!r} is not a folder of task folders")
@@ -310,7 +318,7 @@ class TerminalEnv(Env):
         if self.config.backend == "auto" and not self.skipped:
             return
         try:
-            runtime = runtime_for(self.config.backend)
+            runtime = runtime_for(self.config.backend, self.container_config.runtime)
         except ToolError as exc:
             if self.config.backend != "auto":
                 raise ConfigError(f"terminal env: backend={self.config.backend!r}: {exc}") from exc
@@ -527,13 +535,23 @@ class TerminalEnv(Env):
         env = self._checker_env(self._task)
         return self._sandbox.run(command, timeout_s=timeout_s, env=env, charge_episode=False, checker=True)
 
-    @staticmethod
-    def _checker_env(task: TerminalTask) -> dict[str, str]:
-        """:data:`CHECKER_ENV`; a Python image's task keeps its ``python`` (a read-only bind) after ``as-agent``."""
-        if not task.python_version:
-            return CHECKER_ENV
-        head, _, rest = CHECKER_ENV["PATH"].partition(":")
-        return {**CHECKER_ENV, "PATH": f"{head}:{PYTHON_SHIM_IN_SANDBOX}:{rest}"}
+    def _checker_env(self, task: TerminalTask) -> dict[str, str]:
+        """:data:`CHECKER_ENV` with the agent's ``PATH`` (the image's ``ENV``) behind ``/checker/bin``.
+
+        In a container the image's ``PATH`` applies as written (the integrity check refuses the checker
+        when a checker tool on it changed). In the sandbox, where nothing compares the agent's files
+        with the task's, the system folders come first and the task's own folders after them (an agent
+        cannot shadow ``python3`` there); a Python image's ``python`` keeps its place ahead of both.
+        """
+        if task.name in self.container_tasks:
+            agent_path = {**self._sandbox.image_env, **self.sandbox_config.env}.get("PATH") or DEFAULT_PATH
+            return {**CHECKER_ENV, "PATH": f"{CHECKER_BIN}:{agent_path}"}
+        system = DEFAULT_PATH.split(":")
+        wanted = ({**task.env, **self.sandbox_config.env}.get("PATH") or DEFAULT_PATH).split(":")
+        folders = [*system, *(f for f in wanted if f and f not in system)]
+        if task.python_version:
+            folders.insert(0, PYTHON_SHIM_IN_SANDBOX)
+        return {**CHECKER_ENV, "PATH": ":".join([CHECKER_BIN, *dict.fromkeys(folders)])}
 
     def _cap(self, text: str) -> str:
         limit = self.config.max_observation_chars

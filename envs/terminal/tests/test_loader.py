@@ -657,3 +657,43 @@ def test_a_python_image_of_another_version_runs_only_with_a_stand_in_of_that_ver
         assert reward == 1.0, info["checker_output"]
     finally:
         env.close()
+
+
+def _path_task(folder: Path) -> Path:
+    # The set-up puts a tool in a folder of its own and the image's ENV puts that folder on PATH.
+    tool = "RUN mkdir -p tool && printf '#!/bin/sh\\necho 42\\n' > tool/answer && chmod 755 tool/answer\n"
+    return write_task(
+        folder,
+        Dockerfile=BASE + "WORKDIR /srv\n" + tool + "ENV PATH=/srv/tool:$PATH\n",
+        **{
+            "solution.sh": "#!/bin/bash\nanswer > /srv/out.txt\n",
+            "run-tests.sh": '#!/bin/bash\nset -e\ntest "$(cat /srv/out.txt)" = "$(answer)"\npython3 -c "exit(0)"\n'
+            'test "$(command -v python3)" != /srv/tool/python3\n',
+        },
+    )
+
+
+@needs_episodes
+def test_the_checker_has_the_image_s_path_after_the_system_s(tmp_path: Path) -> None:
+    # `ENV PATH=/srv/tool:$PATH` extends the base image's PATH (not an empty one): the agent's commands
+    # and the checker both find `answer` and the system's programs; in the sandbox the checker takes the
+    # system's folders first, so a python3 the agent leaves in /srv/tool is not the checker's.
+    task = load_task(_path_task(tmp_path / "path"))
+    assert isinstance(task, TerminalTask), task
+    assert task.env["PATH"] == "/srv/tool:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    env = TerminalEnv(tasks_dir=str(tmp_path), backend="sandbox")
+    plays = {
+        "reference": reference_action(task),
+        "no-op": "",
+        "shadowing python3": reference_action(task).replace(
+            "answer > /srv/out.txt",
+            "echo 41 > /srv/out.txt; printf '#!/bin/sh\\\\nexit 0\\\\n' > /srv/tool/python3;"
+            " chmod +x /srv/tool/python3; ln -sf /bin/true /srv/tool/test",
+        ),
+    }
+    rewards = {}
+    for name, reply in plays.items():
+        env.reset(options={"task": "path"})
+        rewards[name] = env.step(reply + "<done></done>")[1]
+    env.close()
+    assert rewards == {"reference": 1.0, "no-op": 0.0, "shadowing python3": 0.0}

@@ -1,7 +1,8 @@
-"""A real container runtime for these tests: Docker where a daemon answers, else Podman with runc.
+"""The real container runtimes here: every test that takes ``runtime`` runs on each one present.
 
-Where none is usable the tests that need one are skipped, except in CI (``CI=true``): there a missing
-runtime is a failure, never a skip (``tox -e terminal-container`` installs and starts one).
+Docker counts when its daemon answers, Podman when it and runc are installed; a machine with both runs
+the suite on both (CI installs one: ``scripts/container_runtime.sh``). Where none is usable the tests
+that need one are skipped, except in CI (``CI=true``): there a missing runtime is a failure, never a skip.
 """
 
 from __future__ import annotations
@@ -14,14 +15,20 @@ import pytest
 
 from gem_core.errors import ToolError
 from gem_terminal.container.backend import ContainerConfig, runtime_for
-from gem_terminal.container.runtime import Runtime
+from gem_terminal.container.runtime import Runtime, detect_runtime, present_runtimes
+from gem_terminal.container.session import OWNER_LABEL
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "container_tasks"
+#: Checked once at collection; ``none`` stands for "no runtime" (skipped, or failed in CI).
+RUNTIMES = present_runtimes() or ["none"]
 
 
-def _require() -> Runtime:
+@pytest.fixture(scope="session", params=RUNTIMES)
+def runtime(request: pytest.FixtureRequest) -> Runtime:
+    if request.param != "none":
+        return runtime_for(request.param)
     try:
-        return runtime_for("auto")
+        return detect_runtime("auto")  # what a user without either sees: the reasons for both
     except ToolError as exc:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(f"CI needs a container runtime: {exc}")
@@ -29,24 +36,22 @@ def _require() -> Runtime:
 
 
 @pytest.fixture(scope="session")
-def runtime() -> Runtime:
-    return _require()
-
-
-@pytest.fixture(scope="session")
-def container_config() -> ContainerConfig:
+def container_config(runtime: Runtime) -> ContainerConfig:
     # Behind this machine's TLS-intercepting proxy, pip in an image build needs the host's bundle.
     bundle = os.environ.get("GEM_TERMINAL_CA_BUNDLE") or "/etc/ssl/certs/ca-certificates.crt"
-    return ContainerConfig(ca_bundle=bundle if Path(bundle).is_file() else None, base_images="map")
+    return ContainerConfig(
+        ca_bundle=bundle if Path(bundle).is_file() else None, base_images="map", runtime=runtime.kind
+    )
 
 
 @pytest.fixture
 def no_leftovers(runtime: Runtime) -> Iterator[None]:
-    """The test leaves no episode container and no checker image behind (of those it started)."""
+    """The test leaves no episode container and no checker image behind (of those this process started)."""
+    mine = f"label={OWNER_LABEL}={os.getpid()}"  # other processes may play episodes on the same runtime
 
     def names() -> set[str]:
-        listing = runtime.call("ps", "-a", "--filter", "label=gem-terminal", "--format", "{{.Names}}")
-        images = runtime.call("images", "--format", "{{.Repository}}")
+        listing = runtime.call("ps", "-a", "--filter", mine, "--format", "{{.Names}}")
+        images = runtime.call("images", "--filter", mine, "--format", "{{.Repository}}")
         found = set(listing.stdout.decode().split())
         return found | {i for i in images.stdout.decode().split() if "gem-check-" in i}
 

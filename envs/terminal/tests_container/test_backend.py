@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,13 +12,14 @@ import pytest
 from gem_core.errors import ConfigError
 from gem_terminal.container.backend import ContainerConfig, load_for_container
 from gem_terminal.container.runtime import Runtime
+from gem_terminal.container.session import OWNER_LABEL
 from gem_terminal.env import TASKS_DIR, TerminalEnv, reference_action
 from gem_terminal.loader import SkippedTask, TerminalTask
 from gem_terminal.loader import load_task as load_folder
 
 from .conftest import FIXTURES
 
-FIXTURE_TASKS = ["apt-pip-heredoc", "compose-context", "harbor-verifier", "pytest-python313"]
+FIXTURE_TASKS = ["apt-pip-heredoc", "compose-context", "env-path", "harbor-verifier", "pytest-python313"]
 #: A sample of the shipped tasks (every one of them was played outside the suite: docs/terminal.md): text,
 #: git (the checker's copy in /checker/work run through as-agent), Python, and a process observed by its probe.
 SHIPPED = ["text-sort-uniq", "git-revert-bad-commit", "python-fix-off-by-one", "process-http-server"]
@@ -93,6 +95,33 @@ def test_forging_moves_score_0(fixture_env: TerminalEnv, move: str, no_leftovers
     assert reward == 0.0, info["checker_output"]
 
 
+#: Moves on the checker's tools where the image's PATH puts them (a venv's bin ahead of the system's).
+PATH_FORGERIES = {
+    # The venv's python (a link to the system's) replaced by one that passes everything.
+    "venv-python3": "rm -f /opt/venv/bin/python3 && printf '#!/bin/sh\\nexit 0\\n' > /opt/venv/bin/python3"
+    " && chmod +x /opt/venv/bin/python3",
+}
+
+
+@pytest.mark.parametrize("move", list(PATH_FORGERIES))
+def test_forging_the_tools_on_the_image_s_path_scores_0(
+    fixture_env: TerminalEnv, move: str, no_leftovers: None
+) -> None:
+    reward, info = _play(fixture_env, "env-path", reference_action(load_task("env-path")) + _bash(PATH_FORGERIES[move]))
+    assert reward == 0.0, info["checker_output"]
+    assert "changed files the checker relies on" in str(info["checker_output"])
+
+
+def test_episodes_run_on_the_runtime_chosen(fixture_env: TerminalEnv, runtime: Runtime) -> None:
+    fixture_env.reset(options={"task": "env-path"})
+    try:
+        mine = f"label={OWNER_LABEL}={os.getpid()}"
+        listing = runtime.call("ps", "--filter", mine, "--format", "{{.Names}}").stdout.decode()
+        assert listing.split(), f"no episode container on {runtime.kind}"
+    finally:
+        fixture_env.step("<done></done>")
+
+
 def test_a_watcher_left_by_a_solved_episode_does_not_cost_the_reward(fixture_env: TerminalEnv) -> None:
     reply = reference_action(load_task("pytest-python313")) + _bash(FORGERIES["watcher"])
     assert _play(fixture_env, "pytest-python313", reply)[0] == 1.0
@@ -163,3 +192,5 @@ def test_bad_container_settings_are_config_errors() -> None:
         TerminalEnv(container={"base_images": "sometimes"})
     with pytest.raises(ConfigError, match="backend"):
         TerminalEnv(backend="lxc")
+    with pytest.raises(ConfigError, match="name one runtime"):
+        TerminalEnv(backend="docker", container={"runtime": "podman"})

@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 from gem_core.errors import ToolError
 from gem_terminal.container.images import (
     CA_ENV,
+    BaseImage,
     base_image_for,
     checker_tools_script,
+    mmdebstrap_command,
     qualified,
     rewrite_dockerfile,
     task_dockerfile,
@@ -205,3 +207,39 @@ def test_integrity_rule(diff: list[str], bad: list[str]) -> None:
 )
 def test_short_names_are_qualified_as_docker_reads_them(short: str, full: str) -> None:
     assert qualified(short) == full
+
+
+@pytest.mark.parametrize(
+    ("diff", "bad"),
+    [
+        (["C /opt/venv/bin/python3"], ["C /opt/venv/bin/python3"]),
+        (["A /opt/venv/bin/pytest"], ["A /opt/venv/bin/pytest"]),
+        (["D /opt/venv/bin/pip"], ["D /opt/venv/bin/pip"]),
+        (["A /opt/tool/bin/bash"], ["A /opt/tool/bin/bash"]),
+        (["A /root/.local/bin/python3.13"], ["A /root/.local/bin/python3.13"]),
+        (["A /opt/venv/bin/mytool", "C /opt/tool/bin/answer"], []),
+        (["A /opt/venv/lib/python3.13/site-packages/pytest"], []),
+        (["A /elsewhere/python3"], []),
+    ],
+    ids=[
+        "venv-python-replaced",
+        "pytest-added",
+        "pip-removed",
+        "image-program-shadowed",
+        "python-in-a-folder-made-later",
+        "other-programs",
+        "below-a-path-folder",
+        "not-on-path",
+    ],
+)
+def test_integrity_rule_on_the_image_s_path(diff: list[str], bad: list[str]) -> None:
+    path = ("/opt/venv/bin", "/opt/tool/bin", "/root/.local/bin", "/usr/local/bin", "/usr/bin", "")
+    assert integrity_violations(diff, {"python3", "pytest", "bash", "sh"}, path) == bad
+
+
+@pytest.mark.parametrize("name", ["bookworm.tar.123.partial", "trixie", "x.tar.gz.tmp"])
+def test_mmdebstrap_writes_a_tar_whatever_the_output_is_named(name: str, tmp_path: Path) -> None:
+    # mmdebstrap takes the format from the name unless told: `.partial` made a directory, and a fresh
+    # base image (one not cached yet) could not be built.
+    command = mmdebstrap_command(BaseImage("bookworm"), "http://deb.debian.org/debian", tmp_path / name)
+    assert "--format=tar" in command and command[-2:] == [str(tmp_path / name), "http://deb.debian.org/debian"]

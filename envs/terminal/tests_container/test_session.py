@@ -128,7 +128,7 @@ def test_an_episode_never_closed_is_removed_when_its_process_exits(runtime: Runt
         "from gem_terminal.container.backend import runtime_for\n"
         "from gem_terminal.container.session import ContainerEpisode\n"
         "from gem_tool_python.episode import EpisodeConfig\n"
-        f"episode = ContainerEpisode(runtime_for('auto'), {image!r}, EpisodeConfig())\n"
+        f"episode = ContainerEpisode(runtime_for({runtime.kind!r}), {image!r}, EpisodeConfig())\n"
         "episode.run('sleep 100 &')\n"
         "print(episode.name)\n"
     )

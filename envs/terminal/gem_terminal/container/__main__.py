@@ -1,7 +1,8 @@
 """``python -m gem_terminal.container prepare [SUITE...]``: build the base images once (cached on disk).
 
-``prepare`` makes the image map's base images (default: every suite the map names) for the runtime
-``auto`` picks, so the first episode does not pay for them; ``runtime`` prints which runtime that is.
+``prepare`` makes the image map's base images (default: every suite the map names) for each runtime
+present (Docker with a daemon, Podman with runc; ``--runtime`` names one), so the first episode does not
+pay for them; ``runtime`` prints the one ``auto`` picks.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from gem_core.errors import ToolError
 from gem_terminal.container.images import IMAGE_MAP, BaseImage, ensure_base_image
-from gem_terminal.container.runtime import detect_runtime
+from gem_terminal.container.runtime import detect_runtime, present_runtimes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,18 +29,21 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("GEM_TERMINAL_CA_BUNDLE"),
         help="the host's CA bundle, for uv's download behind a TLS-intercepting proxy",
     )
+    prepare.add_argument("--runtime", choices=["docker", "podman"], help="only this runtime (default: each present)")
     sub.add_parser("runtime", help="print the runtime auto picks")
     args = parser.parse_args(argv)
     try:
-        runtime = detect_runtime()
         if args.command == "runtime":
-            print(runtime.kind)
+            print(detect_runtime().kind)
             return 0
-        for suite in args.suites or sorted({suite for _, suite in IMAGE_MAP}):
-            started = time.monotonic()
-            ca = Path(args.ca_bundle) if args.ca_bundle else None
-            tag = ensure_base_image(runtime, BaseImage(suite), ca_bundle=ca)
-            print(f"{tag} ({runtime.kind}, {time.monotonic() - started:.1f} s)")
+        kinds = [args.runtime] if args.runtime else present_runtimes()
+        runtimes = [detect_runtime(kind) for kind in kinds] if kinds else [detect_runtime()]
+        ca = Path(args.ca_bundle) if args.ca_bundle else None
+        for runtime in runtimes:
+            for suite in args.suites or sorted({suite for _, suite in IMAGE_MAP}):
+                started = time.monotonic()
+                tag = ensure_base_image(runtime, BaseImage(suite), ca_bundle=ca)
+                print(f"{tag} ({runtime.kind}, {time.monotonic() - started:.1f} s)")
     except ToolError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

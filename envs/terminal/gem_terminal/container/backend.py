@@ -18,12 +18,14 @@ from gem_tool_python.episode import EpisodeConfig
 __all__ = [
     "Backend",
     "ContainerConfig",
+    "RuntimeChoice",
     "load_for_container",
     "runtime_for",
     "start_container_episode",
 ]
 
 Backend = Literal["auto", "sandbox", "podman", "docker"]
+RuntimeChoice = Literal["auto", "podman", "docker"]
 
 
 class ContainerConfig(BaseModel):
@@ -42,6 +44,9 @@ class ContainerConfig(BaseModel):
         checker_network: Give the checker's container the runtime's default network (Terminal-Bench's
             stock ``run-tests.sh`` installs pytest with uv at check time). The agent never has a network.
         agent_user: Run the agent's commands as this user (``uid`` or name); default: the image's ``USER``.
+        runtime: The runtime of ``backend="auto"``'s containers: ``auto`` (Docker where its daemon
+            answers, else Podman), ``docker`` or ``podman``. ``backend="docker"``/``"podman"`` name their
+            own; another ``runtime`` beside them is a configuration error.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -52,6 +57,7 @@ class ContainerConfig(BaseModel):
     build_timeout_s: float = Field(1800.0, gt=0)
     checker_network: bool = False
     agent_user: str | None = Field(None, pattern=r"^[A-Za-z0-9_.:-]+$")
+    runtime: RuntimeChoice = "auto"
 
     def ca_path(self) -> Path | None:
         """The CA bundle to pass, if any (checked to be a file)."""
@@ -88,13 +94,16 @@ def load_for_container(path: Path, runtime: Runtime, config: ContainerConfig) ->
 _runtimes: dict[str, Runtime] = {}
 
 
-def runtime_for(backend: Backend) -> Runtime:
-    """The runtime of a container backend (``auto``: Docker where its daemon answers, else Podman), once per process.
+def runtime_for(backend: Backend, choice: RuntimeChoice = "auto") -> Runtime:
+    """The runtime of a container backend, detected once per process.
+
+    ``backend`` names it (``docker``, ``podman``), else ``choice`` does (``auto``: Docker where its daemon
+    answers, else Podman).
 
     Raises:
         ToolError: none is usable.
     """
-    preference: Literal["auto", "podman", "docker"] = backend if backend in ("podman", "docker") else "auto"
+    preference: RuntimeChoice = backend if backend in ("podman", "docker") else choice
     if preference not in _runtimes:
         _runtimes[preference] = detect_runtime(preference)
     return _runtimes[preference]
@@ -108,7 +117,7 @@ def start_container_episode(
     Raises:
         ToolError: no runtime, or the build or the start failed.
     """
-    runtime = runtime_for(backend)
+    runtime = runtime_for(backend, config.runtime)
     image = build_task_image(
         runtime,
         task,

@@ -38,6 +38,7 @@ __all__ = [
     "build_task_image",
     "checker_tools_script",
     "ensure_base_image",
+    "mmdebstrap_command",
     "rewrite_dockerfile",
     "task_dockerfile",
     "unresolvable_images",
@@ -143,19 +144,37 @@ def base_rootfs(base: BaseImage, mirror: str, timeout_s: float = 900) -> Path:
             "(or pull the task's real image where a registry is reachable)"
         )
     partial = folder / f".{tar.name}.{os.getpid()}.partial"
-    command = ["mmdebstrap", "--variant=minbase", "--include=" + ",".join(base.packages), base.suite, str(partial)]
     try:
-        done = subprocess.run([*command, mirror], capture_output=True, timeout=timeout_s, check=False)
+        done = subprocess.run(
+            mmdebstrap_command(base, mirror, partial), capture_output=True, timeout=timeout_s, check=False
+        )
     except subprocess.TimeoutExpired as exc:
-        partial.unlink(missing_ok=True)
+        _remove(partial)
         raise ToolError(f"mmdebstrap {base.suite}: not done in {timeout_s:g} s") from exc
     if done.returncode != 0:
-        partial.unlink(missing_ok=True)
+        _remove(partial)
         tail = done.stderr.decode("utf-8", "replace")[-1500:]
         raise ToolError(f"mmdebstrap {base.suite} failed (exit {done.returncode}): {tail}")
     add_files(partial, BASE_FILES)
     partial.rename(tar)
     return tar
+
+
+def mmdebstrap_command(base: BaseImage, mirror: str, output: Path) -> list[str]:
+    """The mmdebstrap command line that writes ``base``'s root file system to ``output`` as a tar.
+
+    The format is named: mmdebstrap reads it from the output's name otherwise, and a name that ends in
+    no tar suffix (a ``.partial`` file) became a directory.
+    """
+    packages = "--include=" + ",".join(base.packages)
+    return ["mmdebstrap", "--variant=minbase", "--format=tar", packages, base.suite, str(output), mirror]
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def add_files(tar: Path, files: dict[str, bytes]) -> None:

@@ -20,7 +20,7 @@ from typing import Literal
 
 from gem_core.errors import ToolError
 
-__all__ = ["Runtime", "RuntimeKind", "detect_runtime", "state_dir"]
+__all__ = ["Runtime", "RuntimeKind", "detect_runtime", "present_runtimes", "state_dir"]
 
 RuntimeKind = Literal["podman", "docker"]
 
@@ -156,3 +156,16 @@ def detect_runtime(preference: Literal["auto", "podman", "docker"] = "auto") -> 
         + "; ".join(reasons)
         + " (start a Docker daemon, or install podman and runc: apt-get install podman runc mmdebstrap)"
     )
+
+
+def present_runtimes() -> list[RuntimeKind]:
+    """The runtimes usable here, in ``auto``'s order: Docker where its daemon answers, Podman with runc."""
+    kinds: list[RuntimeKind] = ["docker", "podman"]
+    found = []
+    for kind in kinds:
+        try:
+            detect_runtime(kind)
+        except ToolError:
+            continue
+        found.append(kind)
+    return found

@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
+import json
 import os
 import selectors
 import subprocess
@@ -30,7 +31,7 @@ from gem_core.errors import ToolError
 from gem_terminal.container.runtime import Runtime
 from gem_tool_python.episode import CommandResult, EpisodeBudget, EpisodeConfig
 
-__all__ = ["DRIVER", "ContainerEpisode", "IntegrityReport", "integrity_violations"]
+__all__ = ["DRIVER", "OWNER_LABEL", "ContainerEpisode", "IntegrityReport", "integrity_violations"]
 
 #: The session's driver. A request is a header line and raw bytes: ``RUN id timeout_s cap n_cmd n_cwd n_env``
 #: then the command, its folder (empty: the session's) and ``b64(NUL-separated KEY=VALUE)`` (empty: none);
@@ -84,6 +85,8 @@ while IFS=' ' read -r op id a b c e; do
 done
 """
 
+#: The label naming the process (its pid) that started an episode's containers.
+OWNER_LABEL = "gem-terminal.owner"
 #: pid 1 of an episode's container.
 INIT = 'trap "exit 0" TERM INT; while :; do sleep 86400 & wait $!; done'
 
@@ -175,11 +178,16 @@ def _under(path: str, roots: tuple[str, ...]) -> bool:
     return any(path == root or path.startswith(root.rstrip("/") + "/") or path.startswith(root + ".") for root in roots)
 
 
-def integrity_violations(diff_lines: list[str], image_programs: set[str]) -> list[str]:
+def integrity_violations(
+    diff_lines: list[str], image_programs: set[str], path_folders: tuple[str, ...] = ()
+) -> list[str]:
     """The changes of a container diff (``C|A|D path`` lines) that touch :data:`PROTECTED` paths.
 
     A ``C`` on a folder that holds another change is the folder's own time stamp and is ignored; an
-    ``A`` under :data:`ADDABLE` is allowed unless its name is one of ``image_programs``.
+    ``A`` under :data:`ADDABLE` is allowed unless its name is one of ``image_programs``. In the other
+    folders of the image's ``PATH`` (``path_folders``; the checker runs with that ``PATH``), a checker
+    tool (:data:`CHECKER_TOOLS`, ``python*``) added, changed or removed, or an added program named like
+    one of ``image_programs``, is a violation too.
     """
     entries = []
     for line in diff_lines:
@@ -188,13 +196,19 @@ def integrity_violations(diff_lines: list[str], image_programs: set[str]) -> lis
             entries.append((kind, path.rstrip("/") or "/"))
     paths = [p for _, p in entries]
     bad = []
+    extra = tuple(f.rstrip("/") for f in path_folders if f.startswith("/") and not _under(f, PROTECTED))
     for kind, path in entries:
+        parent, _, name = path.rpartition("/")
+        if parent in extra and (
+            name in CHECKER_TOOLS or name.startswith("python") or (kind == "A" and name in image_programs)
+        ):
+            bad.append(f"{kind} {path}")
+            continue
         if not _under(path, PROTECTED):
             continue
         if kind == "C" and any(other.startswith(path + "/") for other in paths):
             continue  # a folder whose content changed
         if kind == "A" and _under(path, ADDABLE):
-            parent, _, name = path.rpartition("/")
             shadows = name in image_programs or name in CHECKER_TOOLS or name.startswith("python")
             if parent in ADDABLE and not shadows:
                 continue
@@ -253,12 +267,15 @@ class ContainerEpisode:
         self._buffer = b""
         self._next_id = 0
         self.integrity = IntegrityReport()
+        #: The image's ``ENV`` (``KEY: value``): what the agent's commands start with, as the checker's.
+        self.image_env: dict[str, str] = {}
         started = time.monotonic()
         self.name = f"gem-ep-{uuid.uuid4().hex[:12]}"
         _live.add(self)
         try:
             self._container = self._start(self.name, image, network=False)
-            self.workdir = workdir or self._image_workdir(image)
+            image_workdir, self.image_env = self._image_config(image)
+            self.workdir = workdir or image_workdir
             self._open_session(agent_user)
         except BaseException:
             self.close()
@@ -269,7 +286,19 @@ class ContainerEpisode:
 
     def _start(self, name: str, image: str, *, network: bool) -> str:
         c = self.config
-        args = ["run", "-d", "--name", name, "--label", "gem-terminal=episode", "-t"]
+        # The owner's pid tells apart the episodes of several processes on one runtime (a killed
+        # process's leftovers: `ps -a --filter label=gem-terminal.owner=PID`); commit copies it to the checker's image.
+        args = [
+            "run",
+            "-d",
+            "--name",
+            name,
+            "--label",
+            "gem-terminal=episode",
+            "--label",
+            f"{OWNER_LABEL}={os.getpid()}",
+        ]
+        args += ["-t"]
         args += [] if network else ["--network=none"]
         args += ["--memory", f"{c.episode_memory_mb}m", "--pids-limit", str(c.max_procs)]
         for key, value in c.env.items():
@@ -280,9 +309,17 @@ class ContainerEpisode:
         self.runtime.call(*args, timeout_s=120.0)
         return name
 
-    def _image_workdir(self, image: str) -> str:
-        done = self.runtime.call("image", "inspect", "--format", "{{.Config.WorkingDir}}", image, timeout_s=30.0)
-        return done.stdout.decode().strip() or "/"
+    def _image_config(self, image: str) -> tuple[str, dict[str, str]]:
+        """The image's ``WORKDIR`` (``/`` when unset) and ``ENV``, which its containers' processes get."""
+        done = self.runtime.call("image", "inspect", "--format", "{{json .Config}}", image, timeout_s=30.0)
+        try:
+            config = json.loads(done.stdout.decode()) or {}
+            env = dict(str(item).partition("=")[::2] for item in config.get("Env") or [])
+            workdir = str(config.get("WorkingDir") or "/")
+        except (ValueError, AttributeError) as exc:
+            answer = done.stdout[:200]
+            raise ToolError(f"{self.runtime.kind} image inspect {image}: unreadable answer {answer!r}") from exc
+        return workdir, env
 
     def _open_session(self, user: str | None) -> None:
         args = ["exec", "-i"] + (["--user", user] if user else []) + [self._container, "bash", "-c", DRIVER]
@@ -484,7 +521,9 @@ class ContainerEpisode:
                 self.runtime.call("rm", "-f", self._container, timeout_s=60.0)
                 self._container = self._start(self.name + "-check", self._check_image, network=self.checker_network)
                 programs = self._image_programs()
-                self.integrity = IntegrityReport(integrity_violations(diff.splitlines(), programs))
+                path = {**self.image_env, **self.config.env}.get("PATH", "")
+                violations = integrity_violations(diff.splitlines(), programs, tuple(path.split(":")))
+                self.integrity = IntegrityReport(violations)
                 self._open_session("0")
                 prepare = CHECK_PREPARE
                 reply = self._request("RUN", ["10", "256", str(len(prepare)), "0"], prepare + b"\n", 30.0)

@@ -1,0 +1,2 @@
+#!/bin/bash
+answer > /app/answer.txt
