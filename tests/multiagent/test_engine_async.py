@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 import pytest
@@ -55,6 +56,11 @@ class Rendezvous:
         await asyncio.wait_for(event.wait(), HANG_GUARD_S)
         del self.waiting[(self.key(request), request.request_id)]
         return _reply(request)
+
+
+@functools.cache
+def _tokenizer() -> Any:
+    return build_chat_tokenizer("chatml")
 
 
 def _records(result: MultiAgentEpisode) -> dict[str, list[tuple[Any, ...]]]:
@@ -119,7 +125,7 @@ def test_concurrency_keeps_the_sequential_records(
     parallel: bool, seeds: list[int], delays: list[int], in_flight: int | None, tokens: bool
 ) -> None:
     """Whatever the schedule (random yields per request), each episode is the one play_multiagent plays."""
-    tokenizer = build_chat_tokenizer("chatml") if tokens else None
+    tokenizer = _tokenizer() if tokens else None
     engine = EpisodeEngine(tokenizer)
     env_id = "core:RockPaperScissors-v0" if parallel else "core:Nim-v0"
 

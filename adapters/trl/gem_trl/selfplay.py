@@ -349,9 +349,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     started = time.perf_counter()
     tokenizer = build_tiny_tokenizer(warmup_id)
     model = build_tiny_model(tokenizer, seed=args.seed, hidden_size=args.hidden, num_layers=args.layers)
-    probe = gem_core.make(env_id)
     max_turns = 5 if args.game == "tictactoe" else 2  # a seat's most turns in one game
-    probe.close()
     losses = warm_up(
         model,
         tokenizer,
