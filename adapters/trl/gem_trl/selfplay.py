@@ -43,7 +43,6 @@ __all__ = ["GAMES", "OPPONENTS", "BatchedSampler", "evaluate", "main", "plot_sel
 #: The games the demo plays: its multi-agent id and the single-agent id whose random legal moves warm up the format.
 GAMES = {
     "kuhn_poker": ("multiagent:KuhnPoker-v0", "multiagent:KuhnPoker-v0-vs-random"),
-    "tictactoe": ("multiagent:TicTacToe-v0", "multiagent:TicTacToe-v0-vs-random"),
 }
 #: The opponents of the evaluation.
 OPPONENTS = ("random", "scripted")
@@ -349,7 +348,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     started = time.perf_counter()
     tokenizer = build_tiny_tokenizer(warmup_id)
     model = build_tiny_model(tokenizer, seed=args.seed, hidden_size=args.hidden, num_layers=args.layers)
-    max_turns = 5 if args.game == "tictactoe" else 2  # a seat's most turns in one game
+    max_turns = 2  # a Kuhn Poker seat acts at most twice (check, then call or fold a bet)
     losses = warm_up(
         model,
         tokenizer,
