@@ -1,0 +1,196 @@
+"""The self-play demo (``python -m gem_trl.selfplay``): the pipeline runs and writes metrics of the right shape.
+
+These check the plumbing (the sampler against ``model.generate``, the policy-gradient step's
+direction, the evaluation's counting, the records and the plot), not that the model learns: the
+measured runs are in docs/multiagent.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from gem_multiagent.versus import scripted_players
+from gem_trl.selfplay import (
+    OPPONENTS,
+    BatchedSampler,
+    evaluate,
+    main,
+    parse_args,
+    plot_selfplay,
+    policy_gradient_step,
+    wilson_interval,
+)
+from gem_trl.tiny import build_tiny_model, build_tiny_tokenizer
+
+import gem_core
+from gem_core.episode import EpisodeEngine, Generation, TurnRequest
+from gem_core.rl.layouts import episode_to_sequence
+
+KUHN = "multiagent:KuhnPoker-v0"
+
+
+@pytest.fixture(scope="module")
+def tiny() -> tuple[Any, Any]:
+    tokenizer = build_tiny_tokenizer(f"{KUHN}-vs-random", episodes=16)
+    model = build_tiny_model(tokenizer, seed=0, hidden_size=32, num_layers=1)
+    model.eval()
+    return tokenizer, model
+
+
+@pytest.mark.slow
+def test_a_few_selfplay_steps_write_metrics_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--seed", "2", "--steps", "2", "--games", "4", "--group", "2", "--eval-games", "4", "--eval-every", "1"]
+    argv += ["--warmup-steps", "2", "--hidden", "32", "--layers", "1", "--output-dir", str(tmp_path)]
+    records = main(argv)
+    written = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert written == records
+    train = [r for r in written if r["kind"] == "train"]
+    evals = [r for r in written if r["kind"] == "eval"]
+    assert [r["step"] for r in train] == [1, 2]
+    assert all(r["games"] == 4 and r["trajectories"] + r["failed"] * 2 >= 4 for r in train)
+    # before (step 0), during (step 1) and after (step 2): each opponent, greedy and sampled
+    assert [(r["step"], r["when"]) for r in evals] == [(0, "before")] * 4 + [(1, "during")] * 4 + [(2, "after")] * 4
+    assert {(r["opponent"], r["mode"]) for r in evals} == {(o, m) for o in OPPONENTS for m in ("greedy", "sampled")}
+    for r in evals:
+        assert r["games"] + r["failed"] == 4 and r["wins"] + r["draws"] + r["losses"] == r["games"]
+        assert r["win_rate"] == r["wins"] / r["games"]
+        assert r["ci95"][0] <= r["win_rate"] <= r["ci95"][1]
+    assert (tmp_path / "metrics.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "after step   2: vs scripted" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("wins", "games", "expected"),
+    [(10, 20, (0.2993, 0.7007)), (0, 10, (0.0, 0.2775)), (10, 10, (0.7225, 1.0)), (0, 0, (0.0, 1.0))],
+    ids=["half", "none", "all", "no-games"],
+)
+def test_wilson_interval(wins: int, games: int, expected: tuple[float, float]) -> None:
+    low, high = wilson_interval(wins, games)
+    assert math.isclose(low, expected[0], abs_tol=1e-4) and math.isclose(high, expected[1], abs_tol=1e-4)
+
+
+def test_greedy_sampling_in_a_padded_batch_is_model_generate_alone(tiny: tuple[Any, Any]) -> None:
+    tokenizer, model = tiny
+    prompts = [tokenizer.encode(text) for text in ("You are player_0, your card is K.", "bet", "check or bet? " * 6)]
+    requests = [
+        TurnRequest(episode_index=i, turn=0, prompt_ids=ids, messages=[], max_tokens=5, request_id=f"g{i}/turn0/r{i}")
+        for i, ids in enumerate(prompts)
+    ]
+    got = BatchedSampler(model, tokenizer, max_tokens=5, greedy=True).sample(requests)
+    for ids, generation in zip(prompts, got, strict=True):
+        expected = model.generate(
+            torch.tensor([ids]), max_new_tokens=5, do_sample=False, eos_token_id=tokenizer.eos_token_id
+        )[0, len(ids) :].tolist()
+        assert generation.token_ids == expected
+        assert generation.finish_reason == ("stop" if expected[-1] == tokenizer.eos_token_id else "length")
+
+
+def test_a_requests_samples_do_not_depend_on_its_batch(tiny: tuple[Any, Any]) -> None:
+    tokenizer, model = tiny
+    ids = tokenizer.encode("You are player_1, your card is Q.")
+
+    def request(key: str) -> TurnRequest:
+        return TurnRequest(episode_index=0, turn=0, prompt_ids=ids, messages=[], max_tokens=4, request_id=f"{key}/r1")
+
+    sampler = BatchedSampler(model, tokenizer, max_tokens=4, seed=5)
+    alone = sampler.sample([request("a/turn0")])[0]
+    crowded = sampler.sample([request("b/turn0"), request("a/turn0"), request("c/turn0")])
+    assert crowded[1].token_ids == alone.token_ids
+    assert len({tuple(g.token_ids or ()) for g in crowded}) > 1  # different episodes draw differently
+
+
+def test_concurrent_requests_share_one_forward_batch(tiny: tuple[Any, Any]) -> None:
+    tokenizer, model = tiny
+    sampler = BatchedSampler(model, tokenizer, max_tokens=2, greedy=True)
+    ids = tokenizer.encode("check")
+
+    async def ask_all() -> list[Any]:
+        return await asyncio.gather(
+            *(
+                sampler(
+                    TurnRequest(
+                        episode_index=i, turn=0, prompt_ids=ids, messages=[], max_tokens=2, request_id=f"e{i}/t/r"
+                    )
+                )
+                for i in range(5)
+            )
+        )
+
+    answers = asyncio.run(ask_all())
+    assert sampler.batches == 1 and len(answers) == 5
+
+
+def test_a_positive_advantage_makes_the_played_tokens_likelier(tiny: tuple[Any, Any]) -> None:
+    tokenizer, model = tiny
+    engine = EpisodeEngine(tokenizer, max_turns=2)
+    env = gem_core.make(f"{KUHN}-vs-random")
+    move = [*tokenizer.encode("bet", add_special_tokens=False), tokenizer.eos_token_id]
+    session = engine.play_batch(
+        [gem_core.episode.EpisodeJob(env=env, seed=1)], lambda rs: [Generation(token_ids=list(move)) for _ in rs]
+    )[0]
+    sequence = episode_to_sequence(session.episode(), advantages=[1.0] * len(session.turns))
+
+    def played_logp() -> float:
+        ids = torch.from_numpy(sequence.input_ids)[None]
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1).gather(-1, ids[0, 1:, None])
+        return float((logp.squeeze(-1) * torch.from_numpy(sequence.loss_mask[1:]).float()).sum())
+
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    before = played_logp()
+    policy_gradient_step(model, torch.optim.SGD(model.parameters(), lr=0.05), [sequence], tokenizer.pad_token_id)
+    after = played_logp()
+    model.load_state_dict(state)
+    assert after > before
+
+
+def test_the_evaluation_counts_the_envs_outcomes_not_the_models_claims(tiny: tuple[Any, Any]) -> None:
+    # A forger: every reply claims the pot in prose and names no move; the env folds it each time.
+    tokenizer, _ = tiny
+    claim = [*tokenizer.encode("I win, showdown: player_0 wins 2 chip(s)", add_special_tokens=False)]
+
+    class Forger:
+        async def __call__(self, request: TurnRequest) -> Generation:
+            return Generation(token_ids=[*claim, tokenizer.eos_token_id])
+
+    engine = EpisodeEngine(tokenizer, max_turns=2, max_turn_tokens=64)
+    players = scripted_players("kuhn_poker")
+    numbers = evaluate(
+        engine,
+        lambda: gem_core.make(KUHN),
+        Forger(),  # type: ignore[arg-type]
+        lambda env, agent, news: players[agent](env, agent, news),
+        games=12,
+    )
+    assert numbers["games"] == 12 and numbers["wins"] == 0 and numbers["win_rate"] == 0.0
+    assert numbers["mean_return"] < 0
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--games", "6", "--group", "4"], ["--steps", "0"], ["--eval-games", "0"], ["--game", "chess"]],
+    ids=["games-not-multiple-of-group", "no-steps", "no-eval-games", "unknown-game"],
+)
+def test_bad_options_are_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(argv)
+    assert "error:" in capsys.readouterr().err
+
+
+def test_plot_of_a_metrics_file(tmp_path: Path) -> None:
+    records: list[dict[str, Any]] = [
+        {"kind": "train", "step": s, "format_errors": 0.1, "first_seat_return": 0.0} for s in (1, 2)
+    ]
+    records += [
+        {"kind": "eval", "step": s, "opponent": o, "mode": m, "win_rate": 0.5, "ci95": [0.4, 0.6]}
+        for s in (0, 2)
+        for o in OPPONENTS
+        for m in ("greedy", "sampled")
+    ]
+    assert plot_selfplay(records, tmp_path / "p.png", title="t").stat().st_size > 1000
