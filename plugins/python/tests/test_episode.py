@@ -543,8 +543,13 @@ def test_a_limit_ends_the_command_never_the_episode(hit: str) -> None:
     limits = {**LIMITS, "episode_memory_mb": 128, "disk_mb": 512, "memory_mb": 1024, "command_timeout_s": 30.0}
     with EpisodeSandbox(**limits) as sandbox:
         sandbox.run(hit)
-        for _ in range(2):
-            after = sandbox.run("rm -rf /tmp/* /app/d; echo alive")
+        cleanup = "rm -rf /tmp/* /app/d; echo alive"
+        first = sandbox.run(cleanup)
+        if first.status == "killed" and "hit the limit" in (first.error or ""):
+            # a hit in the background (the fork bomb's `:|:&`) may land after its command returned: the next
+            # command says so and all the episode's processes are killed; the episode lives on
+            first = sandbox.run(cleanup)
+        for after in (first, sandbox.run(cleanup)):
             assert (after.status, after.stdout) == ("ok", "alive\n"), after
         assert not sandbox.closed
 
