@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from gem_core.conformance_multiagent import (
     take_one,
 )
 from gem_core.episode import EpisodeEngine, EpisodeJob, TurnRequest
+from gem_core.multiagent.engine import play_multiagent
 from gem_core.multiagent.seat import SeatEnv
 from gem_core.rl.advantages import rebn
 from gem_core.rl.returns import discounted_returns
@@ -145,3 +147,18 @@ def test_any_single_changed_value_is_caught(data: st.DataObject) -> None:
 
 
 _REFERENCE = reference_multiagent_records(CASES_BY_NAME["nim-self-play"])
+
+
+def test_a_seat_the_game_ended_before_it_acted_has_a_finished_empty_session() -> None:
+    case = dataclasses.replace(CASES_BY_NAME["nim-self-play"], reply=lambda turn, text: "x" * 80)  # cut: a forfeit
+    tokenizer = case.tokenizer()
+    engine = EpisodeEngine(tokenizer, case.limits)
+
+    def generate(request: TurnRequest) -> Any:
+        return scripted_seat_generation(case, tokenizer, request.prompt_ids or [], request.max_tokens)
+
+    result = play_multiagent(engine, case.make_env(), generate, seed=0, env_id=case.env_id)
+    second = result.sessions["second"]
+    assert second.done and second.end_reason == "not_acted" and not second.turns
+    assert second.episode().metadata["seat"] == "second" and second.episode().turns == []
+    assert list(result.episodes) == ["first"]  # no record for a seat without turns

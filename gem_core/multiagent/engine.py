@@ -16,6 +16,10 @@ every seat is self-play.
 If a seat's session ends before the game (its ``max_turns``, its token budget, a cut reply under
 ``on_cut="truncate"``), the game cannot go on without it: every other model seat's last turn is
 marked truncated and the episode stops there (``metadata["stopped_by"]`` names the seat).
+
+A model seat the game ended before it acted (an opponent's first move ended it) has a finished
+session with no turns, ``end_reason == "not_acted"``; it gets no record in
+:attr:`MultiAgentEpisode.episodes`, and an adapter that needs a row for it trains nothing on it.
 """
 
 from __future__ import annotations
@@ -198,6 +202,8 @@ def _stop_others(
 def _finish(result: MultiAgentEpisode, last_info: dict[str, dict[str, Any]]) -> MultiAgentEpisode:
     result.outcomes = {a: info.get("outcome") for a, info in last_info.items()}
     for agent, session in result.sessions.items():
+        if not session.done and not session.messages:  # the game ended before this seat acted
+            session._finish("not_acted")
         session.metadata["outcome"] = result.outcomes.get(agent)
         session.metadata["seat_return"] = result.returns[agent]
         if result.stopped_by is not None:

@@ -270,12 +270,12 @@ class MultiAgentRollout(GemRollout):
 
     def to_trl_seats(self, sessions: Sequence[EpisodeSession]) -> dict[str, Any]:
         """TRL's layout of each seat's trajectory (:meth:`GemRollout.to_trl`), plus ``seat`` per row."""
-        played = [s for s in sessions if s.episode().turns]
+        played = [s for s in sessions if s.turns]
         out = self.to_trl(played)
         rows: dict[str, list[Any]] = {key: [] for key in out}
         taken = iter(range(len(played)))
         for session in sessions:
-            if session.episode().turns:
+            if session.turns:
                 index = next(taken)
                 for key, values in out.items():
                     if values is not None:
