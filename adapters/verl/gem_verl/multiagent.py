@@ -34,7 +34,8 @@ from gem_core.errors import ConfigError, GenerateTimeout, UnknownAgent
 from gem_core.multiagent.core import MultiAgentEnv
 from gem_core.multiagent.engine import Scripted, play_multiagent
 from gem_core.registry import load_entry_point
-from gem_verl.agent_loop import EpisodeRequest, GemEnvAgentLoop
+from gem_verl.agent_loop import EpisodeRequest, GemEnvAgentLoop, _config_get
+from gem_verl.roles import ROLE_ESTIMATORS
 
 __all__ = [
     "GENERATE_TIMEOUT_S",
@@ -111,11 +112,31 @@ class GemMultiAgentLoop(GemEnvAgentLoop):
     """Plays one multi-agent game against verl's LLM server; returns one sample per trained seat.
 
     Raises:
+        ConfigError: At construction: ``algorithm.adv_estimator`` is not a role estimator (verl's
+            group estimators keep only a session's last sample, ``rebn`` pools the seats), or
+            ``algorithm.filter_groups`` is on (it would compare the seats of one game as one group).
         UnknownAgent: The row names a seat (to train, or for an opponent) the env does not have.
         ConfigError: The env is not multi-agent, a trained seat is an opponent's, ``gem.wrappers`` is set
             (gem's wrappers are single-agent), or an opponent reference does not load.
         GenerateTimeout: A seat's generate took longer than the bound.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        algorithm = self.config.get("algorithm", None)
+        raw = _config_get(algorithm, "adv_estimator", "rebn")
+        estimator = str(getattr(raw, "value", raw))
+        if estimator not in ROLE_ESTIMATORS:
+            raise ConfigError(
+                f"gem_multiagent_agent with algorithm.adv_estimator={estimator}: its samples are seats of one game "
+                f"(verl's group estimators keep only a session's last sample; rebn pools the seats). Set "
+                f"algorithm.adv_estimator to one of {list(ROLE_ESTIMATORS)}"
+            )
+        if _config_get(_config_get(algorithm, "filter_groups", None), "enable", False):
+            raise ConfigError(
+                "gem_multiagent_agent with algorithm.filter_groups.enable=true: DAPO's filter would compare the "
+                "seats of one game as one group. Turn it off"
+            )
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[AgentLoopOutput]:  # type: ignore[override]  # verl v1 takes a list
         """Play the row's game; return the trained seats' samples in the env's seat order."""

@@ -245,3 +245,19 @@ def test_a_seat_the_game_ended_before_it_acted_gets_one_masked_sample() -> None:
     seats = [o.extra_fields["gem"]["seat"] for o in outputs]
     assert seats == ["first", "second"]
     assert sum(outputs[0].response_mask) > 0 and sum(outputs[1].response_mask) == 0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [({"algorithm.adv_estimator": "grpo"}, "adv_estimator=grpo"), ({"algorithm.filter_groups.enable": True}, "filter")],
+    ids=["group-estimator", "dapo-filter"],
+)
+def test_options_that_would_mix_the_seats_are_refused_when_the_loop_is_built(
+    overrides: dict[str, Any], match: str
+) -> None:
+    cfg = ma_config(SELF_PLAY)
+    for key, value in overrides.items():
+        OmegaConf.update(cfg, key, value, force_add=True)
+    tokenizer = SELF_PLAY.tokenizer()
+    with pytest.raises(ConfigError, match=match):
+        _loop(cfg, Server(SELF_PLAY, tokenizer), tokenizer, "gem_multiagent_agent")  # type: ignore[arg-type]
