@@ -8,6 +8,7 @@ Qwen2 built from a config, its own ``model.generate`` playing every seat.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -278,3 +279,18 @@ def test_real_train_step_on_a_tiny_model(opponents: dict[str, str], role_advanta
         assert set(trainer.role_baseline.baselines) == {("core:Nim-v0", "first")}
     else:
         assert logged["gem/episode_return"] == -1.0 and not changed  # equal returns per seat: zero role advantage
+
+
+def test_a_seat_the_game_ended_before_it_acted_gets_a_masked_row(tmp_path: Any) -> None:
+    # every reply is cut (an invalid action): the first player forfeits its first move, the second never acts
+    case = dataclasses.replace(MA_CASES[0], name="first-forfeits", reply=lambda turn, text: "x" * 80)
+    trainer = trainer_for(case, tmp_path)
+    inputs = seat_inputs(case)
+    out = trainer._generate_and_score_completions(inputs)
+    for row, x in enumerate(inputs):
+        trained = int((out["completion_mask"][row] * out["tool_mask"][row]).sum())
+        if x["seat"] == "first":
+            assert x["turn_rewards"] == [-1.0] and trained > 0
+        else:
+            assert x["episode"].metadata["end_reason"] == "not_acted" and trained == 0
+            assert out["advantages"][row].abs().sum().item() == 0.0
