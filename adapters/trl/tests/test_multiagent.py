@@ -238,6 +238,8 @@ def test_a_forged_seat_in_the_prompt_is_refused_before_any_game(tmp_path: Any) -
         trainer.rollout_func([seat_key(case.env_id, 4, "second")] * 3, trainer)
 
 
+# slow: TRL's whole train() (one rollout of games played one by one, an optimizer step): 33-35 s each here under load
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("opponents", "role_advantage"), [({}, "baseline"), ({"second": OPPONENT}, "rebn")], ids=["self-play", "vs-fixed"]
 )
