@@ -89,9 +89,9 @@ def ma_config(case: MultiAgentCase, estimator: str = "role_rebn") -> Any:
     )
 
 
-def played(case: MultiAgentCase, estimator: str = "role_rebn") -> tuple[Storage, Any, list[str], list[Any]]:
+def played(case: MultiAgentCase) -> tuple[Storage, Any, list[str], list[Any]]:
     tokenizer = case.tokenizer()
-    cfg = ma_config(case, estimator)
+    cfg = ma_config(case)
     episodes = []
     for index, seed in enumerate(case.seeds):
         fields = ma_fields(case, seed, index)
@@ -102,8 +102,9 @@ def played(case: MultiAgentCase, estimator: str = "role_rebn") -> tuple[Storage,
 
 
 def records(case: MultiAgentCase, estimator: str = "role_rebn") -> list[MultiAgentRecord]:
-    storage, cfg, keys, episodes = played(case, estimator)
-    _, data = compute_advantage(storage, cfg, keys)
+    storage, _, keys, episodes = played(case)
+    # the loop refuses non-role estimators when it is built: the advantage step alone gets the asked one
+    _, data = compute_advantage(storage, ma_config(case, estimator), keys)
     advantages = [t.numpy().tolist() for t in data["advantages"].unbind()]
     out = []
     outputs = [o for outs, _ in episodes for o in outs]
@@ -249,15 +250,20 @@ def test_a_seat_the_game_ended_before_it_acted_gets_one_masked_sample() -> None:
 
 @pytest.mark.parametrize(
     ("overrides", "match"),
-    [({"algorithm.adv_estimator": "grpo"}, "adv_estimator=grpo"), ({"algorithm.filter_groups.enable": True}, "filter")],
+    [
+        ({"algorithm.adv_estimator": "grpo"}, "adv_estimator=grpo"),
+        ({"algorithm.filter_groups.enable": True, "algorithm.filter_groups.metric": "episode_return"}, "filter"),
+    ],
     ids=["group-estimator", "dapo-filter"],
 )
 def test_options_that_would_mix_the_seats_are_refused_when_the_loop_is_built(
     overrides: dict[str, Any], match: str
 ) -> None:
     cfg = ma_config(SELF_PLAY)
+    OmegaConf.update(cfg, "actor_rollout_ref.rollout.n", 2)  # what the group options need on their own
     for key, value in overrides.items():
         OmegaConf.update(cfg, key, value, force_add=True)
     tokenizer = SELF_PLAY.tokenizer()
-    with pytest.raises(ConfigError, match=match):
+    with pytest.raises(hydra.errors.InstantiationException, match=match) as raised:
         _loop(cfg, Server(SELF_PLAY, tokenizer), tokenizer, "gem_multiagent_agent")  # type: ignore[arg-type]
+    assert isinstance(raised.value.__cause__, ConfigError)  # hydra wraps the loop's own typed error
