@@ -186,4 +186,6 @@ def install(trainer_base: ModuleType) -> None:
         return data
 
     compute_advantage_for_multi_trajectories.__gem_verl_roles__ = True  # type: ignore[attr-defined]
+    # __wrapped__ names verl's own dispatch underneath both of gem's hooks (what callers unwrap to)
+    compute_advantage_for_multi_trajectories.__wrapped__ = getattr(original, "__wrapped__", original)  # type: ignore[attr-defined]
     trainer_base.compute_advantage_for_multi_trajectories = compute_advantage_for_multi_trajectories
