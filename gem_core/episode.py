@@ -374,7 +374,8 @@ class EpisodeSession:
         end_reason: Why it ended: ``"env"`` (terminated or truncated by the env),
             ``"max_turns"``, ``"budget"``, ``"cut"`` (``on_cut="truncate"``), ``"abort"``,
             ``"error"`` (an exception, see :meth:`fail`), ``"stale"`` (dropped by
-            ``max_policy_lag``: not for training).
+            ``max_policy_lag``: not for training), ``"not_acted"`` (a multi-agent seat the game
+            ended before it acted: no turns).
         metadata: Extra facts copied into the episode's metadata; after :meth:`fail`:
             ``error`` (``"Type: message"``), ``error_type``, ``error_message``,
             ``error_traceback`` (the last frames, short) and ``error_phase``

@@ -24,6 +24,10 @@ concurrently, so an async server (or a batching policy) sees all their requests 
 async request is bounded by ``request_timeout`` (:class:`~gem_core.errors.GenerateTimeout`); a
 ``generate`` that cancels itself is a :class:`~gem_core.errors.GenerateCancelled`, as in
 :class:`~gem_core.scheduling.RolloutScheduler`.
+
+A model seat the game ended before it acted (an opponent's first move ended it) has a finished
+session with no turns, ``end_reason == "not_acted"``; it gets no record in
+:attr:`MultiAgentEpisode.episodes`, and an adapter that needs a row for it trains nothing on it.
 """
 
 from __future__ import annotations
@@ -228,6 +232,8 @@ class _Game:
         result = self.result
         result.outcomes = {a: info.get("outcome") for a, info in self.last_info.items()}
         for agent, session in result.sessions.items():
+            if not session.done and not session.messages:  # the game ended before this seat acted
+                session._finish("not_acted")
             session.metadata["outcome"] = result.outcomes.get(agent)
             session.metadata["seat_return"] = result.returns[agent]
             if result.stopped_by is not None:

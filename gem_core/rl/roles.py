@@ -27,7 +27,7 @@ from gem_core.rl.advantages import _normalize_float64, _split, grpo_advantages
 from gem_core.rl.returns import FloatArray, RewardBatch, batch_returns
 from gem_core.rl.types import Episode
 
-__all__ = ["RoleBaseline", "episode_roles", "role_grpo_advantages", "role_rebn_advantages"]
+__all__ = ["RoleBaseline", "check_role_groups", "episode_roles", "role_grpo_advantages", "role_rebn_advantages"]
 
 
 def episode_roles(batch: RewardBatch, roles: Sequence[Hashable] | None = None) -> list[Hashable]:
@@ -50,6 +50,32 @@ def episode_roles(batch: RewardBatch, roles: Sequence[Hashable] | None = None) -
             )
         out.append(seat)
     return out
+
+
+def check_role_groups(group_ids: Sequence[Hashable], roles: Sequence[Hashable]) -> None:
+    """Refuse a batch whose groups mix roles (a group is compared with itself: one role per group).
+
+    A trainer that groups its rows (GRPO, TRL's ``num_generations`` rows of one prompt) must
+    have every row of a group played from the same seat, else a seat's return is compared with
+    another seat's (in a zero-sum game, its own opposite).
+
+    Raises:
+        RLInputError: The lengths differ, or a group holds several roles (naming the group and its roles).
+    """
+    if len(group_ids) != len(roles):
+        raise RLInputError(f"got {len(roles)} roles for {len(group_ids)} group ids; give one per episode")
+    seen: dict[Hashable, list[Hashable]] = {}
+    for group, role in zip(group_ids, roles, strict=True):
+        found = seen.setdefault(group, [])
+        if role not in found:
+            found.append(role)
+    mixed = {group: found for group, found in seen.items() if len(found) > 1}
+    if mixed:
+        group, found = next(iter(mixed.items()))
+        raise RLInputError(
+            f"group {group!r} mixes roles {found}: every episode of a group must be played from one seat "
+            f"({len(mixed)} group(s) mixed); group rows by start state and seat"
+        )
 
 
 def role_rebn_advantages(

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from gem_core.errors import RLInputError
 from gem_core.rl.advantages import estimate_advantages, rebn_advantages
-from gem_core.rl.roles import RoleBaseline, role_grpo_advantages, role_rebn_advantages
+from gem_core.rl.roles import RoleBaseline, check_role_groups, role_grpo_advantages, role_rebn_advantages
 from gem_core.rl.types import Episode, Turn
 
 rewards_st = st.lists(st.floats(-5, 5, allow_nan=False).map(lambda x: round(x, 3)), min_size=1, max_size=4)
@@ -133,3 +133,20 @@ def test_roles_come_from_the_seat_metadata_and_zero_sum_seats_are_not_mixed() ->
 def test_bad_input_is_named(call: object) -> None:
     with pytest.raises(RLInputError):
         call()  # type: ignore[operator]
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["first", "second"])), min_size=1, max_size=12))
+def test_check_role_groups_refuses_exactly_the_groups_that_mix_seats(rows: list[tuple[int, str]]) -> None:
+    groups, roles = [g for g, _ in rows], [r for _, r in rows]
+    mixed = any(len({r for g2, r in rows if g2 == g}) > 1 for g in groups)
+    if mixed:
+        with pytest.raises(RLInputError, match="mixes roles"):
+            check_role_groups(groups, roles)
+    else:
+        check_role_groups(groups, roles)
+
+
+def test_check_role_groups_needs_one_role_per_row() -> None:
+    with pytest.raises(RLInputError, match="one per episode"):
+        check_role_groups([0, 0], ["first"])

@@ -59,6 +59,8 @@ def register_agent_loop(module: ModuleType) -> None:
     from this hook would be circular when it is the first to import verl's.
     """
     module._agent_loop_registry[AGENT_NAME] = {"_target_": "gem_verl.agent_loop.GemEnvAgentLoop"}
+    # multi-agent games: one sample per trained seat (gem_verl.multiagent)
+    module._agent_loop_registry["gem_multiagent_agent"] = {"_target_": "gem_verl.multiagent.GemMultiAgentLoop"}
     from gem_verl.async_hook import install_worker
 
     install_worker(module)
@@ -70,13 +72,18 @@ def register_estimator(module: ModuleType) -> None:
 
     if module.ADV_ESTIMATOR_REGISTRY.get(ESTIMATOR_NAME) is not compute_rebn_advantage:
         module.register_adv_est(ESTIMATOR_NAME)(compute_rebn_advantage)
+    from gem_verl import roles
+
+    roles.register(module)  # role_rebn, role_grpo: multi-agent samples
 
 
 def register_trainer_hook(module: ModuleType) -> None:
     """Install the turn-boundary hook in verl's v1 trainer (``module`` is ``trainer_base``)."""
+    from gem_verl import roles
     from gem_verl.trainer_hook import install
 
     install(module)
+    roles.install(module)
 
 
 def register_legacy_advantage_hook(module: ModuleType) -> None:
