@@ -288,8 +288,18 @@ class CallRecord:
 class Session:
     """The calls of one harness episode (one session key)."""
 
-    def __init__(self, key: str, ordinal: int, *, start_state_id: str | None, env_id: str | None) -> None:
+    def __init__(
+        self,
+        key: str,
+        ordinal: int,
+        *,
+        start_state_id: str | None,
+        env_id: str | None,
+        generate: Generate | None = None,
+    ) -> None:
         self.key = key
+        #: This session's own generate function (a trainer's per-episode client), else the gateway's.
+        self.generate = generate
         self.ordinal = ordinal
         self.start_state_id = start_state_id or f"gateway/{key}"
         self.env_id = env_id
@@ -426,8 +436,18 @@ class Gateway:
 
     # ------------------------------------------------------------------ sessions
 
-    def open_session(self, key: str, *, start_state_id: str | None = None, env_id: str | None = None) -> Session:
+    def open_session(
+        self,
+        key: str,
+        *,
+        start_state_id: str | None = None,
+        env_id: str | None = None,
+        generate: Generate | None = None,
+    ) -> Session:
         """Open ``key`` ahead of its first call (to name its start state for GRPO groups).
+
+        ``generate`` answers this session's calls instead of the gateway's own function (a
+        trainer's rollout client with the episode's sampling settings and sticky request id).
 
         Raises:
             BadRequest: ``key`` is empty or too long, or already open.
@@ -445,7 +465,7 @@ class Gateway:
                 f"{len(self.sessions)} sessions are open (max_sessions={self.limits.max_sessions}); finish or "
                 "drop sessions, or raise the limit"
             )
-        session = Session(key, self._ordinal, start_state_id=start_state_id, env_id=env_id)
+        session = Session(key, self._ordinal, start_state_id=start_state_id, env_id=env_id, generate=generate)
         self._ordinal += 1
         self.sessions[key] = session
         return session
@@ -586,7 +606,7 @@ class Gateway:
                 request_id=f"{key}/call{index}",
             )
             started = time.perf_counter()
-            generation = await self._generate(turn_request)
+            generation = await self._generate(turn_request, session.generate or self.generate)
             seconds = time.perf_counter() - started
             ids, logprobs, text, finish = self._read(generation, max_tokens, request.stop)
         except GemCoreError as exc:
@@ -627,7 +647,7 @@ class Gateway:
             session.calls.append(record)
         return record
 
-    async def _generate(self, request: TurnRequest) -> Generation:
+    async def _generate(self, request: TurnRequest, generate: Generate) -> Generation:
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.limits.max_concurrent_generations)
         timeout = self.limits.request_timeout_s
@@ -640,7 +660,7 @@ class Gateway:
                 f"(max_concurrent_generations={self.limits.max_concurrent_generations})"
             ) from None
         try:
-            return await asyncio.wait_for(self.generate(request), max(deadline - time.monotonic(), 1e-3))
+            return await asyncio.wait_for(generate(request), max(deadline - time.monotonic(), 1e-3))
         except asyncio.TimeoutError:
             raise GenerateTimedOut(
                 f"the generate function did not answer {request.request_id} within request_timeout_s={timeout} s"
