@@ -75,6 +75,7 @@ def sdk_tool_loop(task: HarnessTask, *, keep_history: bool = True) -> Outcome:
                 messages += [{"role": "user", "content": observation}]
     finally:
         env.close()
+        sdk.close()
 
 
 class RecordedRollout(GatewayRollout):

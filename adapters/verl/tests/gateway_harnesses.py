@@ -51,6 +51,7 @@ def _play(task: HarnessTask, *, keep: int | None) -> Outcome:
                 messages = messages[-keep:]
     finally:
         env.close()
+        sdk.close()
 
 
 def append_only(task: HarnessTask) -> Outcome:

@@ -320,6 +320,7 @@ class Session:
         rewards: Sequence[float] | None = None,
         truncated: bool = False,
         info: Mapping[str, Any] | None = None,
+        actions: Sequence[str] | None = None,
     ) -> Episode:
         """The calls as one episode: a turn per call in order, ``reward`` on the last.
 
@@ -330,14 +331,18 @@ class Session:
             truncated: The episode was cut (a turn budget, a timeout), not finished: the last
                 turn is ``truncated`` instead of ``terminated``.
             info: Kept in the last turn's ``info``.
+            actions: What the harness's env got for each call (``Turn.action``), when that is not
+                the reply's text (e.g. a harness applying GEM's rule for cut replies); default the text.
 
         Raises:
             TrajectoryError: the session has no call yet (or a reward is not finite).
-            BadRequest: ``rewards`` does not hold one reward per call.
+            BadRequest: ``rewards`` or ``actions`` do not hold one entry per call.
         """
         calls = sorted(self.calls, key=lambda c: c.index)
         if rewards is not None and len(rewards) != len(calls):
             raise BadRequest(f"session {self.key!r} made {len(calls)} calls but got {len(rewards)} rewards")
+        if actions is not None and (len(actions) != len(calls) or not all(isinstance(a, str) for a in actions)):
+            raise BadRequest(f"session {self.key!r} made {len(calls)} calls but got {len(actions)} actions (strings)")
         turns = []
         for position, call in enumerate(calls):
             last = position == len(calls) - 1
@@ -349,7 +354,7 @@ class Session:
             turns.append(
                 Turn(
                     observation="\n".join(m["content"] for m in new if m["role"] != "assistant"),
-                    action=call.text,
+                    action=call.text if actions is None else actions[position],
                     reward=rewards[position] if rewards is not None else reward if last else 0.0,
                     terminated=last and not truncated,
                     truncated=last and truncated,
@@ -484,6 +489,7 @@ class Gateway:
         rewards: Sequence[float] | None = None,
         truncated: bool = False,
         info: Mapping[str, Any] | None = None,
+        actions: Sequence[str] | None = None,
     ) -> Episode:
         """End session ``key``'s episode; the key is closed.
 
@@ -503,8 +509,10 @@ class Gateway:
         if session is None:
             raise NotFound(f"no open session {key!r}")
         if verifier is not None:
-            reward = float(verifier(session.episode(0.0, truncated=truncated)))
-        episode = session.episode(float(reward or 0.0), rewards=rewards, truncated=truncated, info=info)
+            reward = float(verifier(session.episode(0.0, truncated=truncated, actions=actions)))
+        episode = session.episode(
+            float(reward or 0.0), rewards=rewards, truncated=truncated, info=info, actions=actions
+        )
         self.drop(key)
         return episode
 

@@ -53,12 +53,14 @@ class Outcome:
         rewards: One reward per call instead (a gem env stepped once per call).
         truncated: The harness was cut (a turn budget, a timeout), not finished.
         info: Kept in the last turn's ``info``.
+        actions: What the env got for each call, when not the reply's text (``Turn.action``).
     """
 
     reward: float | None = None
     rewards: Sequence[float] | None = None
     truncated: bool = False
     info: Mapping[str, Any] | None = None
+    actions: Sequence[str] | None = None
 
 
 #: ``harness(task) -> reward | Outcome``, blocking (it runs in a worker thread while the gateway serves).
@@ -131,7 +133,12 @@ async def capture(
         raise
     try:
         episode = gateway.finish(
-            key, outcome.reward, rewards=outcome.rewards, truncated=outcome.truncated, info=outcome.info
+            key,
+            outcome.reward,
+            rewards=outcome.rewards,
+            truncated=outcome.truncated,
+            info=outcome.info,
+            actions=outcome.actions,
         )
     except BaseException:
         gateway.drop(key)  # no call, or rewards that do not fit the calls: the key is spent all the same
