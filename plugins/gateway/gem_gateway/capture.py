@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -232,6 +233,14 @@ def parse_chat_request(body: Any) -> ChatRequest:
     )
 
 
+async def _bounded(awaitable: Awaitable[Generation], seconds: float) -> Generation:
+    """``awaitable`` within ``seconds`` (``asyncio.TimeoutError`` past it); in this task where Python allows it."""
+    if sys.version_info >= (3, 11):  # asyncio.timeout runs it in this task: no extra task per call
+        async with asyncio.timeout(seconds):
+            return await awaitable
+    return await asyncio.wait_for(awaitable, seconds)
+
+
 def _comparable(message: Mapping[str, Any]) -> tuple[Any, ...]:
     """What must match for a message to count as the same one (tool-call ids and tool names are the harness's)."""
     calls = tuple(
@@ -283,6 +292,8 @@ class CallRecord:
     branch: str | None
     sampling: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    #: The messages then the reply as compared with later histories (computed once, not per later call).
+    comparables: list[tuple[Any, ...]] = field(default_factory=list, repr=False)
 
 
 class Session:
@@ -534,9 +545,8 @@ class Gateway:
         tools_changed = False
         for call in sorted(session.calls, key=lambda c: c.index, reverse=True):
             size = len(call.messages)
-            if len(wanted) <= size + 1 or wanted[size] != _comparable(call.reply):
-                continue
-            if [_comparable(m) for m in call.messages] != wanted[:size]:
+            # the call's history plus its reply, as one list compare (its comparables are cached)
+            if len(wanted) <= size + 1 or wanted[: size + 1] != call.comparables:
                 continue
             if call.tools != tools:
                 tools_changed = True
@@ -650,6 +660,7 @@ class Gateway:
             branch=branch,
             sampling=request.sampling,
             seconds=seconds,
+            comparables=[*(_comparable(m) for m in request.messages), _comparable(reply)],
         )
         if key in self.sessions:  # finished while generating: the answer goes back, the episode is closed
             session.calls.append(record)
@@ -661,14 +672,17 @@ class Gateway:
         timeout = self.limits.request_timeout_s
         deadline = time.monotonic() + timeout
         try:
-            await asyncio.wait_for(self._slots.acquire(), timeout)
+            if self._slots.locked():  # queue, bounded; a free slot is taken without a waiting task
+                await asyncio.wait_for(self._slots.acquire(), timeout)
+            else:
+                await self._slots.acquire()
         except asyncio.TimeoutError:
             raise GatewayOverloaded(
                 f"no generation slot freed within request_timeout_s={timeout} s "
                 f"(max_concurrent_generations={self.limits.max_concurrent_generations})"
             ) from None
         try:
-            return await asyncio.wait_for(generate(request), max(deadline - time.monotonic(), 1e-3))
+            return await _bounded(generate(request), max(deadline - time.monotonic(), 1e-3))
         except asyncio.TimeoutError:
             raise GenerateTimedOut(
                 f"the generate function did not answer {request.request_id} within request_timeout_s={timeout} s"
@@ -694,7 +708,7 @@ class Gateway:
         ids = list(generation.token_ids)
         if not ids or len(ids) > max_tokens:
             raise GenerateFailed(f"the generate function returned {len(ids)} ids for a limit of {max_tokens}")
-        if any(not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < self.vocab_size for t in ids):
+        if not all(type(t) is int for t in ids) or min(ids) < 0 or max(ids) >= self.vocab_size:
             raise GenerateFailed(f"the generate function returned ids outside [0, {self.vocab_size}): {ids[:20]}")
         logprobs = None if generation.logprobs is None else [float(x) for x in generation.logprobs]
         if logprobs is not None and (len(logprobs) != len(ids) or not all(math.isfinite(x) for x in logprobs)):
