@@ -415,7 +415,8 @@ class Gateway:
             function: :class:`gem_core.eval.backends.HFBackend`'s, vLLM's, a trainer's rollout server's).
         tokenizer: The model's tokenizer, with its chat template.
         model_name: The name ``/v1/models`` lists and answers carry.
-        tool_parser: The model family's tool-call format (:data:`gem_gateway.tool_parsers.PARSERS`).
+        tool_parser: The model family's tool-call format (:data:`gem_gateway.tool_parsers.PARSERS`);
+            ``"auto"`` reads it off the chat template (:func:`gem_gateway.tool_parsers.family_of`).
         limits: Bounds (:class:`GatewayLimits`).
         chat_template_kwargs: Extra ``apply_chat_template`` arguments.
         stop_token_ids: Ids that end a turn (default: the tokenizer's eos).
@@ -438,7 +439,7 @@ class Gateway:
         self.generate = generate
         self.tokenizer = tokenizer
         self.model_name = model_name
-        self.parse_tools = get_parser(tool_parser)
+        self.parse_tools = get_parser(tool_parser, tokenizer)
         self.limits = limits or GatewayLimits()
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.renderer = ChatRenderer(tokenizer, self.chat_template_kwargs)
