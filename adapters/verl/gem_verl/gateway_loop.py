@@ -114,12 +114,16 @@ class GatewayAgentLoop(GemEnvAgentLoop):
     ``extra_info["gem"]`` names the env and seed the harness plays.
 
     Raises:
-        ConfigError: At construction: no or a bad ``+gem.harness`` (and what the base class refuses).
+        ConfigError: At construction: no or a bad ``+gem.harness``, an unknown ``+gem.tool_parser``
+            (and what the base class refuses).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.harness = load_harness(self.gem_config.harness)
+        from gem_gateway.tool_parsers import get_parser
+
+        get_parser(self.gem_config.tool_parser, self.tokenizer)  # an unknown parser fails here, not per episode
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[Any]:  # type: ignore[override]  # verl v1 takes a list
         """Run the harness for the row ``kwargs`` and return one sample per segment of its episode."""

@@ -212,12 +212,16 @@ def test_a_policy_step_on_the_stored_samples(summarised: Any) -> None:
     [
         (None, r"needs \+gem\.harness='module:function'"),
         ("gateway_harnesses:nowhere", "cannot be loaded: AttributeError"),
+        ("gateway_harnesses:append_only|mistral", "unknown tool parser 'mistral'"),
     ],
-    ids=["missing", "not-there"],
+    ids=["missing", "not-there", "unknown-parser"],
 )
 def test_a_bad_harness_is_a_config_error_naming_the_option(harness: str | None, message: str) -> None:
     tokenizer = build_chat_tokenizer("chatml_tools")
-    cfg = config(layout="sequence", gamma=GAMMA, response_length=64, harness=harness)
+    harness, _, parser = (harness or "").partition("|")
+    cfg = config(
+        layout="sequence", gamma=GAMMA, response_length=64, harness=harness or None, tool_parser=parser or None
+    )
     with pytest.raises(InstantiationException) as caught:  # what verl's worker sees: hydra wraps the loop's error
         make_loop(cfg, TinyServer(None, tokenizer), tokenizer)
     assert isinstance(caught.value.__cause__, ConfigError)
