@@ -33,6 +33,9 @@ from gem_core.testing_tokenizers import build_chat_tokenizer
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+# slow: a real train() (2 steps) on the CPU plus a rollout per step through HTTP (about 1-4 minutes here)
+pytestmark = pytest.mark.slow
+
 ENV_ID = "core:NumberGuess-v0"
 GUESS_TOOL = {
     "type": "function",

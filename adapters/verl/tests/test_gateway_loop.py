@@ -36,6 +36,9 @@ from gem_core.rl.returns import discounted_returns
 from gem_core.testing_models import build_tiny_model
 from gem_core.testing_tokenizers import build_chat_tokenizer
 
+# slow: a tiny model samples every call of 9 harness episodes (about 1-2 minutes here)
+pytestmark = pytest.mark.slow
+
 ENV_ID = "core:NumberGuess-v0"
 GAMMA = 0.9
 
