@@ -225,7 +225,11 @@ def test_a_bad_harness_is_a_config_error_naming_the_option(harness: str | None, 
     cfg = config(
         layout="sequence", gamma=GAMMA, response_length=64, harness=harness or None, tool_parser=parser or None
     )
-    with pytest.raises(InstantiationException) as caught:  # what verl's worker sees: hydra wraps the loop's error
+
+    async def build() -> None:  # inside an event loop, as verl's worker builds loops (verl keeps a handle on it)
         make_loop(cfg, TinyServer(None, tokenizer), tokenizer)
+
+    with pytest.raises(InstantiationException) as caught:  # what verl's worker sees: hydra wraps the loop's error
+        asyncio.run(build())
     assert isinstance(caught.value.__cause__, ConfigError)
     assert re.search(message, str(caught.value.__cause__))
