@@ -3,6 +3,8 @@
 * :class:`GemRollout`: a ``rollout_func`` whose episodes the core's episode engine plays
   with the trainer's model (``model.generate`` or TRL's vLLM engine), returned token in,
   token out, with ``env_mask`` on the env's tokens.
+* :class:`GatewayRollout` (:mod:`gem_trl.gateway`): a ``rollout_func`` whose episodes black-box agent
+  programs play through ``gem gateway`` (needs gem-gateway), laid out the same way.
 * :func:`make_prompt_dataset`: the training dataset, from env ids and seeds.
 * :class:`GemGRPOTrainer` / :class:`GemGRPOConfig`: per-turn ReBN advantages (or GRPO).
 * :func:`tool_environment_factory`: a gem tool env as TRL's own ``environment_factory``
@@ -26,11 +28,13 @@ from gem_trl.rollout import GemRollout, episode_key, episode_return_reward, make
 from gem_trl.tiny import build_tiny_model, build_tiny_tokenizer
 
 if TYPE_CHECKING:
+    from gem_trl.gateway import GatewayRollout
     from gem_trl.trainer import GemGRPOConfig, GemGRPOTrainer
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "GatewayRollout",
     "GemGRPOConfig",
     "GemGRPOTrainer",
     "GemRollout",
@@ -52,4 +56,8 @@ def __getattr__(name: str) -> Any:
         from gem_trl import trainer
 
         return getattr(trainer, name)
+    if name == "GatewayRollout":  # needs gem-gateway, an optional dependency
+        from gem_trl.gateway import GatewayRollout
+
+        return GatewayRollout
     raise AttributeError(f"module 'gem_trl' has no attribute {name!r}")

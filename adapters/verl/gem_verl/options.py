@@ -107,6 +107,12 @@ class GemLoopConfig(BaseModel):
             ends only its episode, which becomes one sample with no trainable token
             (``response_mask`` all 0, no turn for ``rebn``, reward 0), counted as
             ``gem/env_errors``; ``"raise"``: the error propagates (verl fails the step).
+        harness: ``gem_gateway_agent`` only: ``"module:function"``, the trainer code that
+            runs a black-box agent program against the gateway for one row and returns its
+            reward (:mod:`gem_gateway.harness`).
+        harness_timeout_s: ``gem_gateway_agent``: longest one harness (and each of its calls) may run.
+        tool_parser: ``gem_gateway_agent``: the model family's tool-call format (``hermes``, ``llama3``, ``none``).
+        max_calls: ``gem_gateway_agent``: most chat calls one episode may make (past it: HTTP 429 to the agent).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -118,6 +124,10 @@ class GemLoopConfig(BaseModel):
     env_kwargs: dict[str, Any] = Field(default_factory=dict)
     wrappers: list[str | tuple[str, dict[str, Any]]] = Field(default_factory=list)
     on_env_error: Literal["end", "raise"] = "end"
+    harness: str | None = None
+    harness_timeout_s: float = Field(default=600.0, gt=0)
+    tool_parser: str = "hermes"
+    max_calls: int = Field(default=64, ge=1)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from typing import Any
 __all__ = [
     "AFTER_IMPORT",
     "AGENT_NAME",
+    "GATEWAY_AGENT_NAME",
     "register",
     "register_agent_loop",
     "register_config_check",
@@ -48,6 +49,8 @@ _logger = logging.getLogger(__name__)
 
 #: The name rows select in their ``agent_name`` column (or ``rollout.agent.default_agent_loop``).
 AGENT_NAME = "gem_env_agent"
+#: Rows whose episodes a black-box agent program plays through gem gateway (:mod:`gem_verl.gateway_loop`).
+GATEWAY_AGENT_NAME = "gem_gateway_agent"
 
 
 def register_agent_loop(module: ModuleType) -> None:
@@ -61,6 +64,7 @@ def register_agent_loop(module: ModuleType) -> None:
     module._agent_loop_registry[AGENT_NAME] = {"_target_": "gem_verl.agent_loop.GemEnvAgentLoop"}
     # multi-agent games: one sample per trained seat (gem_verl.multiagent)
     module._agent_loop_registry["gem_multiagent_agent"] = {"_target_": "gem_verl.multiagent.GemMultiAgentLoop"}
+    module._agent_loop_registry[GATEWAY_AGENT_NAME] = {"_target_": "gem_verl.gateway_loop.GatewayAgentLoop"}
     from gem_verl.async_hook import install_worker
 
     install_worker(module)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -232,6 +233,14 @@ def parse_chat_request(body: Any) -> ChatRequest:
     )
 
 
+async def _bounded(awaitable: Awaitable[Generation], seconds: float) -> Generation:
+    """``awaitable`` within ``seconds`` (``asyncio.TimeoutError`` past it); in this task where Python allows it."""
+    if sys.version_info >= (3, 11):  # asyncio.timeout runs it in this task: no extra task per call
+        async with asyncio.timeout(seconds):
+            return await awaitable
+    return await asyncio.wait_for(awaitable, seconds)
+
+
 def _comparable(message: Mapping[str, Any]) -> tuple[Any, ...]:
     """What must match for a message to count as the same one (tool-call ids and tool names are the harness's)."""
     calls = tuple(
@@ -283,13 +292,25 @@ class CallRecord:
     branch: str | None
     sampling: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    #: The messages then the reply as compared with later histories (computed once, not per later call).
+    comparables: list[tuple[Any, ...]] = field(default_factory=list, repr=False)
 
 
 class Session:
     """The calls of one harness episode (one session key)."""
 
-    def __init__(self, key: str, ordinal: int, *, start_state_id: str | None, env_id: str | None) -> None:
+    def __init__(
+        self,
+        key: str,
+        ordinal: int,
+        *,
+        start_state_id: str | None,
+        env_id: str | None,
+        generate: Generate | None = None,
+    ) -> None:
         self.key = key
+        #: This session's own generate function (a trainer's per-episode client), else the gateway's.
+        self.generate = generate
         self.ordinal = ordinal
         self.start_state_id = start_state_id or f"gateway/{key}"
         self.env_id = env_id
@@ -310,6 +331,7 @@ class Session:
         rewards: Sequence[float] | None = None,
         truncated: bool = False,
         info: Mapping[str, Any] | None = None,
+        actions: Sequence[str] | None = None,
     ) -> Episode:
         """The calls as one episode: a turn per call in order, ``reward`` on the last.
 
@@ -320,14 +342,18 @@ class Session:
             truncated: The episode was cut (a turn budget, a timeout), not finished: the last
                 turn is ``truncated`` instead of ``terminated``.
             info: Kept in the last turn's ``info``.
+            actions: What the harness's env got for each call (``Turn.action``), when that is not
+                the reply's text (e.g. a harness applying GEM's rule for cut replies); default the text.
 
         Raises:
             TrajectoryError: the session has no call yet (or a reward is not finite).
-            BadRequest: ``rewards`` does not hold one reward per call.
+            BadRequest: ``rewards`` or ``actions`` do not hold one entry per call.
         """
         calls = sorted(self.calls, key=lambda c: c.index)
         if rewards is not None and len(rewards) != len(calls):
             raise BadRequest(f"session {self.key!r} made {len(calls)} calls but got {len(rewards)} rewards")
+        if actions is not None and (len(actions) != len(calls) or not all(isinstance(a, str) for a in actions)):
+            raise BadRequest(f"session {self.key!r} made {len(calls)} calls but got {len(actions)} actions (strings)")
         turns = []
         for position, call in enumerate(calls):
             last = position == len(calls) - 1
@@ -339,7 +365,7 @@ class Session:
             turns.append(
                 Turn(
                     observation="\n".join(m["content"] for m in new if m["role"] != "assistant"),
-                    action=call.text,
+                    action=call.text if actions is None else actions[position],
                     reward=rewards[position] if rewards is not None else reward if last else 0.0,
                     terminated=last and not truncated,
                     truncated=last and truncated,
@@ -389,7 +415,8 @@ class Gateway:
             function: :class:`gem_core.eval.backends.HFBackend`'s, vLLM's, a trainer's rollout server's).
         tokenizer: The model's tokenizer, with its chat template.
         model_name: The name ``/v1/models`` lists and answers carry.
-        tool_parser: The model family's tool-call format (:data:`gem_gateway.tool_parsers.PARSERS`).
+        tool_parser: The model family's tool-call format (:data:`gem_gateway.tool_parsers.PARSERS`);
+            ``"auto"`` reads it off the chat template (:func:`gem_gateway.tool_parsers.family_of`).
         limits: Bounds (:class:`GatewayLimits`).
         chat_template_kwargs: Extra ``apply_chat_template`` arguments.
         stop_token_ids: Ids that end a turn (default: the tokenizer's eos).
@@ -412,7 +439,7 @@ class Gateway:
         self.generate = generate
         self.tokenizer = tokenizer
         self.model_name = model_name
-        self.parse_tools = get_parser(tool_parser)
+        self.parse_tools = get_parser(tool_parser, tokenizer)
         self.limits = limits or GatewayLimits()
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.renderer = ChatRenderer(tokenizer, self.chat_template_kwargs)
@@ -426,8 +453,18 @@ class Gateway:
 
     # ------------------------------------------------------------------ sessions
 
-    def open_session(self, key: str, *, start_state_id: str | None = None, env_id: str | None = None) -> Session:
+    def open_session(
+        self,
+        key: str,
+        *,
+        start_state_id: str | None = None,
+        env_id: str | None = None,
+        generate: Generate | None = None,
+    ) -> Session:
         """Open ``key`` ahead of its first call (to name its start state for GRPO groups).
+
+        ``generate`` answers this session's calls instead of the gateway's own function (a
+        trainer's rollout client with the episode's sampling settings and sticky request id).
 
         Raises:
             BadRequest: ``key`` is empty or too long, or already open.
@@ -445,7 +482,7 @@ class Gateway:
                 f"{len(self.sessions)} sessions are open (max_sessions={self.limits.max_sessions}); finish or "
                 "drop sessions, or raise the limit"
             )
-        session = Session(key, self._ordinal, start_state_id=start_state_id, env_id=env_id)
+        session = Session(key, self._ordinal, start_state_id=start_state_id, env_id=env_id, generate=generate)
         self._ordinal += 1
         self.sessions[key] = session
         return session
@@ -464,6 +501,7 @@ class Gateway:
         rewards: Sequence[float] | None = None,
         truncated: bool = False,
         info: Mapping[str, Any] | None = None,
+        actions: Sequence[str] | None = None,
     ) -> Episode:
         """End session ``key``'s episode; the key is closed.
 
@@ -483,8 +521,10 @@ class Gateway:
         if session is None:
             raise NotFound(f"no open session {key!r}")
         if verifier is not None:
-            reward = float(verifier(session.episode(0.0, truncated=truncated)))
-        episode = session.episode(float(reward or 0.0), rewards=rewards, truncated=truncated, info=info)
+            reward = float(verifier(session.episode(0.0, truncated=truncated, actions=actions)))
+        episode = session.episode(
+            float(reward or 0.0), rewards=rewards, truncated=truncated, info=info, actions=actions
+        )
         self.drop(key)
         return episode
 
@@ -506,9 +546,8 @@ class Gateway:
         tools_changed = False
         for call in sorted(session.calls, key=lambda c: c.index, reverse=True):
             size = len(call.messages)
-            if len(wanted) <= size + 1 or wanted[size] != _comparable(call.reply):
-                continue
-            if [_comparable(m) for m in call.messages] != wanted[:size]:
+            # the call's history plus its reply, as one list compare (its comparables are cached)
+            if len(wanted) <= size + 1 or wanted[: size + 1] != call.comparables:
                 continue
             if call.tools != tools:
                 tools_changed = True
@@ -586,7 +625,7 @@ class Gateway:
                 request_id=f"{key}/call{index}",
             )
             started = time.perf_counter()
-            generation = await self._generate(turn_request)
+            generation = await self._generate(turn_request, session.generate or self.generate)
             seconds = time.perf_counter() - started
             ids, logprobs, text, finish = self._read(generation, max_tokens, request.stop)
         except GemCoreError as exc:
@@ -622,25 +661,29 @@ class Gateway:
             branch=branch,
             sampling=request.sampling,
             seconds=seconds,
+            comparables=[*(_comparable(m) for m in request.messages), _comparable(reply)],
         )
         if key in self.sessions:  # finished while generating: the answer goes back, the episode is closed
             session.calls.append(record)
         return record
 
-    async def _generate(self, request: TurnRequest) -> Generation:
+    async def _generate(self, request: TurnRequest, generate: Generate) -> Generation:
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.limits.max_concurrent_generations)
         timeout = self.limits.request_timeout_s
         deadline = time.monotonic() + timeout
         try:
-            await asyncio.wait_for(self._slots.acquire(), timeout)
+            if self._slots.locked():  # queue, bounded; a free slot is taken without a waiting task
+                await asyncio.wait_for(self._slots.acquire(), timeout)
+            else:
+                await self._slots.acquire()
         except asyncio.TimeoutError:
             raise GatewayOverloaded(
                 f"no generation slot freed within request_timeout_s={timeout} s "
                 f"(max_concurrent_generations={self.limits.max_concurrent_generations})"
             ) from None
         try:
-            return await asyncio.wait_for(self.generate(request), max(deadline - time.monotonic(), 1e-3))
+            return await _bounded(generate(request), max(deadline - time.monotonic(), 1e-3))
         except asyncio.TimeoutError:
             raise GenerateTimedOut(
                 f"the generate function did not answer {request.request_id} within request_timeout_s={timeout} s"
@@ -666,7 +709,7 @@ class Gateway:
         ids = list(generation.token_ids)
         if not ids or len(ids) > max_tokens:
             raise GenerateFailed(f"the generate function returned {len(ids)} ids for a limit of {max_tokens}")
-        if any(not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < self.vocab_size for t in ids):
+        if not all(type(t) is int for t in ids) or min(ids) < 0 or max(ids) >= self.vocab_size:
             raise GenerateFailed(f"the generate function returned ids outside [0, {self.vocab_size}): {ids[:20]}")
         logprobs = None if generation.logprobs is None else [float(x) for x in generation.logprobs]
         if logprobs is not None and (len(logprobs) != len(ids) or not all(math.isfinite(x) for x in logprobs)):

@@ -31,7 +31,11 @@ def gateway_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=["hf", "vllm"], default="hf", help="the generate function behind the API")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--tool-parser", default="hermes", help="the model family's tool-call format (hermes, qwen, none)")
+    p.add_argument(
+        "--tool-parser",
+        default="auto",
+        help="the model family's tool-call format: auto (read off the chat template), hermes, qwen, llama3_json, none",
+    )
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the engine (0: greedy)")
     p.add_argument("--max-sessions", type=int, default=d.max_sessions)
     p.add_argument("--max-calls-per-session", type=int, default=d.max_calls_per_session)

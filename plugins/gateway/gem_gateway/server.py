@@ -3,6 +3,8 @@
 Routes (``<session>`` is the key the harness's base URL carries: ``http://host:port/s/<session>/v1``):
 
 * ``POST /s/<session>/v1/chat/completions``: a chat completion, recorded in the session;
+* ``POST /s/<session>/v1/responses``: the Responses API, read as the chat call it stands for
+  (:mod:`gem_gateway.responses`), recorded the same way;
 * ``GET /s/<session>/v1/models``: the one model served;
 * ``GET /health``;
 * ``GET /admin/sessions/<session>`` and ``POST /admin/sessions/<session>/finish`` (``{"reward": r}``):
@@ -28,6 +30,7 @@ from aiohttp import web
 
 from gem_gateway.capture import CallRecord, ChatRequest, Gateway, parse_chat_request
 from gem_gateway.errors import BadRequest, GatewayError, NotFound, Unauthorized
+from gem_gateway.responses import chat_request_from_responses, response_body, response_events
 
 __all__ = ["build_app", "run_in_thread", "serve"]
 
@@ -104,6 +107,27 @@ def build_app(gateway: Gateway, *, admin_token: str | None = None) -> web.Applic
             )
         return await _stream(request, base, gateway, call, parsed)
 
+    async def responses(request: web.Request) -> web.StreamResponse:
+        key = request.match_info["session"]
+        try:
+            try:
+                body = await request.json()
+            except json.JSONDecodeError as exc:
+                raise BadRequest(f"the request body is not JSON: {exc}") from None
+            parsed = chat_request_from_responses(body)
+            call = await gateway.complete(key, parsed)
+        except GatewayError as exc:
+            return _error(exc)
+        answer = response_body(call, key, gateway.model_name, body)
+        if not parsed.stream:
+            return web.json_response(answer)
+        stream = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await stream.prepare(request)
+        for event in response_events(answer):
+            await stream.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
+        await stream.write_eof()
+        return stream
+
     async def models(request: web.Request) -> web.Response:
         return web.json_response(
             {"object": "list", "data": [{"id": gateway.model_name, "object": "model", "owned_by": "gem"}]}
@@ -166,6 +190,7 @@ def build_app(gateway: Gateway, *, admin_token: str | None = None) -> web.Applic
 
     app = web.Application(client_max_size=gateway.limits.max_body_bytes, middlewares=[typed_errors])
     app.router.add_post("/s/{session}/v1/chat/completions", chat)
+    app.router.add_post("/s/{session}/v1/responses", responses)
     app.router.add_get("/s/{session}/v1/models", models)
     app.router.add_get("/health", health)
     app.router.add_get("/admin/sessions/{session}", show)

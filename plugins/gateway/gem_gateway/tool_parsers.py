@@ -15,7 +15,7 @@ from typing import Any
 
 from gem_core.errors import ConfigError
 
-__all__ = ["PARSERS", "ParsedReply", "ToolCall", "get_parser", "parse_hermes"]
+__all__ = ["PARSERS", "ParsedReply", "ToolCall", "family_of", "get_parser", "parse_hermes", "parse_llama3_json"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,22 +79,110 @@ def _hermes_call(body: str) -> ToolCall | None:
     return ToolCall(data["name"], arguments)
 
 
+_JSON = json.JSONDecoder()
+
+
+def parse_llama3_json(text: str) -> ParsedReply:
+    """Parse Llama 3.1/3.2/3.3's JSON tool calls: the whole reply is ``{"name": ..., "parameters": {...}}``.
+
+    Llama 3's templates ask for one JSON object per call as the entire message (after the
+    ``<|python_tag|>`` token when the decode keeps special tokens); several calls are
+    separated by ``;``. ``arguments`` is read as ``parameters``. A reply that is not wholly
+    such objects is content, as written (a model answering in prose, or a malformed call).
+    """
+    body = text.strip()
+    if body.startswith("<|python_tag|>"):
+        body = body[len("<|python_tag|>") :].lstrip()
+    if not body.startswith("{"):
+        return ParsedReply(text, ())
+    calls: list[ToolCall] = []
+    position = 0
+    while position < len(body):
+        try:
+            data, end = _JSON.raw_decode(body, position)
+        except json.JSONDecodeError:
+            return ParsedReply(text, ())
+        call = _llama3_call(data)
+        if call is None:
+            return ParsedReply(text, ())
+        calls.append(call)
+        position = end
+        rest = body[position:].lstrip()
+        if rest.startswith(";"):
+            rest = rest[1:].lstrip()
+        position = len(body) - len(rest)
+    return ParsedReply("", tuple(calls))
+
+
+def _llama3_call(data: Any) -> ToolCall | None:
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not data["name"]:
+        return None
+    if set(data) - {"name", "parameters", "arguments", "type"}:
+        return None  # a JSON answer that merely has a "name" is not a call
+    arguments = data.get("parameters", data.get("arguments", {}))
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            return None
+    return ToolCall(data["name"], arguments) if isinstance(arguments, dict) else None
+
+
 def parse_none(text: str) -> ParsedReply:
     """No tool calls: the whole reply is content (models without a tool format)."""
     return ParsedReply(text, ())
 
 
-#: Parsers by name (``--tool-parser``).
-PARSERS: dict[str, Callable[[str], ParsedReply]] = {"hermes": parse_hermes, "qwen": parse_hermes, "none": parse_none}
+#: Parsers by name (``--tool-parser``; ``auto`` picks one by the chat template, :func:`family_of`).
+PARSERS: dict[str, Callable[[str], ParsedReply]] = {
+    "hermes": parse_hermes,
+    "qwen": parse_hermes,
+    "llama3_json": parse_llama3_json,
+    "llama3": parse_llama3_json,
+    "none": parse_none,
+}
 
 
-def get_parser(name: str) -> Callable[[str], ParsedReply]:
-    """The parser called ``name``.
+def family_of(tokenizer: Any) -> str:
+    """The tool-call family a tokenizer's chat template was written for: ``"hermes"`` or ``"llama3_json"``.
+
+    Read off the template, the one place that tells how the model writes calls: Qwen/Hermes
+    templates render past calls in ``<tool_call>`` tags, Llama 3's mention ``<|python_tag|>``
+    and ask for ``{"name": ..., "parameters": ...}``. A template naming neither (no tool
+    support) gets ``"hermes"``, the most common format, which leaves plain text untouched.
 
     Raises:
-        ConfigError: an unknown name (the message lists the known ones).
+        ConfigError: a Mistral template (``[TOOL_CALLS]``: its marker is a special token the
+            decoded text drops, so its calls cannot be read from text); name a parser instead.
     """
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):  # several named templates: the default one
+        template = template.get("default") or next(iter(template.values()), "")
+    template = template if isinstance(template, str) else ""
+    if "<tool_call>" in template:
+        return "hermes"
+    if "<|python_tag|>" in template or '"parameters": ' in template:
+        return "llama3_json"
+    if "[TOOL_CALLS]" in template:
+        raise ConfigError(
+            "the chat template is Mistral's ([TOOL_CALLS]); the gateway has no Mistral tool parser yet: pass "
+            "tool_parser='none' (no tool calls) or a model of a supported family (hermes/qwen, llama3_json)"
+        )
+    return "hermes"
+
+
+def get_parser(name: str, tokenizer: Any = None) -> Callable[[str], ParsedReply]:
+    """The parser called ``name`` (``"auto"``: the one of ``tokenizer``'s family, :func:`family_of`).
+
+    Raises:
+        ConfigError: an unknown name (the message lists the known ones), or ``auto`` without a
+            tokenizer or with a template of an unsupported family.
+    """
+    if name == "auto":
+        if tokenizer is None:
+            raise ConfigError("tool_parser='auto' reads the tokenizer's chat template; give the tokenizer")
+        return PARSERS[family_of(tokenizer)]
     try:
         return PARSERS[name]
     except KeyError:
-        raise ConfigError(f"unknown tool parser {name!r}; choose one of {sorted(PARSERS)}") from None
+        raise ConfigError(f"unknown tool parser {name!r}; choose one of {sorted([*PARSERS, 'auto'])}") from None
