@@ -30,3 +30,16 @@ def ray_instance() -> Iterator[Any]:
     )
     yield ray
     ray.shutdown()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``-n 2 --dist loadgroup``, as tox runs the suite) every Ray test goes to one worker.
+
+    A second local Ray instance on a 2-core machine doubles Ray's daemons and its start can time out; the
+    other tests share the cores with the Ray worker instead.
+    """
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        if "ray" in item.nodeid.lower():
+            item.add_marker(pytest.mark.xdist_group("ray"))
