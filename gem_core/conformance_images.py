@@ -18,6 +18,7 @@ Needs the ``test`` extra (transformers, Pillow for the processor's image process
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import struct
@@ -181,7 +182,22 @@ def image_reference_episodes(case: ImageConformanceCase) -> list[Episode]:
 
 
 def image_reference_records(case: ImageConformanceCase) -> list[ImageConformanceRecord]:
-    """The expected records of ``case``, in seed order, with ReBN advantages and the images' features."""
+    """The expected records of ``case``, in seed order, with ReBN advantages and the images' features.
+
+    Computed once per case and process (the case is a pure function of its fields); each call
+    returns fresh copies.
+    """
+    key = repr(case)
+    if key not in _REFERENCE:
+        _REFERENCE[key] = _image_reference_records(case)
+    return copy.deepcopy(_REFERENCE[key])
+
+
+#: :func:`image_reference_records` per case (by its repr: cases hold dicts, so they do not hash).
+_REFERENCE: dict[str, list[ImageConformanceRecord]] = {}
+
+
+def _image_reference_records(case: ImageConformanceCase) -> list[ImageConformanceRecord]:
     episodes = image_reference_episodes(case)
     records = []
     for episode, advantages in zip(episodes, _rebn_per_episode(episodes, case.gamma), strict=True):
