@@ -35,6 +35,12 @@ def register_envs() -> list[EnvSpec]:
             tags=("multi-turn", "offline", "reference", "tools"),
         ),
         EnvSpec(
+            id="core:PictureNumberGuess-v0",
+            entry_point="gem_core.conformance_images:PictureNumberGuess",
+            description="Reference image env: NumberGuess with a new picture in every observation (image conformance).",
+            tags=("multi-turn", "offline", "reference", "images"),
+        ),
+        EnvSpec(
             id="core:Nim-v0",
             entry_point="gem_core.multiagent.reference:NimEnv",
             description="Reference multi-agent env (agents in turn): two players take 1-3 stones, last stone wins.",

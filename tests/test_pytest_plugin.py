@@ -51,12 +51,14 @@ def test_marker_fixture_and_failures(pytester: pytest.Pytester) -> None:
         test_core=CHECKS_CORE, test_ids=WITH_IDS_AND_KWARGS, test_bad=BREAKS_CONTRACT, test_no_marker=NO_MARKER
     )
     result = pytester.runpytest_subprocess("-v")
-    result.assert_outcomes(passed=6, failed=1, errors=1)  # core has 5 ids (3 NumberGuess, Nim, RPS), plus test_ids
+    # core has 6 ids (3 NumberGuess, PictureNumberGuess, Nim, RPS), plus test_ids
+    result.assert_outcomes(passed=7, failed=1, errors=1)
     result.stdout.fnmatch_lines_random(
         [
             "*test_core.py::test_contract?core:NumberGuess-v0? PASSED*",
             "*test_core.py::test_contract?core:NumberGuess-v0-echo? PASSED*",
             "*test_core.py::test_contract?core:NumberGuess-v0-hard? PASSED*",
+            "*test_core.py::test_contract?core:PictureNumberGuess-v0? PASSED*",
             "*test_ids.py::test_contract?core:NumberGuess-v0? PASSED*",
             "*test_bad.py::test_contract?bad:Global-v0? FAILED*",
             "*EnvCheckError*global `random` state*",

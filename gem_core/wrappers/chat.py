@@ -8,12 +8,13 @@ and ``Message`` are re-exported from there).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
-from gem_core.chat import ChatRenderer, ChatTokenizer, Message, render_text
+from gem_core.chat import ChatRenderer, ChatTokenizer, Message, render_text, template_name
 from gem_core.core import ResetReturn, StepReturn
-from gem_core.errors import ConfigError
-from gem_core.multimodal import Observation, message_text, to_message_content
+from gem_core.errors import ConfigError, ImageError
+from gem_core.multimodal import Observation, message_images, message_text, to_message_content
 from gem_core.wrappers.base import AsyncWrapper, Wrapper, WrapperHooks
 
 __all__ = [
@@ -24,7 +25,26 @@ __all__ = [
     "ChatTokenizer",
     "Conversation",
     "Message",
+    "renders_image_parts",
 ]
+
+#: The text of the probe message that tells whether a chat template renders image parts.
+_PROBE_TEXT = "gem image probe"
+
+
+def renders_image_parts(tokenizer: ChatTokenizer) -> bool:
+    """Whether ``tokenizer``'s chat template renders a message of image and text parts (a VLM's template).
+
+    A text-only template either fails on a list ``content`` or writes the list's Python
+    repr into the prompt; both count as no.
+    """
+    probe = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": _PROBE_TEXT}]}]
+    try:
+        text = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=False)
+    except Exception:  # any failure of a template on image parts means it cannot render them
+        return False
+    return isinstance(text, str) and _PROBE_TEXT in text and "'type'" not in text
+
 
 ChatMode = Literal["observation", "observation_action", "chat", "chat_first_turn"]
 
@@ -120,6 +140,24 @@ class _ChatHistoryHooks(WrapperHooks):
         self.incremental = incremental
         self.conversation = Conversation(system_prompt, max_history)
         self._renderer: ChatRenderer | None = None
+        #: Whether the tokenizer's template renders image parts; probed at the first image it would render.
+        self._template_takes_images: bool | None = None
+
+    def _check_template_takes(self, messages: Sequence[Message]) -> None:
+        """Refuse, by name, to render images through a text-only chat template (it fails or writes a repr)."""
+        count = sum(len(message_images(m["content"])) for m in messages)
+        if not count or self.tokenizer is None:
+            return
+        if self._template_takes_images is None:
+            self._template_takes_images = renders_image_parts(self.tokenizer)
+        if not self._template_takes_images:
+            raise ImageError(
+                f"the chat template of {template_name(self.tokenizer)} renders text only, and the messages to "
+                f"render hold {count} image(s). Pass the vision-language model's processor as tokenizer= (e.g. "
+                "AutoProcessor.from_pretrained(...): its template writes the image placeholders), or use "
+                "mode='observation' / 'observation_action' (each image becomes '<image>' text), or no tokenizer "
+                "(the image parts stay in info['messages'])"
+            )
 
     def _render(self, latest: Observation) -> Observation:
         conv, tok = self.conversation, self.tokenizer
@@ -128,11 +166,15 @@ class _ChatHistoryHooks(WrapperHooks):
         if self.mode == "observation_action":
             return conv.text(include_actions=True)
         if self.mode == "chat":
-            return conv.render(tok) if tok is not None else latest
+            if tok is None:
+                return latest
+            self._check_template_takes(conv.view())
+            return conv.render(tok)
         # chat_first_turn: the opening turn in the template, later messages appended as plain text
         if tok is None:
             return conv.text(include_actions=True)
         first = conv.view()[: conv.first_observation_index + 1]
+        self._check_template_takes(first)
         head = render_text(tok, first, add_generation_prompt=True)
         return head + "\n".join(message_text(m["content"]) for m in conv.view()[len(first) :])
 
@@ -152,6 +194,7 @@ class _ChatHistoryHooks(WrapperHooks):
         message = self.conversation.add_observation(obs, role=role)
         info = {**info, "messages": self.conversation.view()}
         if self.tokenizer is not None and self.mode == "chat":
+            self._check_template_takes([message])
             if self._renderer is None:  # probes the template once, on the first step
                 self._renderer = ChatRenderer(self.tokenizer)
             delta = self._renderer.bridge_text([message])
@@ -188,6 +231,9 @@ _CHAT_DOC = """Keeps the episode as chat messages and returns it as the observat
 
     Raises:
         ConfigError: unknown mode, negative ``max_history``, or ``incremental`` without a tokenizer.
+        ImageError: In ``chat`` or ``chat_first_turn`` mode with a tokenizer whose chat
+            template renders text only (:func:`renders_image_parts`), when a message to render
+            holds an image; the message says what to pass instead.
     """
 
 

@@ -38,8 +38,21 @@ GRPO_TRAINER_METHODS: dict[str, tuple[str, ...]] = {
     "_generate_and_score_completions": ("self", "inputs"),
     # called by GemRollout to log gem/* metrics (TRL averages them across processes)
     "_log_metric": ("self", "name", "value"),
-    # calls rollout_func(prompts, trainer) and turns env_mask into its tool mask
+    # calls rollout_func(prompts, trainer) and turns env_mask into its tool mask; overridden (gem_trl.vision)
+    # to take the episodes' image features out of the rollout's fields (element 5 of its result)
     "_generate": ("self", "prompts"),
+    # every forward of a batch; overridden to give it the episodes' images (gem_trl.vision)
+    "_get_per_token_logps_and_entropies": (
+        "self",
+        "model",
+        "input_ids",
+        "attention_mask",
+        "logits_to_keep",
+        "pixel_values",
+        "image_grid_thw",
+        "num_images",
+        "mm_token_type_ids",
+    ),
 }
 
 #: Attributes of every built ``GRPOTrainer`` that gem-trl reads.

@@ -50,6 +50,7 @@ from gem_core.episode import (
 from gem_core.errors import ConfigError, TemplatePrefixError, TrajectoryError
 from gem_core.registry import WrapperRef
 from gem_core.rl.returns import check_gamma, discounted_returns
+from gem_trl.vision import episode_features, generate_image_kwargs, image_token_id, is_processor
 
 __all__ = [
     "EPISODE_KEY_SEPARATOR",
@@ -230,7 +231,9 @@ class GemRollout:
     :class:`~gem_core.rl.types.Episode`), ``turn_rewards``, ``turn_spans`` (``[start,
     end)`` of each turn's generated tokens in the completion), ``episode_return``,
     ``num_turns``, ``success``, ``terminated``, ``truncated``, ``end_reason``, ``cut_turns``,
-    ``env_error`` (the ``"Type: message"`` of an env error that ended the episode, else ``None``).
+    ``env_error`` (the ``"Type: message"`` of an env error that ended the episode, else ``None``),
+    ``image_inputs`` (with a processor: the processor's features of the context's images, in
+    token order, else ``None``; see :mod:`gem_trl.vision`).
     An episode an env error ended keeps its turns in the completion, all masked out; one
     that has no completion token left (the env failed in ``reset`` or its first step)
     gets a single masked stop token, since TRL needs a token per completion.
@@ -290,7 +293,12 @@ class GemRollout:
             on_env_error=self.limits.on_env_error,
         )
         try:
-            self.engine = EpisodeEngine(trainer_tokenizer(trainer), limits, chat_template_kwargs=kwargs)
+            if is_processor(trainer.processing_class):  # a VLM: the processor places each image's tokens
+                self.engine = EpisodeEngine(
+                    None, limits, chat_template_kwargs=kwargs, processor=trainer.processing_class
+                )
+            else:
+                self.engine = EpisodeEngine(trainer_tokenizer(trainer), limits, chat_template_kwargs=kwargs)
         except TemplatePrefixError as exc:
             raise TemplatePrefixError(
                 f"gem_trl: {exc} TRL trains one sequence per episode, so re-rendering every turn is not an "
@@ -383,6 +391,7 @@ class GemRollout:
                 "end_reason",
                 "cut_turns",
                 "env_error",
+                "image_inputs",
             )
         }
         logprobs: list[list[float]] | None = []
@@ -428,6 +437,8 @@ class GemRollout:
             out["end_reason"].append(session.end_reason)
             out["cut_turns"].append(session.cut_turns)
             out["env_error"].append(episode.metadata["error"] if failed else None)
+            # the context's images, encoded once by the engine: GemGRPOTrainer feeds them to every forward
+            out["image_inputs"].append(episode_features(session.image_inputs) if session.context is not None else None)
             if logprobs is not None and token_logprobs is not None:
                 logprobs.append(token_logprobs)
             else:
@@ -537,6 +548,7 @@ def hf_generate(trainer: Any) -> BatchGenerate:
     stop_ids = set(trainer.eos_token_ids)
     device = trainer.accelerator.device
     configs: dict[int, Any] = {}  # the trainer's sampling settings, with a turn's token limit
+    image_token = image_token_id(trainer.processing_class)
 
     def generate(requests: list[TurnRequest]) -> list[Generation]:
         limit = _turn_limit(requests, trainer)
@@ -550,6 +562,8 @@ def hf_generate(trainer: Any) -> BatchGenerate:
         for row, context in enumerate(contexts):
             input_ids[row, width - len(context) :] = torch.tensor(context)
             attention_mask[row, width - len(context) :] = 1
+        # a VLM reads each context's images (none for a text model or a text-only batch)
+        images = generate_image_kwargs([r.image_inputs for r in requests], input_ids.to(device), image_token)
         with (
             unwrap_model_for_generation(
                 trainer.model_wrapped,
@@ -565,6 +579,7 @@ def hf_generate(trainer: Any) -> BatchGenerate:
                 input_ids=input_ids.to(device),
                 attention_mask=attention_mask.to(device),
                 generation_config=configs[limit],
+                **images,
             )
         new = sequences[:, width:].tolist()
         return [
@@ -586,6 +601,12 @@ def vllm_generate(trainer: Any) -> BatchGenerate:
     stop_ids = set(trainer.eos_token_ids)
 
     def generate(requests: list[TurnRequest]) -> list[Generation]:
+        if any(r.images for r in requests):
+            raise ConfigError(
+                "gem_trl: an episode's context holds images, and gem-trl sends TRL's vLLM engine token ids only "
+                "(vLLM's multimodal input is not wired here yet); train image envs with use_vllm=False "
+                "(model.generate reads the images)"
+            )
         limit = _turn_limit(requests, trainer)
         saved = engine.max_completion_length
         engine.max_completion_length = limit

@@ -13,6 +13,9 @@ a completion whose last reply was cut; the rollout masks out every turn of an ep
 an env error ended) is left out of the ReBN mean and std and gets advantage 0, so what
 the loss ignores does not shift the others. TRL's completions log
 gets the advantages the loss uses.
+
+With a vision-language model's processor as ``processing_class``, the episodes' images
+(encoded by the rollout's engine) reach every forward of the batch: see :mod:`gem_trl.vision`.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from gem_core.rl.types import Episode
 from gem_trl.advantages import completion_spans, rebn_token_advantages
 from gem_trl.contract import check_trl_api
 from gem_trl.rollout import GemRollout, episode_return_reward
+from gem_trl.vision import batch_image_features, image_token_id
 
 __all__ = ["ADVANTAGE_ESTIMATORS", "GemGRPOConfig", "GemGRPOTrainer"]
 
@@ -183,8 +187,39 @@ class GemGRPOTrainer(GRPOTrainer):
         if isinstance(rollout_func, GemRollout):
             rollout_func.setup(self)  # the template probe: fail now, not in the middle of train()
 
+    # ------------------------------------------------------------------ images (gem_trl.vision)
+
+    def _generate(self, prompts: list[Any]) -> Any:
+        result = super()._generate(prompts)
+        extra_fields = result[5]  # the rollout's per-episode fields; image features are not a reward input
+        rows = extra_fields.pop("image_inputs", None) if isinstance(extra_fields, dict) else None
+        self._gem_images = batch_image_features(rows, self.accelerator.device) if rows else None
+        return result
+
+    def _get_per_token_logps_and_entropies(self, model: Any, input_ids: Any, *args: Any, **kwargs: Any) -> Any:
+        """TRL's forward with the episodes' images: from the rollout while a batch is scored, else from the batch."""
+        pending = getattr(self, "_gem_images", None)
+        if kwargs.get("pixel_values") is None and pending is not None:
+            if len(pending["num_images"]) != input_ids.size(0):  # only the whole generation batch is scored here
+                raise ConfigError(
+                    f"gem_trl: {input_ids.size(0)} sequences scored with the images of {len(pending['num_images'])} "
+                    "episodes; the TRL version changed how it scores a generation batch"
+                )
+            kwargs.update(pending)
+        token_id = image_token_id(self.processing_class)
+        if kwargs.get("pixel_values") is not None and kwargs.get("mm_token_type_ids") is None and token_id is not None:
+            # the image tokens sit in the prompt and in the completion (later turns' images): read them off the ids
+            kwargs["mm_token_type_ids"] = (input_ids == token_id).long()
+        return super()._get_per_token_logps_and_entropies(model, input_ids, *args, **kwargs)
+
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        output: dict[str, Any] = super()._generate_and_score_completions(inputs)
+        self._gem_images = None
+        try:
+            output: dict[str, Any] = super()._generate_and_score_completions(inputs)
+            if self._gem_images is not None:  # TRL's loss reads them from the batch (split per sequence by TRL)
+                output.update(self._gem_images)
+        finally:
+            self._gem_images = None
         if self.args.advantage_estimator != "rebn":
             return output
         started = time.perf_counter()

@@ -17,6 +17,9 @@ This module only does two conversions:
   way verl's own loops do (the v1 trainer's per-step metrics read
   ``min_global_steps``/``max_global_steps`` of every sample).
 
+With a VLM (verl passes the model's ``processor``), images go where verl documents them:
+``image_data`` of each request and ``multi_modal_data`` of each sample (:mod:`gem_verl.vision`).
+
 Per-turn rewards and explicit turn boundaries reach the ``rebn`` estimator through
 :class:`GemAgentLoopOutput` (``rm_scores`` per token and ``gem_turn_ids``). Two layouts,
 from the core (:mod:`gem_core.rl.layouts`):
@@ -59,6 +62,7 @@ from gem_core.rl.types import Episode
 from gem_verl.async_hook import TOKEN_FIELDS
 from gem_verl.options import GemLoopConfig, check_trainer_config, episode_metrics
 from gem_verl.plugin import AGENT_NAME
+from gem_verl.vision import PilCache, multi_modal_fields
 
 __all__ = [
     "AGENT_NAME",
@@ -308,9 +312,17 @@ class GemEnvAgentLoop(AgentLoopBase):
             on_env_error=self.gem_config.on_env_error,
         )
         chat_kwargs = dict(self.apply_chat_template_kwargs or {})
-        self.engine = EpisodeEngine(
-            self.tokenizer, limits, chat_template_kwargs=chat_kwargs, renderer=_renderer(self.tokenizer, chat_kwargs)
-        )
+        if self.processor is not None:  # a VLM: its processor places the image tokens (gem_verl.vision)
+            self.engine = EpisodeEngine(None, limits, chat_template_kwargs=chat_kwargs, processor=self.processor)
+        else:
+            self.engine = EpisodeEngine(
+                self.tokenizer,
+                limits,
+                chat_template_kwargs=chat_kwargs,
+                renderer=_renderer(self.tokenizer, chat_kwargs),
+            )
+        #: Decoded images of the episode, sent with every request and put into the samples.
+        self._pil = PilCache()
         eos = getattr(self.tokenizer, "eos_token_id", None)
         self._stop_ids = {int(eos)} if isinstance(eos, int) else set()
 
@@ -382,8 +394,10 @@ class GemEnvAgentLoop(AgentLoopBase):
         params = dict(sampling_params)
         if turn.max_tokens is not None:
             params["max_tokens"] = turn.max_tokens
+        # a VLM's context images, in token order, as verl's own loops send them
+        images = {"image_data": self._pil(turn.images)} if turn.images else {}
         output = await self.server_manager.generate(
-            request_id, prompt_ids=list(turn.prompt_ids or []), sampling_params=params
+            request_id, prompt_ids=list(turn.prompt_ids or []), sampling_params=params, **images
         )
         seen.append(output)
         # ids and log_probs as the server sent them: the engine's generate contract checks them (types,
@@ -493,6 +507,7 @@ class GemEnvAgentLoop(AgentLoopBase):
                 num_turns=2 * episode.num_turns,
                 metrics=metrics,
                 extra_fields=extra,
+                **multi_modal_fields(sequence.images, self._pil),
             )
             return [output]
         returns = discounted_returns(episode, self.gamma)
@@ -516,6 +531,7 @@ class GemEnvAgentLoop(AgentLoopBase):
                     num_turns=2 * sample.turn_index + 2,
                     metrics=metrics,
                     extra_fields={**extra, "gem_turn_index": sample.turn_index},
+                    **multi_modal_fields(sample.prompt_images, self._pil),
                 )
             )
         return outputs
@@ -557,6 +573,7 @@ class GemEnvAgentLoop(AgentLoopBase):
             num_turns=2 * episode.num_turns,
             metrics=self._metrics(episode, outputs_of_server),
             extra_fields=extra,
+            **multi_modal_fields(session.images if session.context is not None else None, self._pil),
         )
 
     @staticmethod

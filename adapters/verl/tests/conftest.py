@@ -18,6 +18,9 @@ THIRD_PARTY_WARNINGS = [
     "ignore:Ray state API is no longer experimental:DeprecationWarning",
     # verl.workers.engine announces every optional training engine it cannot import (GPU-only ones).
     r"ignore:(torchtitan|veomni|automodel|mindspeed|megatron) engine is not available:UserWarning",
+    # transformers 5.10's processor __call__ (verl's worker re-encoding a sample's images) does np.array() on
+    # torch's tensors, whose __array__ predates numpy 2's copy keyword.
+    "ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning",
 ]
 
 

@@ -153,15 +153,15 @@ def config(
     )
 
 
-def make_loop(cfg: Any, server: Server, tokenizer: Any) -> GemEnvAgentLoop:
+def make_loop(cfg: Any, server: Server, tokenizer: Any, processor: Any = None) -> GemEnvAgentLoop:
     """Instantiate from verl's registry with the arguments ``AgentLoopWorker._run_agent_loop`` passes."""
     loop = hydra.utils.instantiate(
         config=_agent_loop_registry["gem_env_agent"],
         trainer_config=DictConfigWrap(config=cfg),
         server_manager=server,
         tokenizer=tokenizer,
-        processor=None,
-        hf_model_type="qwen2",
+        processor=processor,
+        hf_model_type="qwen2" if processor is None else "qwen2_vl",
         dataset_cls=RLHFDataset,
         data_config=DictConfigWrap(cfg.data),
         tools=ToolListWrap([]),
@@ -183,11 +183,11 @@ def row(env_id: str, seed: int, index: int = 0, session_id: int = 0, **kwargs: A
     }
 
 
-def play(cfg: Any, server: Server, tokenizer: Any, fields: dict[str, Any]) -> list[Any]:
+def play(cfg: Any, server: Any, tokenizer: Any, fields: dict[str, Any], processor: Any = None) -> list[Any]:
     """Build the loop and run it inside one event loop, as verl's worker does (the loop keeps a handle on it)."""
 
     async def run() -> list[Any]:
-        loop = make_loop(cfg, server, tokenizer)
+        loop = make_loop(cfg, server, tokenizer, processor)
         return await loop.run({"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}, **fields)
 
     return asyncio.run(run())
@@ -276,10 +276,20 @@ class _Worker:
         self.rollout_config = cfg.actor_rollout_ref.rollout
 
 
-def store(storage: Storage, cfg: Any, tokenizer: Any, episodes: list[tuple[list[Any], dict[str, Any]]]) -> list[str]:
-    """Put each episode's outputs into ``storage`` with verl's v1 worker code; return the keys in order."""
+def store(
+    storage: Storage,
+    cfg: Any,
+    tokenizer: Any,
+    episodes: list[tuple[list[Any], dict[str, Any]]],
+    processor: Any = None,
+) -> list[str]:
+    """Put each episode's outputs into ``storage`` with verl's v1 worker code; return the keys in order.
+
+    With a VLM's ``processor`` the worker encodes each sample's ``multi_modal_data`` as verl does.
+    """
     postprocess = agent_loop_tq.AgentLoopWorkerTQ.__ray_actor_class__._agent_loop_postprocess
     worker = _Worker(cfg, tokenizer)
+    worker.processor = processor
     saved = agent_loop_tq.tq
     agent_loop_tq.tq = storage
     try:
