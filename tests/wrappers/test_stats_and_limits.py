@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-import time
+import types
 
 import pytest
 
@@ -53,17 +53,21 @@ def test_max_turns_truncates_but_never_overrides_termination() -> None:
     assert short.turns == 0 and short.step("a")[3] is False
 
 
-def test_max_seconds_truncates_slow_episodes() -> None:
+def test_max_seconds_truncates_slow_episodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the wrapper's clock, driven by the test: each step "takes" 0.03 s whatever the machine's load
+    import gem_core.wrappers.limits as limits
+
+    now = [1000.0]
+    monkeypatch.setattr(limits, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+
     def slow(env: GenericTestEnv, action: str) -> StepReturn:
-        time.sleep(0.03)
+        now[0] += 0.03
         return "o", 0.0, False, False, {}
 
     env = TimeLimit(GenericTestEnv(step_func=slow), max_seconds=0.05)
     env.reset(seed=0)
-    flags = [env.step("a")[3]]
-    while not flags[-1] and len(flags) < 3:
-        flags.append(env.step("a")[3])
-    assert flags[0] is False and flags[-1] is True
+    flags = [env.step("a")[3] for _ in range(2)]
+    assert flags == [False, True]  # 0.03 s in: on time; 0.06 s in: past max_seconds
     with pytest.raises(ResetNeeded, match="after the episode ended"):
         env.step("a")
 
