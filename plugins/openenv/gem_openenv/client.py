@@ -221,6 +221,10 @@ class WireSession:
                 close_timeout=self.close_timeout_s,
                 max_size=MAX_FRAME_BYTES,
                 compression=None,
+                # No keepalive pings: websockets draws their payload from the global `random` (an env must
+                # leave it alone; gem check caught it on a chess game past 20 s), and every answer here is
+                # bounded by message_timeout_s anyway.
+                ping_interval=None,
                 **({"proxy": None} if local else {}),  # a proxy from the environment never carries loopback
             )
             # Entered as websockets >= 17.1 asks (the connection is its own context manager; close() ends it).

@@ -149,3 +149,12 @@ def test_a_full_gem_server_names_gem_serves_flag(start_server) -> None:
 def test_gem_check_needs_one_session_of_gem_serve(start_server) -> None:
     server = start_server(gem=GUESS, sessions=1)
     check_env(remote(server.url), env_factory=lambda: remote(server.url))
+
+
+def test_the_client_leaves_the_global_random_alone(shared_server) -> None:
+    """websockets' keepalive pings draw from the global ``random`` (every 20 s): the client sends none."""
+    server = shared_server(gem=GUESS)
+    with remote(server.url) as env:
+        env.reset(seed=0)
+        socket = env.unwrapped._client.socket  # type: ignore[attr-defined]
+        assert socket.ping_interval is None and socket.keepalive_thread is None
