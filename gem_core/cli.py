@@ -298,13 +298,53 @@ def cmd_info(args: argparse.Namespace, streams: Streams) -> int:
     return EXIT_OK
 
 
-@command(
-    "plugins",
-    "list plugins (broken ones too), their distributions and what they registered",
-    lambda p: p.add_argument("--json", action="store_true", help="machine-readable output"),
-)
+def _plugins_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--bridges",
+        action="store_true",
+        help="which bridges to other ecosystems (OpenEnv, verifiers, MCP, the trainers) are usable here, and fixes",
+    )
+
+
+def _write_bridges(out: TextIO, as_json: bool) -> None:
+    from gem_core.bridges import BRIDGES, bridge_status
+
+    found = [bridge_status(bridge) for bridge in BRIDGES]
+    if as_json:
+        rows = [
+            {
+                "bridge": s.bridge.name,
+                "distribution": s.bridge.distribution,
+                "extra": s.bridge.extra,
+                "version": s.version,
+                "usable": s.usable,
+                "requirements": s.requirements,
+                "versions": s.versions,
+                "problems": s.problems,
+            }
+            for s in found
+        ]
+        json.dump(rows, out, indent=2)
+        out.write("\n")
+        return
+    for s in found:
+        package = s.bridge.distribution + (f"[{s.bridge.extra}]" if s.bridge.extra else "")
+        state = "usable" if s.usable else "not installed" if s.version is None else "NOT USABLE"
+        out.write(f"{s.bridge.name}  [{package} {s.version or '-'}]  {state}\n")
+        versions = [f"{name} {v}" for name, v in s.versions.items() if not name.startswith("gem-")]
+        if versions:
+            out.write(f"    on: {', '.join(versions)}\n")
+        for problem in s.problems:
+            out.write(f"    {'fix' if s.version is None else 'problem'}: {problem}\n")
+
+
+@command("plugins", "list plugins (broken ones too), their distributions and what they registered", _plugins_args)
 def cmd_plugins(args: argparse.Namespace, streams: Streams) -> int:
     out = streams.out
+    if args.bridges:  # a report on the environment: never a failure in itself
+        _write_bridges(out, args.json)
+        return EXIT_OK
     found = _discovery()
     failed = bool(found.problems)
     if args.json:

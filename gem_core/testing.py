@@ -481,7 +481,8 @@ def check_env(
     on a fresh one from ``env_factory``); that the process-global ``random`` and
     ``numpy.random`` states are untouched; that ``step`` survives every action in
     :data:`FUZZ_ACTIONS` and the previous observation echoed back; and that ``close``
-    can be called twice.
+    can be called twice. One instance is open at a time: the fresh one is built after
+    ``env`` is closed (a remote env's server may hold a single session).
 
     Args:
         env: The env to check (async envs are driven through :func:`~gem_core.to_sync`).
@@ -511,15 +512,6 @@ def check_env(
     _check_global_rngs(py_state, np_state)  # first: it is the usual cause of non-determinism
     if first != second:
         raise _fail(_diff_message("the same instance reset twice", first, second))
-    if env_factory is not None:
-        other = to_sync(cast(Any, env_factory()))
-        try:
-            _check_refuses_step(other, actions[0], "before reset() on a new instance")
-            third = _rollout(other, seed, actions)
-        finally:
-            other.close()
-        if first != third:
-            raise _fail(_diff_message("two instances", first, third))
 
     if fuzz:
         obs, _ = _check_reset_return(sync_env.reset(seed=seed + 1))
@@ -544,6 +536,19 @@ def check_env(
         sync_env.close()
     except Exception as exc:
         raise _fail(f"close() must be idempotent; the second call raised {type(exc).__name__}: {exc}") from exc
+
+    # The second instance only after the first is closed: a remote env's server may hold one session at a
+    # time (OpenEnv's default), and the check needs no two at once.
+    if env_factory is not None:
+        other = to_sync(cast(Any, env_factory()))
+        try:
+            _check_refuses_step(other, actions[0], "before reset() on a new instance")
+            third = _rollout(other, seed, actions)
+        finally:
+            other.close()
+        _check_global_rngs(py_state, np_state)
+        if first != third:
+            raise _fail(_diff_message("two instances", first, third))
 
 
 def _check_global_rngs(py_state: Any, np_state: Any) -> None:

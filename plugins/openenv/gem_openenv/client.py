@@ -38,6 +38,7 @@ from gem_core.errors import (
     EnvServerUnavailable,
     ResetNeeded,
 )
+from gem_openenv.render import render_observation, render_tools
 
 __all__ = [
     "DEFAULT_MAX_SEED",
@@ -53,6 +54,8 @@ __all__ = [
 _PROTOCOL_FIELDS = frozenset({"metadata", "done", "reward"})
 _CODE = re.compile(r"\(code: ([A-Z_]+)\)\s*$")
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+#: A tool call as chat models write one (Hermes/Qwen): the JSON inside the tags.
+_TOOL_CALL = re.compile(r"^<tool_call>\s*(.*?)\s*</tool_call>$", re.DOTALL)
 
 
 class _BadReply(Exception):
@@ -218,6 +221,10 @@ class WireSession:
                 close_timeout=self.close_timeout_s,
                 max_size=MAX_FRAME_BYTES,
                 compression=None,
+                # No keepalive pings: websockets draws their payload from the global `random` (an env must
+                # leave it alone; gem check caught it on a chess game past 20 s), and every answer here is
+                # bounded by message_timeout_s anyway.
+                ping_interval=None,
                 **({"proxy": None} if local else {}),  # a proxy from the environment never carries loopback
             )
             # Entered as websockets >= 17.1 asks (the connection is its own context manager; close() ends it).
@@ -334,6 +341,9 @@ class ActionFormat:
         only = next(iter(self.fields.values())) if len(self.fields) == 1 else None
         #: The one text field that receives the raw reply, or ``None`` for JSON actions.
         self.text_field: str | None = next(iter(self.fields)) if only and "string" in self._kinds(only) else None
+        kind = self._resolve(self.fields.get("type", {}))
+        #: An MCP env's action (OpenEnv's ``CallToolAction``): ``{"type": "list_tools"}`` is an action too.
+        self.mcp = "tool_name" in self.fields and "call_tool" in (kind.get("const"), kind.get("default"))
 
     def _resolve(self, field: dict[str, Any]) -> dict[str, Any]:
         """``field`` with its ``$ref`` (to the schema's ``$defs``) followed."""
@@ -371,6 +381,8 @@ class ActionFormat:
         if self.text_field is not None:
             field = self._describe_field(self.fields[self.text_field])
             return f"the reply's raw text, sent as the field {self.text_field!r} ({field})"
+        if self.mcp:
+            return MCP_USAGE
         fields = {k: self._describe_field(v) for k, v in self.fields.items()}
         return f"a JSON object with fields {json.dumps(fields)} (required: {', '.join(required) or 'none'})"
 
@@ -394,7 +406,7 @@ class ActionFormat:
         if self.text_field is not None:
             return self._check({self.text_field: text})
         body = text.strip()
-        fenced = _FENCE.match(body)
+        fenced = _FENCE.match(body) or (_TOOL_CALL.match(body) if self.mcp else None)
         try:
             value = json.loads(fenced.group(1) if fenced else body, parse_constant=_no_constant)
         except (json.JSONDecodeError, ValueError) as exc:
@@ -404,10 +416,25 @@ class ActionFormat:
             raise ActionSchemaError(f"the reply nests too deep; this env's action is {self.describe()}") from None
         if not isinstance(value, dict):
             raise ActionSchemaError(f"the reply is JSON {type(value).__name__}; this env's action is {self.describe()}")
+        if self.mcp:
+            return self._mcp_action(value)
         return self._check(value)
+
+    def _mcp_action(self, value: dict[str, Any]) -> dict[str, Any]:
+        """An MCP env's action: ``list_tools``, or a tool call (``name`` is taken for ``tool_name``, as MCP says it)."""
+        if value.get("type") == "list_tools":
+            extra = sorted(set(value) - {"type", "metadata"})
+            if extra:
+                raise ActionSchemaError(f"list_tools takes no fields, got {extra}; this env's action is {MCP_USAGE}")
+            return {"type": "list_tools"}
+        if "name" in value and "tool_name" not in value:
+            value = {("tool_name" if k == "name" else k): v for k, v in value.items()}
+        return self._check({"type": "call_tool", **value})
 
     def example(self) -> str:
         """A reply that fits the schema (for smoke tests and ``gem check``)."""
+        if self.mcp:
+            return json.dumps({"type": "list_tools"})
         if self.text_field is not None:
             field = self._resolve(self.fields[self.text_field])
             for option in field.get("anyOf") or field.get("oneOf") or [field]:  # the string option, not a null default
@@ -447,6 +474,12 @@ class ActionFormat:
             return "x" * max(1, min(math.ceil(_number(field.get("minLength"), 1)), _MAX_EXAMPLE))
         return {"boolean": False, "null": None}.get(kind, "x")
 
+
+#: How the model acts on an MCP env (OpenEnv's ``CallToolAction`` and ``ListToolsAction``).
+MCP_USAGE = (
+    'a JSON object calling one of the env\'s tools, {"tool_name": NAME, "arguments": {...}}, or '
+    '{"type": "list_tools"} to list the tools'
+)
 
 #: The longest string or array :meth:`ActionFormat.example` builds.
 _MAX_EXAMPLE = 1000
@@ -496,8 +529,10 @@ class OpenEnvEnv(Env):
             raises for model text); ``"raise"``: :class:`~gem_core.errors.ActionSchemaError`.
         capacity_wait_s: How long to retry a server at ``CAPACITY_REACHED`` before giving up.
         message_timeout_s: How long to wait for one answer of the server.
-        observation_field: The observation field shown to the model; default: the only string
-            field of the observation schema, else the whole observation as JSON.
+        observation_field: Show the model this one observation field (a string as is, other values as
+            JSON). Default: every field that has a value (:func:`~gem_openenv.render.render_observation`;
+            an MCP env's tool result or tool list, and its tools at reset); against ``gem serve``, its
+            ``text``.
         max_seed: The largest seed sent; a larger (or negative) one is folded into ``[0, max_seed]``
             by a stable hash (``info["openenv_seed"]`` says which was played). Default: ``2**32 - 1``
             (what numpy-seeded OpenEnv envs accept), unlimited for a ``gem serve`` server (gem envs take
@@ -546,11 +581,18 @@ class OpenEnvEnv(Env):
             for k, v in (observation_schema.get("properties") or {}).items()
             if k not in _PROTOCOL_FIELDS and isinstance(v, dict)
         }
-        strings = [k for k, v in observed.items() if v.get("type") == "string"]
-        self.observation_field = observation_field or (strings[0] if len(strings) == 1 else None)
+        #: The observation's fields in the schema's order (how they are rendered for the model).
+        self.observation_order = list(observed)
+        #: Whether the server is ``gem serve`` (its observation is a gem env's: text, flags, info).
+        self.gem_server = observation_schema.get("title") == "GemObservation" and {"terminated", "info"} <= set(
+            observed
+        )
+        if observation_field is not None and not isinstance(observation_field, str):
+            raise ConfigError(f"observation_field must be a field name, got {observation_field!r}")
+        self.observation_field = observation_field or ("text" if self.gem_server else None)
+        self._tools_text: str | None = None
         if max_seed == "auto":
-            gem_server = observation_schema.get("title") == "GemObservation" and {"terminated", "info"} <= set(observed)
-            max_seed = None if gem_server else DEFAULT_MAX_SEED
+            max_seed = None if self.gem_server else DEFAULT_MAX_SEED
         if max_seed is not None and (isinstance(max_seed, bool) or not isinstance(max_seed, int) or max_seed < 0):
             raise ConfigError(f"max_seed must be an integer >= 0, None or 'auto', got {max_seed!r}")
         self.max_seed: int | None = max_seed
@@ -676,15 +718,23 @@ class OpenEnvEnv(Env):
                     raise
                 self._drop_session()  # the server closes a refused socket; the next try opens a new one
                 if time.monotonic() + delay > deadline:
+                    more = (
+                        "gem serve --max-sessions N"
+                        if self.gem_server
+                        else "OpenEnv's create_app(..., max_concurrent_envs=N), whose default is 1 session; many "
+                        "of OpenEnv's example servers read MAX_CONCURRENT_ENVS"
+                    )
                     raise EnvServerAtCapacity(
                         f"the OpenEnv server at {self.base_url} stayed at capacity for {self.capacity_wait_s:g}s "
-                        "(CAPACITY_REACHED): start it with more sessions (gem serve --max-sessions N), run fewer "
-                        "envs against it, or raise capacity_wait_s"
+                        f"(CAPACITY_REACHED): start it with more sessions ({more}), run fewer envs against it, "
+                        "or raise capacity_wait_s"
                     ) from exc
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
         self._live = True
         obs, _, _, _, info = self._unpack(result)
+        if self.action_format.mcp and self.observation_field is None:  # the model learns its tools at reset
+            obs = "\n\n".join(filter(None, [obs, self._tools()]))
         if sent is not None and sent != seed:
             info["openenv_seed"] = sent  # the seed the server played (folded into its range)
         return obs, info
@@ -709,10 +759,14 @@ class OpenEnvEnv(Env):
         """A checked observation frame's ``data`` as gem's step tuple."""
         observation = dict(result.get("observation") or {})
         observation.pop("metadata", None)
-        if self.observation_field is not None and isinstance(observation.get(self.observation_field), str):
-            text = observation[self.observation_field]
+        metadata = result.get("metadata")
+        if self.observation_field is not None:
+            value = observation.get(self.observation_field)
+            text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=repr)
         else:
-            text = json.dumps(observation, sort_keys=True, default=repr)
+            text = render_observation(
+                observation, self.observation_order, metadata if isinstance(metadata, dict) else None
+            )
         done = bool(result.get("done", False))
         flags = observation.get("terminated"), observation.get("truncated")
         if all(isinstance(flag, bool) for flag in flags) and any(flags) == done:  # a gem server: its flags as is
@@ -721,7 +775,6 @@ class OpenEnvEnv(Env):
             truncated = flags[1] is True and done
             terminated = done and not truncated
         reward = reward_value(result.get("reward"))  # checked when the frame arrived
-        metadata = result.get("metadata")
         gem_info = observation.get("info")
         if isinstance(gem_info, dict) and "terminated" in observation:  # a gem server: its info as is
             info = dict(gem_info)
@@ -735,6 +788,29 @@ class OpenEnvEnv(Env):
         if metadata:
             info["openenv_metadata"] = metadata
         return text, reward, terminated, truncated, info
+
+    def _tools(self) -> str:
+        """An MCP env's tools and how to call them, read once from the server's ``POST /mcp`` ``tools/list``.
+
+        A server whose ``/mcp`` does not answer (or not with tools) gets the way to list them instead.
+        """
+        if self._tools_text is None:
+            import httpx
+
+            listing = 'Tools: send {"type": "list_tools"} to list them.'
+            try:
+                response = httpx.post(
+                    self.base_url + "/mcp",
+                    json={"jsonrpc": "2.0", "method": "tools/list", "params": {}, "id": 1},
+                    timeout=self.message_timeout_s,
+                )
+                tools = parse_frame(response.content).get("result", {}).get("tools")
+                if isinstance(tools, list) and tools:
+                    listing = "Tools:\n" + render_tools(tools)
+            except (httpx.HTTPError, _BadReply, AttributeError):
+                pass  # the listing is a courtesy; the episode does not need it
+            self._tools_text = f"{listing}\nAct with {MCP_USAGE}."
+        return self._tools_text
 
     def sample_random_action(self) -> str:
         return self.action_format.example()

@@ -53,14 +53,13 @@ WHEEL_TIMEOUT_S = 300.0
 
 def source_dir(distribution: str) -> Path | None:
     """The local folder ``distribution`` was installed from (``pip install [-e] DIR``), if any."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import distribution as find
+    from importlib.metadata import distributions
     from urllib.parse import unquote, urlsplit
 
-    try:
-        text = find(distribution).read_text("direct_url.json")
-    except PackageNotFoundError:
-        return None
+    # Every copy of its metadata on the path: a source folder's own egg-info (on the path when Python starts
+    # there) comes first and has no direct_url.json; the installed one says where it came from.
+    texts = [found.read_text("direct_url.json") for found in distributions(name=distribution)]
+    text = next(filter(None, texts), None)
     if not text:
         return None
     url = json.loads(text).get("url", "")
@@ -101,6 +100,28 @@ def build_wheels(distributions: list[str], wheels: Path) -> list[str]:
     return requirements
 
 
+#: OpenEnv's runtime plan (``validation.execution.probe_path``): the reset and actions its runtime checks play.
+PLAN = "validation/runtime.json"
+#: How many actions the plan holds (the env's own sample actions).
+PLAN_ACTIONS = 3
+
+
+def runtime_plan(env: Any) -> dict[str, Any]:
+    """OpenEnv 0.10's runtime plan for ``openenv validate``: a seeded reset and a few of the env's sample actions.
+
+    An env without ``sample_random_action`` is probed with a plain reply; its format error is a valid step.
+    """
+    try:
+        actions = [str(env.sample_random_action()) for _ in range(PLAN_ACTIONS)]
+    except NotImplementedError:
+        actions = ["hello"]
+    return {
+        "plan_schema_version": "1",
+        "reset": {"episode_id": "gem-export-probe", "seed": 0},
+        "actions": [{"text": action} for action in actions],
+    }
+
+
 def _render(relative: str, values: Mapping[str, str]) -> str:
     template = resources.files("gem_openenv").joinpath("templates", *relative.split("/")).read_text(encoding="utf-8")
     return string.Template(template).substitute(values)
@@ -137,6 +158,7 @@ def export_openenv(
 
     probe = GemEnvironment(env_id, make_kwargs)  # a wrong id or kwargs fails before anything is written
     tools = sorted(probe.tools)
+    plan = runtime_plan(probe.env)
     probe.close()
     distribution = get_discovery().registry.spec(env_id).distribution
     if distribution in ("gem-core", None):
@@ -159,5 +181,8 @@ def export_openenv(
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(_render(relative, values), encoding="utf-8")
         written.append(path)
+    (root / PLAN).parent.mkdir(parents=True, exist_ok=True)
+    (root / PLAN).write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
+    written.append(root / PLAN)
     written += sorted((root / "wheels").glob("*.whl"))
     return written

@@ -1,7 +1,10 @@
 """Two OpenEnv envs written with OpenEnv's own SDK (no gem code), served by its own ``create_app``.
 
 ``python native_server.py KIND PORT MAX_SESSIONS``; KIND is ``target`` (a JSON action with two
-fields) or ``echo`` (a one-field text action); they stand for any env published for OpenEnv. ``mirror``
+fields), ``echo`` (a one-field text action), ``tools`` (an MCP env: OpenEnv's ``MCPEnvironment`` with FastMCP
+tools, served with OpenEnv's ``CallToolAction``/``CallToolObservation`` as its echo_env is) or ``board`` (a
+structured observation shaped as OpenEnv's chess_env's: a position, the legal moves, a flag, the result at the
+end, and a nested score sheet); they stand for any env published for OpenEnv. ``mirror``
 is a hostile server that breaks the protocol on request (see :func:`mirror_app`), ``script`` one that answers
 each message with the frames a script says: extra, duplicated, missing or malformed (see :func:`script_app`).
 """
@@ -17,6 +20,8 @@ import uvicorn
 from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.interfaces import Environment
+from openenv.core.env_server.mcp_environment import MCPEnvironment
+from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation
 from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field
 
@@ -92,6 +97,92 @@ class ShoutEnvironment(Environment[ShoutAction, ShoutObservation, State]):
         self._state = State(episode_id=self._state.episode_id, step_count=self._state.step_count + 1)
         done = self._state.step_count >= 3
         return ShoutObservation(reply=action.message.upper(), reward=len(action.message) / 10, done=done)
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+
+class ToolsEnvironment(MCPEnvironment):
+    """Two FastMCP tools (``reverse``, ``count``); reset says it is ready in its metadata, as OpenEnv's echo_env."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self) -> None:
+        from fastmcp import FastMCP
+
+        server = FastMCP("tools")
+
+        @server.tool
+        def reverse(text: str) -> str:
+            """Reverse the text."""
+            return text[::-1]
+
+        @server.tool
+        def count(text: str, letter: str = "a") -> dict:
+            """Count a letter in the text."""
+            return {"letter": letter, "count": text.count(letter)}
+
+        super().__init__(server)
+        self._state = State(step_count=0)
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> Observation:
+        self._state = State(episode_id=episode_id, step_count=0)
+        return Observation(done=False, reward=0.0, metadata={"status": "ready", "message": "tools ready"})
+
+    def _step_impl(self, action: Action, timeout_s: float | None = None, **kwargs: Any) -> Observation:
+        return Observation(done=False, reward=0.0, metadata={"error": f"unknown action {type(action).__name__}"})
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+
+class PlaceAction(Action):
+    square: str
+
+
+class BoardObservation(Observation):
+    position: str = ""
+    legal_moves: list[str] = Field(default_factory=list)
+    in_danger: bool = False
+    result: str | None = None
+    sheet: dict[str, int] = Field(default_factory=dict)
+
+
+class BoardEnvironment(Environment[PlaceAction, BoardObservation, State]):
+    """Claim squares a1..c1: each claimed square leaves the legal moves; the third ends it ("1-0"), +1 then."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._state = State()
+        self.free = ["a1", "b1", "c1"]
+
+    def _observe(self, reward: float, done: bool) -> BoardObservation:
+        position = "".join("." if square in self.free else "x" for square in ("a1", "b1", "c1"))
+        return BoardObservation(
+            position=position,
+            legal_moves=list(self.free),
+            in_danger=len(self.free) == 1,
+            result="1-0" if done else None,
+            sheet={"claimed": 3 - len(self.free)},
+            reward=reward,
+            done=done,
+            metadata={"evaluation": 0.5},
+        )
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> BoardObservation:
+        self._state, self.free = State(episode_id=episode_id), ["a1", "b1", "c1"]
+        return self._observe(0.0, False)
+
+    def step(self, action: PlaceAction, timeout_s: float | None = None, **kwargs: Any) -> BoardObservation:
+        self._state = State(episode_id=self._state.episode_id, step_count=self._state.step_count + 1)
+        if action.square not in self.free:
+            return self._observe(-0.1, False)
+        self.free.remove(action.square)
+        return self._observe(1.0 if not self.free else 0.0, not self.free)
 
     @property
     def state(self) -> State:
@@ -197,6 +288,10 @@ if __name__ == "__main__":
         app = mirror_app()
     elif kind == "script":
         app = script_app()
+    elif kind == "tools":
+        app = create_app(ToolsEnvironment, CallToolAction, CallToolObservation, max_concurrent_envs=sessions)
+    elif kind == "board":
+        app = create_app(BoardEnvironment, PlaceAction, BoardObservation, max_concurrent_envs=sessions)
     elif kind == "target":
         app = create_app(TargetEnvironment, MoveAction, TargetObservation, max_concurrent_envs=sessions)
     else:

@@ -36,6 +36,15 @@ def remote(url: str, **kwargs: object) -> gem_core.Env:
     return gem_core.make("openenv:Remote-v0", base_url=url, **kwargs)
 
 
+def seen(message: str, value: int, target: int) -> str:
+    """What the model reads of the target env's observation: each of its fields."""
+    return f"message: {message}\nvalue: {value}\ntarget: {target}"
+
+
+def target_of(text: str) -> int:
+    return int(text.rsplit("target: ", 1)[1])
+
+
 def test_a_one_field_action_takes_the_raw_text(shared_server) -> None:
     server = shared_server(native="echo", sessions=8)
     with remote(server.url) as env:
@@ -51,12 +60,12 @@ def test_a_json_action_is_built_from_the_schema(shared_server) -> None:
     server = shared_server(native="target", sessions=8)
     with remote(server.url) as env:
         obs, _ = env.reset(seed=3)  # target 5
-        assert obs == "reach 5 from 0"
+        assert obs == seen("reach 5 from 0", 0, 5)
         first = env.step('{"op": "add", "amount": 3}')
         fenced = env.step('```json\n{"op": "add", "amount": 2}\n```')
-    assert first[:3] == ("value 3, target 5", pytest.approx(-0.1), False)
+    assert first[:3] == (seen("value 3, target 5", 3, 5), pytest.approx(-0.1), False)
     assert first[4]["openenv_observation"]["value"] == 3
-    assert fenced[:3] == ("reached", 1.0, True)
+    assert fenced[:3] == (seen("reached", 5, 5), 1.0, True)
     with pytest.raises(ResetNeeded):
         env.step('{"op": "add", "amount": 1}')
 
@@ -111,15 +120,26 @@ def test_capacity_reached_is_waited_out_with_backoff(start_server) -> None:
     assert not results
     holder.close()
     waiter.join(timeout=60)
-    assert results == ["reach 4 from 0"]
+    assert results == [seen("reach 4 from 0", 0, 4)]
 
 
 def test_capacity_that_never_frees_is_a_typed_error(start_server) -> None:
     server = start_server(native="target", sessions=1)
     with remote(server.url) as holder:
         holder.reset(seed=1)
-        with remote(server.url, capacity_wait_s=0.5) as env, pytest.raises(EnvServerAtCapacity, match="max-sessions"):
+        with remote(server.url, capacity_wait_s=0.5) as env, pytest.raises(EnvServerAtCapacity) as caught:
             env.reset(seed=2)
+    # The fix for the server at hand: OpenEnv's create_app, not gem serve's flag (this server is not gem's).
+    assert "max_concurrent_envs=N" in str(caught.value) and "gem serve" not in str(caught.value)
+
+
+def test_gem_check_needs_one_session_only(start_server) -> None:
+    """OpenEnv's create_app serves one session by default: gem check opens one at a time."""
+    server = start_server(native="target", sessions=1)
+    environ = {**os.environ, "GEM_OPENENV_SERVERS": f"one={server.url}"}
+    checked = subprocess.run([GEM, "check", "openenv:one"], capture_output=True, text=True, env=environ, timeout=300)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "ok    openenv:one" in checked.stdout
 
 
 def test_server_death_is_a_typed_error(start_server) -> None:
@@ -149,11 +169,11 @@ def test_vector_envs(shared_server, backend: str) -> None:
     vec = gem_core.make_vec("openenv:Remote-v0", 3, backend=backend, base_url=server.url)
     try:
         obs, _ = vec.reset(seed=1)  # one root seed; each sub-env gets its own episode seed from it
-        targets = [int(text.split()[1]) for text in obs]
+        targets = [target_of(text) for text in obs]
         moves = [f'{{"op": "add", "amount": {target - 1}}}' for target in targets]
         obs, rewards, terminated, truncated, _ = vec.step(moves)
         assert list(rewards) == pytest.approx([-0.1] * 3) and not any(terminated) and not any(truncated)
-        assert list(obs) == [f"value {t - 1}, target {t}" for t in targets]
+        assert list(obs) == [seen(f"value {t - 1}, target {t}", t - 1, t) for t in targets]
         obs, rewards, terminated, _, _ = vec.step(['{"op": "add", "amount": 1}'] * 3)
         assert list(rewards) == [1.0] * 3 and all(terminated)
     finally:
@@ -164,7 +184,7 @@ def test_the_runner_plays_an_openenv_env(shared_server) -> None:
     server = shared_server(native="target", sessions=8)
 
     async def policy(messages: list[dict[str, str]]) -> str:
-        target = int(messages[-1]["content"].split()[1])  # "reach N from 0"
+        target = target_of(messages[-1]["content"])
         return f'{{"op": "add", "amount": {target}}}'
 
     async def play() -> list[Episode]:
@@ -214,7 +234,7 @@ def test_seeds_past_the_servers_range_are_folded_into_it(shared_server, seed: in
         sent = info.get("openenv_seed", seed)
         assert 0 <= sent < 2**32 and (sent == seed) == (seed < 2**32)
         assert sent == env.unwrapped.wire_seed(seed)  # type: ignore[attr-defined]
-        assert obs == f"reach {sent % 7 + 2} from 0"
+        assert obs == seen(f"reach {sent % 7 + 2} from 0", 0, sent % 7 + 2)
 
 
 def test_success_the_server_reports_comes_through(shared_server) -> None:

@@ -97,8 +97,8 @@ def test_a_server_restarted_between_turns_never_plays_on_in_a_new_session(start_
             env.step('{"op": "add", "amount": 1}')
         with pytest.raises(ResetNeeded):
             env.step('{"op": "add", "amount": 1}')
-        assert env.reset(seed=3)[0] == "reach 5 from 0"
-        assert env.step('{"op": "add", "amount": 5}')[:3] == ("reached", 1.0, True)
+        assert env.reset(seed=3)[0].startswith("message: reach 5 from 0\n")
+        assert env.step('{"op": "add", "amount": 5}')[:3] == ("message: reached\nvalue: 5\ntarget: 5", 1.0, True)
 
 
 def test_close_releases_the_session_on_the_server(start_server) -> None:
@@ -108,7 +108,7 @@ def test_close_releases_the_session_on_the_server(start_server) -> None:
     first.close()
     second = remote(server.url, capacity_wait_s=10)
     try:
-        assert second.reset(seed=2)[0] == "reach 4 from 0"
+        assert second.reset(seed=2)[0].startswith("message: reach 4 from 0\n")
         first_again = remote(server.url, capacity_wait_s=0)
         with pytest.raises(EnvServerError, match="CAPACITY_REACHED"):  # the one slot is the second's now
             first_again.reset(seed=1)

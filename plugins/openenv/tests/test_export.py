@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,34 @@ def test_the_exported_server_and_client_play_the_gem_env(tmp_path: Path, start_s
     with GemEnvClient(base_url=server.url).sync() as typed:
         assert typed.reset(seed=9).observation.text == expected[0]
         assert typed.step(GemAction(text="\\boxed{4}")).observation.text == expected[1][0]
+
+
+def test_openenvs_runtime_checks_find_what_they_need(tmp_path: Path, start_server) -> None:
+    """The manifest declares validation.execution: OpenEnv's own loader reads its runtime plan, and OpenEnv's own
+    runtime collector (what ``openenv validate`` runs once Docker started the image) plays it on the exported
+    server without a failure. Without Docker the runtime level stops at the image build, not at a missing
+    declaration."""
+    from openenv.validation.manifest import NormalizedManifestV2
+    from openenv.validation.parsers.openenv_yaml import OpenEnvYamlParser
+    from openenv.validation.runtime.collector import collect_runtime_evidence
+    from openenv.validation.runtime.contracts import load_runtime_plan
+
+    root = tmp_path / "pkg"
+    export_in_process("game:GuessTheNumber-v0-easy", root)
+    manifest = OpenEnvYamlParser().parse(root)
+    assert isinstance(manifest, NormalizedManifestV2)
+    assert (manifest.execution.dockerfile, manifest.execution.context) == ("server/Dockerfile", ".")
+    plan = load_runtime_plan(root, manifest.execution)
+    assert [action["text"] for action in plan.actions]  # the env's own sample replies
+    server = start_server(app_dir=root)
+    with warnings.catch_warnings():  # OpenEnv's collector warns of its own deprecated calls: not gem's to fix
+        warnings.simplefilter("ignore", DeprecationWarning)
+        evidence = collect_runtime_evidence(server.url, plan, episode_timeout_s=60)
+    assert evidence.failure_reason is None
+    report = subprocess.run(
+        [OPENENV, "validate", str(root), "--skip-build"], capture_output=True, text=True, timeout=120
+    )
+    assert "missing validation.execution" not in report.stdout and "--skip-build" in report.stdout
 
 
 def test_export_refuses_a_bad_id_or_a_folder_in_use(tmp_path: Path) -> None:

@@ -14,6 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gem_core
+from gem_core.errors import EnvServerAtCapacity
+from gem_core.testing import check_env
 from gem_openenv.client import DEFAULT_MAX_SEED, wire_safe
 
 GAME = "game:GuessTheNumber-v0-easy"
@@ -133,3 +135,26 @@ def test_the_default_seed_range_folds_only_what_lies_past_it() -> None:
     folded = [env.wire_seed(s) for s in (2**32, 2**32 + 1, 2**63, 2**64 + 5)]
     assert all(0 <= s <= DEFAULT_MAX_SEED for s in folded) and len(set(folded)) == 4
     assert folded == [env.wire_seed(s) for s in (2**32, 2**32 + 1, 2**63, 2**64 + 5)]  # stable
+
+
+def test_a_full_gem_server_names_gem_serves_flag(start_server) -> None:
+    server = start_server(gem=GUESS, sessions=1)
+    with remote(server.url) as holder:
+        holder.reset(seed=1)
+        with remote(server.url, capacity_wait_s=0.3) as env, pytest.raises(EnvServerAtCapacity) as caught:
+            env.reset(seed=2)
+    assert "gem serve --max-sessions N" in str(caught.value) and "max_concurrent_envs" not in str(caught.value)
+
+
+def test_gem_check_needs_one_session_of_gem_serve(start_server) -> None:
+    server = start_server(gem=GUESS, sessions=1)
+    check_env(remote(server.url), env_factory=lambda: remote(server.url))
+
+
+def test_the_client_leaves_the_global_random_alone(shared_server) -> None:
+    """websockets' keepalive pings draw from the global ``random`` (every 20 s): the client sends none."""
+    server = shared_server(gem=GUESS)
+    with remote(server.url) as env:
+        env.reset(seed=0)
+        socket = env.unwrapped._client.socket  # type: ignore[attr-defined]
+        assert socket.ping_interval is None and socket.keepalive_thread is None
