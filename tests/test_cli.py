@@ -114,7 +114,8 @@ def test_play_with_overrides_and_bad_override(capsys: pytest.CaptureFixture[str]
 def test_check_ok_and_all() -> None:
     assert run("check", "core:NumberGuess-v0") == (EXIT_OK, "ok    core:NumberGuess-v0\n")
     code, out = run("check", "--all", "--namespace", "core")
-    assert code == EXIT_OK and "5 ok, 0 failed" in out  # the NumberGuess ids and the multi-agent Nim and RPS
+    # the NumberGuess ids, the picture NumberGuess, and the multi-agent Nim and RPS
+    assert code == EXIT_OK and "6 ok, 0 failed" in out
 
 
 def test_check_failure_exit_code() -> None:

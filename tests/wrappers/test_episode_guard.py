@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 import gem_core
 from gem_core.core import Env, to_async, to_sync
 from gem_core.errors import ResetNeeded
+from gem_core.multimodal import Content
 from gem_core.testing import GenericTestEnv, NumberGuessEnv
 from gem_core.tools import Tool, ToolEnvWrapper, ToolResult
 from gem_core.wrappers import (
@@ -130,7 +131,7 @@ def _layers(env: Any) -> list[Any]:
 def _play(env: Env, seed: int, moves: list[str]) -> int:
     """Reset, step ``moves`` (then plain guesses) until the episode ends; return the steps taken."""
     obs, info = env.reset(seed=seed)
-    assert isinstance(obs, str) and isinstance(info, dict)
+    assert isinstance(obs, (str, Content)) and isinstance(info, dict)  # core:PictureNumberGuess shows images
     for turn, action in enumerate([*moves, *["1", "2", "3", "4"] * 4], start=1):
         *_, terminated, truncated, _ = env.step(action)
         if terminated or truncated:
