@@ -264,6 +264,11 @@ def test_options_that_would_mix_the_seats_are_refused_when_the_loop_is_built(
     for key, value in overrides.items():
         OmegaConf.update(cfg, key, value, force_add=True)
     tokenizer = SELF_PLAY.tokenizer()
-    with pytest.raises(hydra.errors.InstantiationException, match=match) as raised:
+
+    async def build() -> None:  # inside an event loop, as verl's worker builds loops (verl keeps a handle on it;
+        # built outside one, verl's constructor makes a loop of its own that nothing closes)
         _loop(cfg, Server(SELF_PLAY, tokenizer), tokenizer, "gem_multiagent_agent")  # type: ignore[arg-type]
+
+    with pytest.raises(hydra.errors.InstantiationException, match=match) as raised:
+        asyncio.run(build())
     assert isinstance(raised.value.__cause__, ConfigError)  # hydra wraps the loop's own typed error
