@@ -53,6 +53,7 @@ from gem_trl.rollout import (
     vllm_generate,
 )
 from gem_trl.trainer import GemGRPOConfig, GemGRPOTrainer
+from gem_trl.vision import episode_features
 
 __all__ = [
     "ROLE_ADVANTAGES",
@@ -307,6 +308,8 @@ class MultiAgentRollout(GemRollout):
             "cut_turns": 0,
             "env_error": None,
             "logprobs": [0.0],
+            # the prompt's images (an image game's first observation), as every played row carries them
+            "image_inputs": episode_features(session.image_inputs) if session.context is not None else None,
         }
         for key in rows:
             if rows[key] is not None:
