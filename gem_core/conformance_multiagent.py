@@ -23,7 +23,6 @@ the per-turn token limit (an invalid action: that seat forfeits).
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +31,13 @@ from typing import Any
 import numpy as np
 
 from gem_core.api import make
-from gem_core.conformance import ConformanceRecord, _fake_logprob, _first_mismatch, record_from_episode
+from gem_core.conformance import (
+    ConformanceRecord,
+    _fake_logprob,
+    _first_mismatch,
+    _tokenizer,
+    record_from_episode,
+)
 from gem_core.episode import EpisodeEngine, EpisodeLimits, Generation, TurnRequest
 from gem_core.errors import ConfigError
 from gem_core.multiagent.core import MultiAgentEnv
@@ -126,13 +131,6 @@ class MultiAgentCase:
             return tuple(a for a in env.possible_agents if a not in self.opponents)
         finally:
             env.close()
-
-
-@functools.cache
-def _tokenizer(template: str) -> Any:
-    from gem_core.testing_tokenizers import build_chat_tokenizer
-
-    return build_chat_tokenizer(template)
 
 
 #: The multi-agent scenarios every adapter must reproduce.

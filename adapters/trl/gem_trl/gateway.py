@@ -30,7 +30,14 @@ from gem_core.errors import ConfigError, TrajectoryError
 from gem_core.rl.layouts import episode_to_sequence
 from gem_core.rl.returns import check_gamma, discounted_returns
 from gem_core.rl.types import Episode
-from gem_trl.rollout import hf_generate, parse_episode_key, trainer_tokenizer, vllm_awake, vllm_generate
+from gem_trl.rollout import (
+    EPISODE_ROW_FIELDS,
+    hf_generate,
+    parse_episode_key,
+    trainer_tokenizer,
+    vllm_awake,
+    vllm_generate,
+)
 
 __all__ = ["GatewayRollout"]
 
@@ -162,26 +169,7 @@ class GatewayRollout:
         Raises:
             TrajectoryError: an episode has branch points (TRL needs one sequence per episode).
         """
-        out: dict[str, list[Any]] = {
-            key: []
-            for key in (
-                "prompt_ids",
-                "completion_ids",
-                "env_mask",
-                "episode",
-                "turn_rewards",
-                "turn_spans",
-                "episode_return",
-                "num_turns",
-                "success",
-                "terminated",
-                "truncated",
-                "end_reason",
-                "cut_turns",
-                "env_error",
-                "branch_points",
-            )
-        }
+        out: dict[str, list[Any]] = {key: [] for key in (*EPISODE_ROW_FIELDS, "branch_points")}
         logprobs: list[list[float]] | None = []
         for episode in episodes:
             branches = episode.metadata.get("branch_points") or []

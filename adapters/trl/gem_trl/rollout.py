@@ -170,6 +170,25 @@ class RolloutTimings:
         return self.generate + self.env + self.adapter
 
 
+#: The per-episode fields of every row gem hands TRL's ``rollout_func`` contract (the rollouts add their own).
+EPISODE_ROW_FIELDS: tuple[str, ...] = (
+    "prompt_ids",
+    "completion_ids",
+    "env_mask",
+    "episode",
+    "turn_rewards",
+    "turn_spans",
+    "episode_return",
+    "num_turns",
+    "success",
+    "terminated",
+    "truncated",
+    "end_reason",
+    "cut_turns",
+    "env_error",
+)
+
+
 class _EnvPool:
     """Reusable env instances per id, so a rollout does not rebuild envs every step."""
 
@@ -374,26 +393,7 @@ class GemRollout:
         The completion is the session's token context after the first prompt: the
         generated ids as sampled and the template's bridges with the env's replies. O(tokens) per episode.
         """
-        out: dict[str, list[Any]] = {
-            key: []
-            for key in (
-                "prompt_ids",
-                "completion_ids",
-                "env_mask",
-                "episode",
-                "turn_rewards",
-                "turn_spans",
-                "episode_return",
-                "num_turns",
-                "success",
-                "terminated",
-                "truncated",
-                "end_reason",
-                "cut_turns",
-                "env_error",
-                "image_inputs",
-            )
-        }
+        out: dict[str, list[Any]] = {key: [] for key in (*EPISODE_ROW_FIELDS, "image_inputs")}
         logprobs: list[list[float]] | None = []
         for session in sessions:
             episode = session.episode()
