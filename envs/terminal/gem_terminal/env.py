@@ -477,15 +477,30 @@ class TerminalEnv(Env):
             if probe is not None:
                 sandbox.write_file(f"/tests/{PROBE[:-3]}.out", probe.encode())
             sandbox.write_file("/tests/run-tests.sh", task.checker.encode(), mode=0o755)
-            if task.reward == "reward-file":
-                for path in REWARD_FILES:  # emptied, and writable by the checker alone
-                    if in_container:
-                        sandbox.write_file(path, b"")
-                    else:
-                        sandbox.write_file(path, b"", owner="checker")
+            return self.score_checker("bash /tests/run-tests.sh")
         except ToolError as exc:
             return 0.0, str(exc)
-        result = self.run_checker("bash /tests/run-tests.sh", task.test_timeout_s)
+
+    def score_checker(self, command: str) -> tuple[float, str]:
+        """Run ``command`` as the checker and score it by the task's contract: ``(reward, its output's tail)``.
+
+        Call after :meth:`stage_checker` (or a container's ``begin_check``) with the tests written.
+        Terminal-Bench: 1.0 when it exits 0. Harbor: the number it writes to a reward file
+        (:func:`gem_terminal.loader.read_reward`); both files are emptied first (as root, writable by the
+        checker alone), so nothing the agent or an earlier run wrote there counts.
+
+        Raises:
+            ToolError: the reward files could not be emptied (the sandbox ended).
+        """
+        assert self._task is not None
+        task, sandbox = self._task, self._sandbox
+        if task.reward == "reward-file":
+            for path in REWARD_FILES:
+                if task.name in self.container_tasks:
+                    sandbox.write_file(path, b"")
+                else:
+                    sandbox.write_file(path, b"", owner="checker")
+        result = self.run_checker(command, task.test_timeout_s)
         # pytest's "2 passed in 0.03s" would make info differ between identical episodes.
         output = re.sub(r" in \d+(?:\.\d+)?s\b", " in <time>", result.render(2000))
         if task.reward == "exit-code":

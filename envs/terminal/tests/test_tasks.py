@@ -136,8 +136,8 @@ def test_every_check_of_the_checker_can_fail_it(task: TerminalTask) -> None:
                 continue  # a heredoc's opening: its failure is the marker line's
             mutated = "\n".join([*lines[:index], _failed(lines[index]), *lines[index + 1 :]])
             sandbox.write_file("/tests/mutated.sh", mutated.encode(), mode=0o755)
-            result = env.run_checker("bash /tests/mutated.sh", task.test_timeout_s)
-            assert not result.ok, f"line {index + 1} cannot fail the checker: {lines[index]!r}"
+            score, output = env.score_checker("bash /tests/mutated.sh")
+            assert score == 0.0, f"line {index + 1} cannot fail the checker: {lines[index]!r}\n{output}"
     finally:
         env.close()
 

@@ -1,5 +1,0 @@
-#!/bin/bash
-# Exit 0 when the task is solved.
-set -e
-cd /app
-printf 'ann\ncid\n' | diff - active.txt
