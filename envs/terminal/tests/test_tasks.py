@@ -17,11 +17,32 @@ needs_sandbox = pytest.mark.skipif(not USABLE, reason=f"episode sandbox unavaila
 TASKS, SKIPPED = load_tasks(TASKS_DIR)
 
 
-def test_at_least_twenty_tasks_load_and_none_is_skipped() -> None:
-    assert len(TASKS) >= 20
+#: Each shipped task's category (task.toml's ``[metadata] category``) by its name's prefix.
+CATEGORIES = {"files": "files", "text": "text", "git": "git", "python": "python", "make": "build",
+              "process": "processes", "sqlite": "sqlite", "perm": "permissions"}  # fmt: skip
+
+
+def test_the_shipped_tasks_load_in_harbors_format_and_cover_every_category() -> None:
     assert SKIPPED == []
-    kinds = {tag for task in TASKS for tag in task.tags}
-    assert {"files", "text", "git", "python", "make"} <= kinds
+    assert len(TASKS) >= 38
+    assert {t.format for t in TASKS} == {"harbor"}
+    for task in TASKS:
+        prefix = task.name.split("-", 1)[0]
+        assert task.metadata.get("category") == CATEGORIES.get(prefix, task.metadata.get("category")), task.name
+    assert set(CATEGORIES.values()) <= {t.metadata.get("category") for t in TASKS}
+    assert sum(t.name.startswith("sqlite-") for t in TASKS) >= 6 and sum(t.name.startswith("perm-") for t in TASKS) >= 6
+
+
+@pytest.mark.parametrize("task", TASKS, ids=[t.name for t in TASKS])
+def test_the_verifier_follows_the_shipped_conventions(task: TerminalTask) -> None:
+    """What lets one tests/test.sh run under gem and under Harbor alike (docs/terminal.md, "Shipped tasks")."""
+    assert task.checker_path is not None
+    lines = task.checker_path.read_text().splitlines()
+    commands = [line for line in lines if line.strip() and not line.startswith("#")]
+    # 0 first (under set -e), 1 last: the first failing check leaves the 0.
+    assert commands[0].startswith("set -e") and commands[1] == "echo 0 > /logs/verifier/reward.txt"
+    assert commands[-1] == "echo 1 > /logs/verifier/reward.txt"
+    assert "/checker/" not in task.checker_path.read_text(), "gem's checker folders are not there under Harbor"
 
 
 @needs_sandbox

@@ -21,7 +21,7 @@ from .conftest import FIXTURES
 
 FIXTURE_TASKS = ["apt-pip-heredoc", "compose-context", "env-path", "harbor-verifier", "pytest-python313"]
 #: A sample of the shipped tasks (every one of them was played outside the suite: docs/terminal.md): text,
-#: git (the checker's copy in /checker/work run through as-agent), Python, and a process observed by its probe.
+#: git (the checker's copy in a mktemp -d folder run through as-agent), Python, and a process observed by its probe.
 SHIPPED = ["text-sort-uniq", "git-revert-bad-commit", "python-fix-off-by-one", "process-http-server"]
 
 

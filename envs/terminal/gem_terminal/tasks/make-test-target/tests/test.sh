@@ -5,8 +5,9 @@
 # the checker compares what it printed.
 set -eo pipefail
 echo 0 > /logs/verifier/reward.txt
-# gem runs the agent's programs through as-agent (as the agent's uid, in a child process); elsewhere, directly.
-command -v as-agent >/dev/null || as-agent() { "$@"; }
+# gem runs the agent's programs through as-agent (as the agent's uid, in a child process); where there is
+# none (Harbor), a stand-in on PATH runs them directly, for this script and the programs it starts alike.
+command -v as-agent >/dev/null || { shim=$(mktemp -d) && printf '#!/bin/sh\nexec "$@"\n' > "$shim/as-agent" && chmod 755 "$shim/as-agent" && PATH="$shim:$PATH"; }
 cd /app
 as-agent make -s test >/dev/null
 as-agent make -n test | grep -qx 'python3 test_util.py'

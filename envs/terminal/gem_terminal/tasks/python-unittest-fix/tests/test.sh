@@ -5,8 +5,9 @@
 # on carts drawn now, and this process (which never imports it) compares its totals with its own.
 set -e
 echo 0 > /logs/verifier/reward.txt
-# gem runs the agent's programs through as-agent (as the agent's uid, in a child process); elsewhere, directly.
-command -v as-agent >/dev/null || as-agent() { "$@"; }
+# gem runs the agent's programs through as-agent (as the agent's uid, in a child process); where there is
+# none (Harbor), a stand-in on PATH runs them directly, for this script and the programs it starts alike.
+command -v as-agent >/dev/null || { shim=$(mktemp -d) && printf '#!/bin/sh\nexec "$@"\n' > "$shim/as-agent" && chmod 755 "$shim/as-agent" && PATH="$shim:$PATH"; }
 cmp /app/shop/tests/test_cart.py /tests/test_cart.py
 cd /app/shop
 python3 -I - <<'PY'

@@ -1,0 +1,2 @@
+# sourced by the tools, never run
+log() { echo "[tools] $*"; }
