@@ -81,9 +81,13 @@ def _play(task: TerminalTask, commands: list[str]) -> tuple[float, dict[str, obj
         env.close()
 
 
+#: Every (task, forging class) whose moves differ from the no-op's: a git fake on a task with no repository
+#: plays no command, which the no-op already covers (and would cost an episode per task).
+PLAYS = [(t, f) for t in TASKS for f in FORGERIES.values() if f.name == "no-op" or f.commands(t)]
+
+
 @needs_sandbox
-@pytest.mark.parametrize("forgery", FORGERIES.values(), ids=list(FORGERIES))
-@pytest.mark.parametrize("task", TASKS, ids=[t.name for t in TASKS])
+@pytest.mark.parametrize(("task", "forgery"), PLAYS, ids=[f"{t.name}-{f.name}" for t, f in PLAYS])
 def test_no_forging_move_scores(task: TerminalTask, forgery: Forgery) -> None:
     """Every forging class of ``forgeries.py`` over every shipped task: reward 0."""
     reward, info, outputs = _play(task, forgery.commands(task))
