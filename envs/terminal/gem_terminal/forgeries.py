@@ -413,9 +413,11 @@ class Play:
 def play(env: Any, task: TerminalTask, move: str) -> Play:
     """Play ``move`` over ``task`` in ``env`` (a ``TerminalEnv``): one reply per command, then ``done``."""
     commands = [task.solution] if move == REFERENCE else FORGERIES[move].commands(task)
-    backend = "container" if task.name in env.container_tasks else "sandbox"
-    if backend == "container":
-        backend = env.config.backend if env.config.backend != "auto" else env.container_config.runtime
+    backend = "sandbox"
+    if task.name in env.container_tasks:
+        from gem_terminal.container.backend import runtime_for
+
+        backend = runtime_for(env.config.backend, env.container_config.runtime).kind
     started = time.monotonic()
     reward, ended_by, error, output = 0.0, "error", None, ""
     try:
@@ -431,7 +433,7 @@ def play(env: Any, task: TerminalTask, move: str) -> Play:
         else:
             reward = 1.0 if info.get("success") else 0.0
         ended_by, output = str(info.get("ended_by", "")), str(info.get("checker_output", ""))
-    except (GemCoreError, OSError) as exc:  # a build or a set-up that failed: the row says so
+    except Exception as exc:  # a build or a set-up that failed, or anything else: the row says so, the sweep goes on
         error = f"{type(exc).__name__}: {exc}"[:2000]
         env.close()
     return Play(task.name, move, backend, reward, ended_by, time.monotonic() - started, error, output[-1500:])
