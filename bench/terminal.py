@@ -16,7 +16,8 @@ Sections:
 * ``backends``: the sandbox against each container runtime here (Podman, Docker where a daemon
   answers) on one shipped task: episode start (+close), a ``true`` round trip through the episode's
   session (against one ``exec`` per command), the check phase, the image build (first and cached),
-  and the ratios to the sandbox.
+  and the ratios to the sandbox; with ``--harbor-python``, Harbor's own ``docker`` environment on the same
+  task's image (see ``bench_harbor``), and a side-by-side table of the medians with their ratios.
 * ``throughput``: whole episodes (reset, the reference solution, ``<done>``, the checker, close) per
   second with 1, 8 and 32 running at once (threads), on a task mix from the shipped tasks.
 
@@ -181,6 +182,135 @@ def bench_backends(args: argparse.Namespace, rows: dict[str, Any]) -> None:
             out[kind] = f"unavailable: {exc}"
             continue
         out[kind] = _bench_container(runtime, task.path, config, args, out["sandbox"])
+    if args.harbor_python:
+        docker = out.get("docker")
+        if isinstance(docker, dict):
+            out["harbor docker"] = bench_harbor(args, docker["image"], out["sandbox"])
+        else:
+            out["harbor docker"] = f"not run: gem's docker backend is {docker}"
+    print(side_by_side(out), flush=True)
+
+
+#: Run by Harbor's interpreter (``--harbor-python``), never imported here: Harbor's ``DockerEnvironment``
+#: (Docker Compose; one ``docker compose exec`` per command) started and stopped as a trial does, then
+#: ``true`` through its ``exec``. Its one argument: JSON with ``environment_dir``, ``repeat``, ``commands``.
+HARBOR_DRIVER = """
+import asyncio, json, logging, sys, tempfile, time, uuid
+from pathlib import Path
+from harbor.environments.docker.docker import DockerEnvironment
+from harbor.models.task.config import EnvironmentConfig
+from harbor.models.trial.paths import TrialPaths
+
+spec = json.loads(sys.argv[1])
+logging.disable(logging.WARNING)
+root = tempfile.mkdtemp(prefix="gem-bench-harbor-")
+
+def make():
+    paths = TrialPaths(trial_dir=Path(tempfile.mkdtemp(dir=root)))
+    paths.mkdir()
+    return DockerEnvironment(
+        environment_dir=Path(spec["environment_dir"]), environment_name="gem-bench",
+        session_id="gem-bench-" + uuid.uuid4().hex[:8], trial_paths=paths, task_env_config=EnvironmentConfig())
+
+async def main():
+    out = {}
+    env = make()
+    started = time.perf_counter()
+    await env.start(force_build=False)
+    await env.stop(delete=False)
+    out["first start+stop (s)"] = time.perf_counter() - started
+    out["start+stop (s)"] = []
+    for _ in range(spec["repeat"]):
+        env = make()
+        started = time.perf_counter()
+        await env.start(force_build=False)
+        await env.stop(delete=False)
+        out["start+stop (s)"].append(time.perf_counter() - started)
+    env = make()
+    await env.start(force_build=False)
+    try:
+        out["exec true (s)"] = []
+        for _ in range(spec["commands"]):
+            started = time.perf_counter()
+            result = await env.exec("true", timeout_sec=60)
+            out["exec true (s)"].append(time.perf_counter() - started)
+            assert result.return_code == 0, result
+    finally:
+        await env.stop(delete=True)
+    print(json.dumps(out))
+
+asyncio.run(main())
+"""
+
+
+def bench_harbor(args: argparse.Namespace, image: str, sandbox: dict[str, Any]) -> dict[str, Any] | str:
+    """Harbor's ``docker`` environment on gem's image of the same task, through ``--harbor-python``.
+
+    Its environment folder is one ``FROM`` line naming the image gem's docker episodes run, so both
+    start the same image; Harbor builds it through Compose (a cache hit), starts ``main`` with
+    ``sleep infinity``, and runs each command as its own ``docker compose exec``. Harbor's container has the
+    default network (another policy needs its egress sidecar, built from the network); gem's has none.
+    Docker Compose must be a plugin of the ``docker`` client: ``--harbor-docker-config`` names a folder
+    with ``cli-plugins/docker-compose`` where it is not installed (``DOCKER_CONFIG`` for Harbor alone:
+    Podman reads that variable too).
+    """
+    folder = Path(tempfile.mkdtemp(prefix="gem-bench-harbor-env-"))
+    try:
+        (folder / "Dockerfile").write_text(f"FROM {image}\n")
+        spec = {"environment_dir": str(folder), "repeat": args.repeat, "commands": args.harbor_commands}
+        bound = 300 + 120 * args.repeat + 30 * args.harbor_commands  # every Compose call is bounded by Harbor too
+        try:
+            done = subprocess.run(
+                [args.harbor_python, "-c", HARBOR_DRIVER, json.dumps(spec)],
+                capture_output=True,
+                text=True,
+                timeout=bound,
+                cwd=folder,
+                env={
+                    **os.environ,
+                    **({"DOCKER_CONFIG": args.harbor_docker_config} if args.harbor_docker_config else {}),
+                },
+            )
+        except subprocess.TimeoutExpired:
+            return f"failed: Harbor's environment ran past {bound} s"
+        if done.returncode != 0:
+            return f"failed: {(done.stderr or done.stdout).strip()[-600:]}"
+        measured = json.loads(done.stdout.strip().splitlines()[-1])
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    row: dict[str, Any] = {
+        "first start+stop (s)": measured["first start+stop (s)"],
+        "start+close p50 (s)": statistics.median(measured["start+stop (s)"]),
+        "`true` round trip p50 (ms)": 1000 * statistics.median(measured["exec true (s)"]),
+    }
+    row["start ratio to the sandbox"] = row["start+close p50 (s)"] / sandbox["start+close p50 (s)"]
+    row["round trip ratio to the sandbox"] = row["`true` round trip p50 (ms)"] / sandbox["`true` round trip p50 (ms)"]
+    return row
+
+
+def side_by_side(out: dict[str, Any]) -> str:
+    """The backends' medians as one Markdown table, each with its ratio to the sandbox's."""
+    columns = [name for name, row in out.items() if isinstance(row, dict)]
+    lines = ["| what (p50) | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    rows = (
+        ("episode start + close", "start+close p50 (s)", "s"),
+        ("`true` through the episode's session (Harbor: its `exec`)", "`true` round trip p50 (ms)", "ms"),
+        ("`true` as one `exec` per command", "one `exec` per command p50 (ms)", "ms"),
+    )
+    for label, key, unit in rows:
+        cells = []
+        for name in columns:
+            value = out[name].get(key)
+            if key.startswith("one") and name == "harbor docker":
+                value = out[name].get("`true` round trip p50 (ms)")  # Harbor's exec is one per command
+            base = out["sandbox"].get(key) or out["sandbox"]["`true` round trip p50 (ms)"]
+            if value is None:
+                cells.append("")
+                continue
+            ratio = "" if name == "sandbox" else f" ({value / base:.{1 if value / base < 10 else 0}f}x)"
+            cells.append(f"{value:.3g} {unit}{ratio}" if value < 1000 else f"{value:.0f} {unit}{ratio}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def _bench_container(
@@ -217,6 +347,7 @@ def _bench_container(
         rt = timed(lambda: episode.run("true"), args.backend_commands)
         name = episode.name
         execs = timed(lambda: runtime.call("exec", name, "true"), max(args.backend_commands // 10, 5))
+    row["image"] = image
     row["`true` round trip p50 (ms)"] = 1000 * statistics.median(rt)
     row["one `exec` per command p50 (ms)"] = 1000 * statistics.median(execs)
     row["start ratio to the sandbox"] = row["start+close p50 (s)"] / sandbox["start+close p50 (s)"]
@@ -235,6 +366,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--backend-commands", type=int, default=100)
     parser.add_argument("--ca-bundle", default=None, help="the host's CA bundle, for image builds behind a proxy")
+    parser.add_argument(
+        "--harbor-python", default=None, help="an interpreter with Harbor installed: also bench its docker environment"
+    )
+    parser.add_argument("--harbor-docker-config", default=None, help="DOCKER_CONFIG for Harbor (its compose plugin)")
+    parser.add_argument("--harbor-commands", type=int, default=20, help="`true`s through Harbor's exec")
     sections = {"layers": bench_layers, "episode": bench_episode, "round_trip": bench_round_trip}
     sections.update(throughput=bench_throughput, backends=bench_backends)
     parser.add_argument("--sections", nargs="+", choices=sorted(sections), default=list(sections))

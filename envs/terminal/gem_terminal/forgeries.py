@@ -8,19 +8,37 @@ the task alone (its work dir, instruction, checker and reference solution: an ad
 them), so a new task is covered without any edit here, and another backend (a container) can play the
 same table. Moves that need the reference solution use it only to produce a state the checker must
 reject (committed objects that differ from the work tree), never as the final state.
+
+``python -m gem_terminal.forgeries --backend docker [--tasks-dir DIR] [--tasks ...] [--moves ...] [--jobs N]``
+plays every class (and the reference solution, for contrast) over every task of a folder (the shipped
+ones by default; Terminal-Bench v1 or Harbor folders) on one backend, a bounded number of episodes at
+once, one JSON line per episode (``--jsonl``; ``--resume`` skips what it already holds) and a table per
+class; it exits 1 when any move scored above 0, a reference below 1, or an episode failed to play.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
+import math
+import queue
 import re
 import shlex
-from collections.abc import Callable
-from dataclasses import dataclass
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
 
+from gem_core.errors import ConfigError, GemCoreError
 from gem_terminal.loader import TerminalTask
 
-__all__ = ["FORGERIES", "Forgery"]
+__all__ = ["FORGERIES", "REFERENCE", "Forgery", "Play", "main", "summarize", "sweep"]
 
 #: Where moves keep their helpers inside the sandbox (the agent's own scratch).
 _HOME = "/tmp/.gem-forge"
@@ -351,3 +369,256 @@ FORGERIES: dict[str, Forgery] = {
 def as_tool_call(command: str) -> str:
     """A reply that runs ``command`` as one JSON tool call (any text survives quoting)."""
     return f"<tool_call>{json.dumps({'name': 'bash', 'arguments': {'command': command}})}</tool_call>"
+
+
+# --------------------------------------------------------------------------- the sweep
+#: The pseudo-move that plays the task's reference solution: it must score 1 (else the zeros prove nothing).
+REFERENCE = "reference"
+
+
+@dataclass(frozen=True)
+class Play:
+    """One episode of the sweep: a move over a task, and what the checker said.
+
+    Attributes:
+        task: The task's name.
+        move: A class of :data:`FORGERIES`, or :data:`REFERENCE`.
+        backend: Where it ran (``sandbox``, ``docker``, ``podman``).
+        reward: The episode's reward (0 when it failed to play).
+        ended_by: How the episode ended (``done``, ``turns``, ``time``...), or ``error``.
+        seconds: Wall clock of the episode (reset to close).
+        error: Why it failed to play (a set-up that raised, a build that failed), else ``None``.
+        checker_output: The tail of the checker's output.
+    """
+
+    task: str
+    move: str
+    backend: str
+    reward: float
+    ended_by: str
+    seconds: float
+    error: str | None
+    checker_output: str
+
+    @property
+    def verdict(self) -> str:
+        """``ok``; ``FORGED`` (a move scored above 0); ``reference-failed`` (below 1); ``error``."""
+        if self.error is not None:
+            return "error"
+        if self.move == REFERENCE:
+            return "ok" if self.reward >= 1.0 else "reference-failed"
+        return "FORGED" if self.reward > 0.0 else "ok"
+
+
+def play(env: Any, task: TerminalTask, move: str) -> Play:
+    """Play ``move`` over ``task`` in ``env`` (a ``TerminalEnv``): one reply per command, then ``done``."""
+    commands = [task.solution] if move == REFERENCE else FORGERIES[move].commands(task)
+    backend = "sandbox"
+    if task.name in env.container_tasks:
+        from gem_terminal.container.backend import runtime_for
+
+        backend = runtime_for(env.config.backend, env.container_config.runtime).kind
+    started = time.monotonic()
+    reward, ended_by, error, output = 0.0, "error", None, ""
+    try:
+        env.reset(options={"task": task.name})
+        info: dict[str, Any] = {}
+        terminated = truncated = False
+        for command in commands:
+            _, _, terminated, truncated, info = env.step(as_tool_call(command))
+            if terminated or truncated:  # a limit ended it: the checker already ran
+                break
+        if not (terminated or truncated):
+            _, reward, terminated, truncated, info = env.step("<done></done>")
+        else:
+            reward = 1.0 if info.get("success") else 0.0
+        ended_by, output = str(info.get("ended_by", "")), str(info.get("checker_output", ""))
+    except Exception as exc:  # a build or a set-up that failed, or anything else: the row says so, the sweep goes on
+        error = f"{type(exc).__name__}: {exc}"[:2000]
+        env.close()
+    return Play(task.name, move, backend, reward, ended_by, time.monotonic() - started, error, output[-1500:])
+
+
+def sweep(
+    env_kwargs: dict[str, Any],
+    *,
+    tasks: Iterable[str] | None = None,
+    moves: Iterable[str] | None = None,
+    jobs: int = 2,
+    skip: set[tuple[str, str]] | None = None,
+) -> Iterator[Play]:
+    """Play each move (default: :data:`REFERENCE` and every class) over each task, ``jobs`` episodes at once.
+
+    Args:
+        env_kwargs: :class:`gem_terminal.env.TerminalEnv` settings (``tasks_dir``, ``backend``, ``container``...);
+            each worker thread has an env of its own.
+        tasks: Task names (default: every task the env loads).
+        moves: Move names (default: all).
+        jobs: Episodes at once (threads; each episode's commands and checker are bounded by the env's limits).
+        skip: ``(task, move)`` pairs already played.
+
+    Yields:
+        Each episode's :class:`Play`, as it ends. Plays go move by move (the references first), so the
+        episodes running at once are of different tasks.
+
+    Raises:
+        ConfigError: an unknown task or move, ``jobs`` below 1, or a task folder that loads nothing.
+    """
+    from gem_terminal.env import TerminalEnv
+
+    if jobs < 1:
+        raise ConfigError(f"forging sweep: jobs={jobs}; give 1 or more episodes at once")
+    chosen_moves = list(moves) if moves is not None else [REFERENCE, *FORGERIES]
+    unknown = [m for m in chosen_moves if m != REFERENCE and m not in FORGERIES]
+    if unknown:
+        raise ConfigError(f"forging sweep: unknown move(s) {unknown}; choose from {[REFERENCE, *FORGERIES]}")
+    first = TerminalEnv(**env_kwargs)
+    loaded = {task.name: task for task in first.tasks}
+    chosen_tasks = list(tasks) if tasks is not None else sorted(loaded)
+    missing = [name for name in chosen_tasks if name not in loaded]
+    if missing:
+        why = {s.name: s.reason for s in first.skipped}
+        named = "; ".join(f"{n}: {why.get(n, 'not in the folder')}" for n in missing)
+        raise ConfigError(f"forging sweep: task(s) not loaded: {named}")
+    _prebuild(first, [loaded[name] for name in chosen_tasks])
+    idle: queue.SimpleQueue[Any] = queue.SimpleQueue()  # envs between episodes: at most `jobs` are made
+    idle.put(first)
+    made = [first]
+    lock = threading.Lock()
+
+    def run(job: tuple[str, str]) -> Play:
+        try:
+            env = idle.get_nowait()
+        except queue.Empty:
+            env = TerminalEnv(**env_kwargs)
+            with lock:
+                made.append(env)
+        try:
+            return play(env, env_tasks(env)[job[0]], job[1])
+        finally:
+            idle.put(env)
+
+    order = [(t, m) for m in chosen_moves for t in chosen_tasks if (t, m) not in (skip or set())]
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="forge")
+    try:
+        for done in as_completed([pool.submit(run, job) for job in order]):
+            yield done.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)  # a stopped sweep waits for the episodes under way
+        for env in made:
+            env.close()
+
+
+def env_tasks(env: Any) -> dict[str, TerminalTask]:
+    """An env's loaded tasks by name (as its backend loaded them: a container's work dir may differ)."""
+    return {task.name: task for task in env.tasks}
+
+
+def _prebuild(env: Any, tasks: list[TerminalTask]) -> None:
+    """Build each container task's image once, before episodes of the same task run at once."""
+    from gem_terminal.container.backend import runtime_for
+    from gem_terminal.container.images import build_task_image
+
+    config = env.container_config
+    for task in tasks:
+        if task.name in env.container_tasks:
+            runtime = runtime_for(env.config.backend, config.runtime)
+            with contextlib.suppress(GemCoreError):  # each of its episodes then reports the failed build
+                build_task_image(
+                    runtime,
+                    task,
+                    ca_bundle=config.ca_path(),
+                    base_images=config.base_images,
+                    mirror=config.mirror,
+                    timeout_s=config.build_timeout_s,
+                )
+
+
+def summarize(plays: list[Play]) -> tuple[str, bool]:
+    """A Markdown table per move (played, scored 0/1, above 0, errors, median seconds); and whether all is well.
+
+    All is well when every reference scored 1, every forging move 0, and no episode failed to play.
+    """
+    lines = [
+        "| move | played | as expected | FORGED (> 0) | reference < 1 | errors | median s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    by_move: dict[str, list[Play]] = {}
+    for p in plays:
+        by_move.setdefault(p.move, []).append(p)
+    for move in sorted(by_move, key=lambda m: (m != REFERENCE, list(FORGERIES).index(m) if m in FORGERIES else 0)):
+        rows = by_move[move]
+        bad = {v: [p.task for p in rows if p.verdict == v] for v in ("FORGED", "reference-failed", "error")}
+        cells = [", ".join(names) if names else "0" for names in bad.values()]
+        ok = sum(p.verdict == "ok" for p in rows)
+        median = statistics.median(p.seconds for p in rows) if rows else math.nan
+        lines.append(f"| {move} | {len(rows)} | {ok} | {' | '.join(cells)} | {median:.1f} |")
+    well = all(p.verdict == "ok" for p in plays)
+    return "\n".join(lines), well
+
+
+def _read_jsonl(path: Path) -> list[Play]:
+    if not path.exists():
+        return []
+    fields = set(Play.__dataclass_fields__)
+    return [
+        Play(**{k: v for k, v in json.loads(line).items() if k in fields})
+        for line in path.read_text().splitlines()
+        if line.strip()
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the sweep from the command line; the exit status (0: every move 0 and every reference 1)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m gem_terminal.forgeries",
+        description="Play every forging class (and the reference solution) over every task on one backend.",
+    )
+    parser.add_argument("--backend", choices=["auto", "sandbox", "docker", "podman"], default="sandbox")
+    parser.add_argument("--tasks-dir", help="a folder of task folders, or one task's folder (default: the shipped)")
+    parser.add_argument("--tasks", nargs="+", help="only these tasks (folder names)")
+    parser.add_argument("--moves", nargs="+", help=f"only these moves ({REFERENCE} and the classes)")
+    parser.add_argument("--jobs", type=int, default=2, help="episodes at once (default 2)")
+    parser.add_argument("--jsonl", type=Path, help="append one JSON line per episode here")
+    parser.add_argument("--resume", action="store_true", help="skip the (task, move) pairs --jsonl already holds")
+    parser.add_argument("--ca-bundle", help="the host's CA bundle, for image builds behind a TLS-intercepting proxy")
+    parser.add_argument("--base-images", choices=["auto", "map", "pull"], default="auto")
+    parser.add_argument("--command-timeout", type=float, default=120.0, help="seconds per command (default 120)")
+    args = parser.parse_args(argv)
+    if args.resume and args.jsonl is None:
+        parser.error("--resume needs --jsonl")
+    container: dict[str, Any] = {"base_images": args.base_images}
+    if args.ca_bundle:
+        container["ca_bundle"] = args.ca_bundle
+    env_kwargs: dict[str, Any] = {"backend": args.backend, "container": container}
+    env_kwargs.update(command_timeout_s=args.command_timeout, max_turns=64)
+    if args.tasks_dir:
+        env_kwargs["tasks_dir"] = args.tasks_dir
+    earlier = _read_jsonl(args.jsonl) if args.resume else []
+    plays = list(earlier)
+    started = time.monotonic()
+    try:
+        out = args.jsonl.open("a") if args.jsonl else None
+        try:
+            skip = {(p.task, p.move) for p in earlier}
+            for p in sweep(env_kwargs, tasks=args.tasks, moves=args.moves, jobs=args.jobs, skip=skip):
+                plays.append(p)
+                print(f"{p.verdict:>16}  {p.move:<44} {p.task:<28} reward {p.reward:g}  {p.seconds:.1f} s", flush=True)
+                if out is not None:
+                    out.write(json.dumps({**asdict(p), "verdict": p.verdict}) + "\n")
+                    out.flush()
+        finally:
+            if out is not None:
+                out.close()
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    table, well = summarize(plays)
+    print(
+        f"\n{table}\n\n{len(plays)} episodes ({len(plays) - len(earlier)} this run, {time.monotonic() - started:.0f} s)"
+    )
+    return 0 if well else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

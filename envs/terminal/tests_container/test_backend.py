@@ -14,6 +14,7 @@ from gem_terminal.container.backend import ContainerConfig, load_for_container
 from gem_terminal.container.runtime import Runtime
 from gem_terminal.container.session import OWNER_LABEL
 from gem_terminal.env import TASKS_DIR, TerminalEnv, reference_action
+from gem_terminal.forgeries import sweep
 from gem_terminal.loader import SkippedTask, TerminalTask
 from gem_terminal.loader import load_task as load_folder
 
@@ -142,6 +143,22 @@ def test_shipped_task_in_a_container(shipped_env: TerminalEnv, task: str) -> Non
     reward, info = _play(shipped_env, task, reference_action(shipped))
     assert reward == 1.0, info["checker_output"]
     assert _play(shipped_env, task, "")[0] == 0.0
+
+
+#: Forging classes of ``gem_terminal.forgeries`` swept on the real runtime over a shipped git task (every class
+#: over every shipped task is the sweep's job outside the suite: docs/terminal.md): processes left running, code
+#: of the agent's that the checker runs, history faked with the work tree hidden.
+SWEPT = ["daemon-does-the-work-at-check-time", "atexit-prints-the-marker", "git-merge-ours-and-skip-worktree"]
+
+
+def test_the_forging_sweep_scores_0_on_the_runtime(
+    runtime: Runtime, container_config: ContainerConfig, no_leftovers: None
+) -> None:
+    env_kwargs = {"backend": runtime.kind, "container": container_config.model_dump()}
+    plays = list(sweep(env_kwargs, tasks=["git-revert-bad-commit"], moves=SWEPT, jobs=2))
+    assert sorted((p.move, p.backend, p.verdict) for p in plays) == [(m, runtime.kind, "ok") for m in sorted(SWEPT)], [
+        (p.move, p.reward, p.error, p.checker_output[-300:]) for p in plays
+    ]
 
 
 def test_sandbox_backend_skips_what_needs_an_image() -> None:
