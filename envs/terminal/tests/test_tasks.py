@@ -21,7 +21,7 @@ def test_at_least_twenty_tasks_load_and_none_is_skipped() -> None:
     assert len(TASKS) >= 20
     assert SKIPPED == []
     kinds = {tag for task in TASKS for tag in task.tags}
-    assert {"files", "text", "git", "python", "make"} <= kinds
+    assert {"files", "text", "git", "python", "make", "build", "services", "processes"} <= kinds
 
 
 @needs_sandbox

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -66,7 +65,9 @@ def make(*args: str) -> None:
 
 def calc(x: int, want: int) -> None:
     run = agent(["./calc", str(x)], cwd=folder)
-    check(run.returncode == 0 and run.stdout.strip() == str(want), f"calc {x} printed {run.stdout.strip()!r}, not {want}")
+    check(
+        run.returncode == 0 and run.stdout.strip() == str(want), f"calc {x} printed {run.stdout.strip()!r}, not {want}"
+    )
 
 
 make("-j4")

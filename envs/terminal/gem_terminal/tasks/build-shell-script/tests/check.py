@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -67,7 +66,9 @@ def build(compiled: set[str], total: int | None) -> None:
     check(lines == sorted(f"compiled {n}.c" for n in compiled), f"build.sh printed {lines}, wanted {sorted(compiled)}")
     past[0] = False
     app = agent([os.path.join(project, "bin", "app")])
-    check(app.returncode == 0 and app.stdout.strip() == str(total), f"bin/app printed {app.stdout.strip()!r}, not {total}")
+    check(
+        app.returncode == 0 and app.stdout.strip() == str(total), f"bin/app printed {app.stdout.strip()!r}, not {total}"
+    )
 
 
 header = "".join(f"int {name}(void);\n" for name in parts) + f"#define BONUS {RNG.randrange(100)}\n"
@@ -75,7 +76,10 @@ write("include/parts.h", header)
 for name, value in parts.items():
     write(f"src/{name}.c", f'#include "parts.h"\n\nint {name}(void) {{ return {value}; }}\n')
 calls = " + ".join(f"{name}()" for name in parts)
-write("src/main.c", f'#include <stdio.h>\n#include "parts.h"\n\nint main(void) {{ printf("%d\\n", {calls} + BONUS); return 0; }}\n')
+write(
+    "src/main.c",
+    f'#include <stdio.h>\n#include "parts.h"\n\nint main(void) {{ printf("%d\\n", {calls} + BONUS); return 0; }}\n',
+)
 bonus = int(header.rsplit(" ", 1)[1])
 everything = {*parts, "main"}
 build(everything, sum(parts.values()) + bonus)

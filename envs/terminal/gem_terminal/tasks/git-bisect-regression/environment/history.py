@@ -1,5 +1,6 @@
 """Writes the repository's history as a git fast-import stream: 41 commits, one of which (at a place
-drawn here) breaks median() for lists of even length."""
+drawn here) breaks median() for lists of even length.
+"""
 
 import random
 import sys

@@ -52,7 +52,10 @@ subjects = [git(REPO, "log", "-1", "--format=%s", c) for c in history]
 check(subjects == ["stats: mean and median", *(f"stats: step {i}" for i in range(1, 41))], "the history changed")
 # The first commit whose median() lost the even-length line: found here from the committed objects.
 bad = next(c for c in history if GOOD not in git(REPO, "show", f"{c}:stats.py"))
-check(git(REPO, "rev-parse", "-q", "--verify", "refs/tags/first-bad^{commit}") == bad, "first-bad is not the first bad commit")
+check(
+    git(REPO, "rev-parse", "-q", "--verify", "refs/tags/first-bad^{commit}") == bad,
+    "first-bad is not the first bad commit",
+)
 
 
 def changes(old: str, new: str) -> list[str]:

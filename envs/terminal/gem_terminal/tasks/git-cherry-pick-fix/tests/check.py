@@ -47,8 +47,12 @@ REPO = "/app/parser"
 check(git(REPO, "rev-list", "--count", "dev") == "4", "dev's history changed")
 check(git(REPO, "rev-list", "--count", "main") == "2", "main is not its first commit plus one")
 check(not git(REPO, "rev-list", "--merges", "main"), "main has a merge commit")
-check(git(REPO, "log", "-1", "--format=%s", "main") == "fix: parse_int accepts signs and spaces", "the commit's subject")
-check(git(REPO, "rev-parse", "main~1") == git(REPO, "rev-list", "--max-parents=0", "dev"), "main's first commit changed")
+check(
+    git(REPO, "log", "-1", "--format=%s", "main") == "fix: parse_int accepts signs and spaces", "the commit's subject"
+)
+check(
+    git(REPO, "rev-parse", "main~1") == git(REPO, "rev-list", "--max-parents=0", "dev"), "main's first commit changed"
+)
 check(git(REPO, "ls-tree", "-r", "--name-only", "main").split() == ["README.md", "parse.py"], "main holds other files")
 check(git(REPO, "show", "main:README.md") == git(REPO, "show", "main~1:README.md"), "README.md changed on main")
 
@@ -56,7 +60,10 @@ check(git(REPO, "show", "main:README.md") == git(REPO, "show", "main~1:README.md
 folder = scratch()
 with open(os.path.join(folder, "parse.py"), "w") as fh:
     fh.write(git(REPO, "show", "main:parse.py") + "\n")
-cases = [f"{' ' * RNG.randrange(3)}{RNG.choice(['', '+', '-'])}{RNG.randrange(10**6)}{' ' * RNG.randrange(3)}" for _ in range(20)]
+cases = [
+    f"{' ' * RNG.randrange(3)}{RNG.choice(['', '+', '-'])}{RNG.randrange(10**6)}{' ' * RNG.randrange(3)}"
+    for _ in range(20)
+]
 cases += ["", "-", "+", "1-2", "--5", "12a", " ", "4 2", "٣", RNG.choice(["x", "0x10", "1e3"])]
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -77,7 +76,10 @@ want = {"HOST": "example.org", "TIMEOUT": 30, "RETRIES": 3}
 check(assignments(git(REPO, "show", f"{retries}:app.py")) == want, "the retries commit's app.py lost a change")
 check(git(REPO, "ls-tree", "--name-only", retries).split() == ["app.py"], "the retries commit has other files")
 check(git(REPO, "diff", "--name-only", retries, cli).split() == ["cli.py"], "the cli commit changes more than cli.py")
-check(git(REPO, "show", f"{main}:app.py") == git(REPO, "show", "main~1:app.py").replace("TIMEOUT = 10", "TIMEOUT = 30"), "main's app.py")
+check(
+    git(REPO, "show", f"{main}:app.py") == git(REPO, "show", "main~1:app.py").replace("TIMEOUT = 10", "TIMEOUT = 30"),
+    "main's app.py",
+)
 tip = git(REPO, "show", f"{cli}:app.py")
 check("def url(path):" in tip and assignments(tip) == want, "feature's app.py")
 cli_text = git(REPO, "show", f"{cli}:cli.py")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -51,14 +50,19 @@ old = git(REPO, "show", "main~1:VERSION")
 major, minor, _ = (int(part) for part in old.split("."))
 new = f"{major}.{minor + 1}.0"
 check(git(REPO, "show", "main:VERSION") == new, f"VERSION is not {new}")
-check(sorted(git(REPO, "diff", "--name-only", "main~1", "main").split()) == ["CHANGELOG.md", "VERSION"], "the commit changes other files")
+check(
+    sorted(git(REPO, "diff", "--name-only", "main~1", "main").split()) == ["CHANGELOG.md", "VERSION"],
+    "the commit changes other files",
+)
 before = [line for line in git(REPO, "show", "main~1:CHANGELOG.md").splitlines() if line.strip()]
 after = [line for line in git(REPO, "show", "main:CHANGELOG.md").splitlines() if line.strip()]
 at = before.index("## Unreleased")
 check(after == [*before[: at + 1], f"## {new}", *before[at + 1 :]], "CHANGELOG.md's headings")
 tag = f"v{new}"
 check(git(REPO, "cat-file", "-t", f"refs/tags/{tag}") == "tag", f"{tag} is not an annotated tag")
-check(git(REPO, "rev-parse", f"refs/tags/{tag}^{{commit}}") == git(REPO, "rev-parse", "main"), f"{tag} is not main's tip")
+check(
+    git(REPO, "rev-parse", f"refs/tags/{tag}^{{commit}}") == git(REPO, "rev-parse", "main"), f"{tag} is not main's tip"
+)
 message = git(REPO, "for-each-ref", "--format=%(contents:subject)", f"refs/tags/{tag}")
 check(message == f"Release {new}", f"{tag}'s message is {message!r}")
 check(git(REPO, "rev-parse", "v1.0.0^{commit}") == git(REPO, "rev-parse", "main~3"), "v1.0.0 moved")

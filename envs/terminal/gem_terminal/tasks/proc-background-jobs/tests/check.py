@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -56,8 +55,20 @@ for f in one.out one.err one.rc held.out held.rc args.out; do printf '%s=%s\\n' 
 '''
 run = agent(["bash", "-c", script], timeout=45)
 want = [
-    f"one exited {first}", f"status {first}", "held running", "status 124", f"held exited {second}", f"status {second}",
-    "args exited 0", "status 0", "one.out=out1", word, "one.err=err1", f"one.rc={first}",
-    f"held.out=got {token}", f"held.rc={second}", f"args.out=a b||$HOME|{word}|",
+    f"one exited {first}",
+    f"status {first}",
+    "held running",
+    "status 124",
+    f"held exited {second}",
+    f"status {second}",
+    "args exited 0",
+    "status 0",
+    "one.out=out1",
+    word,
+    "one.err=err1",
+    f"one.rc={first}",
+    f"held.out=got {token}",
+    f"held.rc={second}",
+    f"args.out=a b||$HOME|{word}|",
 ]
 check(run.stdout.splitlines() == want, f"bg.sh gave {run.stdout.splitlines()}, wanted {want} ({run.stderr[-300:]})")

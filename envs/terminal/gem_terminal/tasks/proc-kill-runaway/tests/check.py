@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -51,7 +50,10 @@ def probe_output() -> str:
 def check_probe() -> None:
     """The probe printed ``probe ok`` last and exited 0."""
     lines = probe_output().strip().splitlines()
-    check(lines[-2:] == ["probe ok", "[exit code] 0"], "the probe of the running service failed: " + " | ".join(lines[-6:]))
+    check(
+        lines[-2:] == ["probe ok", "[exit code] 0"],
+        "the probe of the running service failed: " + " | ".join(lines[-6:]),
+    )
 
 
 check_probe()

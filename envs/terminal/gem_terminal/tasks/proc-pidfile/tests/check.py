@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -37,7 +36,7 @@ def check(ok: object, why: str) -> None:
 
 # Played as the agent, in one go (the workers live only as long as this play): each step prints
 # "COMMAND STATUS OUTPUT", then what the checker observed.
-script = r'''
+script = r"""
 c="bash /app/ctl.sh"
 p=/app/run/worker.pid
 step() { out=$($c "$1" 2>/dev/null); code=$?; echo "$1 $code $out"; }
@@ -65,17 +64,33 @@ step stop
 kill -0 $foreign && echo "foreign alive"
 kill $foreign
 echo "pids $first $second $third $dead $foreign"
-'''
+"""
 run = agent(["bash", "-c", script], timeout=60)
 lines = run.stdout.splitlines()
 check(lines and lines[-1].startswith("pids "), f"the play ended early: {lines[-5:]} {run.stderr[-300:]}")
 first, second, third, dead, foreign = lines[-1].split()[1:]
 want = [
-    "status 3 stopped", f"start 0 started {first}", "live yes", f"status 0 running {first}",
-    f"start 1 already running {first}", f"stop 0 stopped {first}", "gone no none", "status 3 stopped",
-    "stop 1 not running", "status 3 stopped", f"start 0 started {second}", "live yes", f"stop 0 stopped {second}",
-    "status 3 stopped", f"start 0 started {third}", "live yes", "foreign alive", f"stop 0 stopped {third}",
+    "status 3 stopped",
+    f"start 0 started {first}",
+    "live yes",
+    f"status 0 running {first}",
+    f"start 1 already running {first}",
+    f"stop 0 stopped {first}",
+    "gone no none",
+    "status 3 stopped",
+    "stop 1 not running",
+    "status 3 stopped",
+    f"start 0 started {second}",
+    "live yes",
+    f"stop 0 stopped {second}",
+    "status 3 stopped",
+    f"start 0 started {third}",
+    "live yes",
+    "foreign alive",
+    f"stop 0 stopped {third}",
     "foreign alive",
 ]
-check(len({first, second, third}) == 3 and "none" not in (first, second, third), f"pidfile pids {first} {second} {third}")
+check(
+    len({first, second, third}) == 3 and "none" not in (first, second, third), f"pidfile pids {first} {second} {third}"
+)
 check(lines[:-1] == want, f"ctl.sh gave {lines[:-1]}, wanted {want}")

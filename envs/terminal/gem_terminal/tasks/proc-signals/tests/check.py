@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -38,7 +37,7 @@ def check(ok: object, why: str) -> None:
 folder = scratch()
 first, second = (f"v{RNG.randrange(10**6)}-{RNG.choice(['a', 'b b', 'c=d'])}" for _ in range(2))
 # Played as the agent, in one process group: start the worker, signal it, wait for each answer (bounded).
-script = f'''
+script = f"""
 cd {folder}
 printf 'label=%s\\n' "$1" > w.conf
 python3 /app/worker.py w.conf w.log &
@@ -62,7 +61,9 @@ kill -TERM $pid
 wait $pid
 echo "exit $?"
 cat w.log
-'''
+"""
 run = agent(["bash", "-c", script, "play", first, second], timeout=60)
 want = ["exit 0", f"started label={first}", f"reloaded label={second}", f"status label={second}", "stopped"]
-check(run.stdout.splitlines() == want, f"the worker gave {run.stdout.splitlines()}, wanted {want} ({run.stderr[-300:]})")
+check(
+    run.stdout.splitlines() == want, f"the worker gave {run.stdout.splitlines()}, wanted {want} ({run.stderr[-300:]})"
+)

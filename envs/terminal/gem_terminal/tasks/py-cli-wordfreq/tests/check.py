@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -43,7 +42,10 @@ vocabulary = ["".join(RNG.choice("abcdefgXYZ") for _ in range(RNG.randrange(1, 7
 
 
 def text() -> str:
-    return "".join(RNG.choice(vocabulary) + RNG.choice([" ", "\n", ", ", "-", "42", "é", "_"]) for _ in range(RNG.randrange(20, 120)))
+    return "".join(
+        RNG.choice(vocabulary) + RNG.choice([" ", "\n", ", ", "-", "42", "é", "_"])
+        for _ in range(RNG.randrange(20, 120))
+    )
 
 
 def expect(texts: list[str], top: int = 10, min_length: int = 1) -> list[str]:
@@ -59,16 +61,29 @@ for index in range(2):
     os.chmod(files[-1][0], 0o644)
 top, length = RNG.randrange(1, 15), RNG.randrange(1, 4)
 runs = [
-    (["--top", str(top), "--min-length", str(length), files[0][0], files[1][0]], "", expect([files[0][1], files[1][1]], top, length)),
+    (
+        ["--top", str(top), "--min-length", str(length), files[0][0], files[1][0]],
+        "",
+        expect([files[0][1], files[1][1]], top, length),
+    ),
     ([], files[0][1], expect([files[0][1]])),
     (["--min-length", str(length + 1)], files[1][1], expect([files[1][1]], 10, length + 1)),
 ]
 for args, stdin, want in runs:
     run = agent(["python3", "/app/wordfreq.py", *args], stdin, cwd=folder)
-    check(run.returncode == 0 and run.stdout.splitlines() == want, f"wordfreq {args}: {run.stdout.splitlines()[:3]} ({run.returncode}), wanted {want[:3]}")
+    check(
+        run.returncode == 0 and run.stdout.splitlines() == want,
+        f"wordfreq {args}: {run.stdout.splitlines()[:3]} ({run.returncode}), wanted {want[:3]}",
+    )
 for bad in (["--top", "0"], ["--top", "x"], ["--min-length", "-2"]):
     run = agent(["python3", "/app/wordfreq.py", *bad, files[0][0]], cwd=folder)
-    check(run.returncode == 2 and not run.stdout and run.stderr.strip(), f"wordfreq {bad}: status {run.returncode}, stdout {run.stdout[:80]!r}")
+    check(
+        run.returncode == 2 and not run.stdout and run.stderr.strip(),
+        f"wordfreq {bad}: status {run.returncode}, stdout {run.stdout[:80]!r}",
+    )
 missing = os.path.join(folder, f"missing{RNG.randrange(10**6)}.txt")
 run = agent(["python3", "/app/wordfreq.py", files[0][0], missing], cwd=folder)
-check(run.returncode == 1 and os.path.basename(missing) in run.stderr, f"an unreadable file: status {run.returncode}, stderr {run.stderr[:120]!r}")
+check(
+    run.returncode == 1 and os.path.basename(missing) in run.stderr,
+    f"an unreadable file: status {run.returncode}, stderr {run.stderr[:120]!r}",
+)

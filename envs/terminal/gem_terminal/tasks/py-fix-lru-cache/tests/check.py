@@ -69,7 +69,7 @@ for _ in range(25):
         key = RNG.randrange(6)
         ops.append(RNG.choice([["put", key, RNG.randrange(100)], ["get", key], ["get", key, "d"], ["len"], ["keys"]]))
     schedules.append([capacity, ops])
-program = '''import json, sys
+program = """import json, sys
 sys.path.insert(0, "/app")
 from lru import LRUCache
 out = []
@@ -86,7 +86,7 @@ for capacity, ops in json.load(sys.stdin):
             answers.append(list(cache.keys()))
     out.append(answers)
 print(json.dumps(out))
-'''
+"""
 run = agent(["python3", "-I", "-c", program], json.dumps(schedules), cwd=scratch())
 check(run.returncode == 0, f"LRUCache failed: {run.stderr[-500:]}")
 got = json.loads(run.stdout.splitlines()[-1])

@@ -65,7 +65,7 @@ def canonical(seconds: int) -> str:
 
 
 # The agent's module runs as the agent; this process compares its answers with its own.
-program = '''import json, sys
+program = """import json, sys
 sys.path.insert(0, "/app")
 from duration import format_duration, parse_duration
 texts, numbers = json.load(sys.stdin)
@@ -75,7 +75,7 @@ def attempt(function, value):
     except ValueError:
         return "ValueError"
 print(json.dumps([[attempt(parse_duration, t) for t in texts], [attempt(format_duration, n) for n in numbers]]))
-'''
+"""
 texts = [t for t, _ in valid] + invalid
 run = agent(["python3", "-I", "-c", program], json.dumps([texts, numbers + [-1]]), cwd=scratch())
 check(run.returncode == 0, f"duration.py failed: {run.stderr[-500:]}")

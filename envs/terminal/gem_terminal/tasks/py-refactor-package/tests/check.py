@@ -63,7 +63,10 @@ spec.loader.exec_module(original)
 coupons = [None, "", "SAVE10", "BULK", "FREESHIP", "FLAT5", "FLAT0", "FLAT999", "FLATx", "save10"]
 carts = []
 for _ in range(60):
-    items = [[f"i{n}", RNG.choice([0, 1, 99, 250, RNG.randrange(1, 4000)]), RNG.randrange(1, 8)] for n in range(RNG.randrange(0, 6))]
+    items = [
+        [f"i{n}", RNG.choice([0, 1, 99, 250, RNG.randrange(1, 4000)]), RNG.randrange(1, 8)]
+        for n in range(RNG.randrange(0, 6))
+    ]
     carts.append([items, RNG.choice(coupons)])
 want = [original.total([original.Item(*i) for i in items], coupon) for items, coupon in carts]
 program = (

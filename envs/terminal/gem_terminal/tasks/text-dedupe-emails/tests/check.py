@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -35,7 +34,13 @@ def check(ok: object, why: str) -> None:
         sys.exit(1)
 
 
-people = [("".join(RNG.choice("abcdefghij") for _ in range(RNG.randrange(2, 7))), f"u{RNG.randrange(10**4)}@{RNG.choice(['ex.org', 'Mail.COM', 'b.io'])}") for _ in range(RNG.randrange(5, 15))]
+people = [
+    (
+        "".join(RNG.choice("abcdefghij") for _ in range(RNG.randrange(2, 7))),
+        f"u{RNG.randrange(10**4)}@{RNG.choice(['ex.org', 'Mail.COM', 'b.io'])}",
+    )
+    for _ in range(RNG.randrange(5, 15))
+]
 rows, best = [], {}
 for index in range(RNG.randrange(20, 60)):
     name, email = RNG.choice(people)

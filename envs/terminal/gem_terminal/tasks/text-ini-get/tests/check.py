@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -50,18 +49,34 @@ for _ in range(RNG.randrange(3, 9)):
         elif kind < 0.2:
             lines.append("")
         else:
-            lines.append(" " * RNG.randrange(2) + key + " " * RNG.randrange(2) + "=" + " " * RNG.randrange(2) + value + " " * RNG.randrange(2))
+            lines.append(
+                " " * RNG.randrange(2)
+                + key
+                + " " * RNG.randrange(2)
+                + "="
+                + " " * RNG.randrange(2)
+                + value
+                + " " * RNG.randrange(2)
+            )
             table[(section, key)] = value.strip()
 folder = scratch()
 path = os.path.join(folder, "conf.ini")
 with open(path, "w") as fh:
     fh.write("\n".join(lines) + "\n")
 os.chmod(path, 0o644)
-questions = RNG.sample(sorted(table), min(len(table), 10)) + [(RNG.choice(sections), RNG.choice(keys)) for _ in range(4)]
+questions = RNG.sample(sorted(table), min(len(table), 10)) + [
+    (RNG.choice(sections), RNG.choice(keys)) for _ in range(4)
+]
 questions.append(("nowhere", "port"))
 for section, key in questions:
     run = agent(["bash", "/app/iniget.sh", path, section, key], cwd=folder)
     if (section, key) in table:
-        check(run.returncode == 0 and run.stdout == table[(section, key)] + "\n", f"[{section}] {key}: {run.stdout!r}, wanted {table[(section, key)]!r}")
+        check(
+            run.returncode == 0 and run.stdout == table[(section, key)] + "\n",
+            f"[{section}] {key}: {run.stdout!r}, wanted {table[(section, key)]!r}",
+        )
     else:
-        check(run.returncode == 1 and run.stdout == "", f"[{section}] {key} is absent, iniget.sh printed {run.stdout!r} ({run.returncode})")
+        check(
+            run.returncode == 1 and run.stdout == "",
+            f"[{section}] {key} is absent, iniget.sh printed {run.stdout!r} ({run.returncode})",
+        )

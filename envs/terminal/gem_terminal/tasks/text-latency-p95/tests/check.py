@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -49,11 +48,15 @@ for _ in range(RNG.randrange(150, 400)):
     method = RNG.choice(["GET", "POST", "DELETE"])
     when = f"{RNG.randrange(1, 28):02d}/Mar/2026:{RNG.randrange(24):02d}:{RNG.randrange(60):02d}:00 +0000"
     size = RNG.choice(["0", "-", str(RNG.randrange(10**6))])
-    lines.append(f'10.{RNG.randrange(256)}.0.{RNG.randrange(256)} - - [{when}] "{method} {path}{query} HTTP/1.1" {status} {size} {ms}')
+    lines.append(
+        f'10.{RNG.randrange(256)}.0.{RNG.randrange(256)} - - [{when}] "{method} {path}{query} HTTP/1.1" {status} {size} {ms}'
+    )
     if status < 500:
         kept.setdefault(path, []).append(ms)
     if RNG.random() < 0.05:
-        lines.append(RNG.choice(["", "garbage", "- - - [x] \"GET\" 200", f'1.2.3.4 - - [{when}] "GET {path} HTTP/1.1" 200 5'])) 
+        lines.append(
+            RNG.choice(["", "garbage", '- - - [x] "GET" 200', f'1.2.3.4 - - [{when}] "GET {path} HTTP/1.1" 200 5'])
+        )
 want = []
 for path in sorted(kept, key=lambda p: p.encode()):
     times = sorted(kept[path])

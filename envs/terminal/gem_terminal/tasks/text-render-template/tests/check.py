@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -44,7 +43,14 @@ missing = f"absent{RNG.randrange(10**5)}"
 pieces = []
 for _ in range(RNG.randrange(10, 30)):
     key = RNG.choice(keys + [missing])
-    pieces.append(RNG.choice(["text ", "\n", "a{b} ", "{ {x} } ", "$y "]) + "{{" + " " * RNG.randrange(2) + key + " " * RNG.randrange(2) + "}}")
+    pieces.append(
+        RNG.choice(["text ", "\n", "a{b} ", "{ {x} } ", "$y "])
+        + "{{"
+        + " " * RNG.randrange(2)
+        + key
+        + " " * RNG.randrange(2)
+        + "}}"
+    )
 template = "".join(pieces) + "\n"
 variables = "# settings\n\n" + "".join(f"{k}={v}\n" for k, v in values.items())
 want = re.sub(r"\{\{ *(\w+) *\}\}", lambda m: values.get(m.group(1), m.group(0)), template)
