@@ -19,14 +19,14 @@ def plugin_manifest() -> PluginManifest:
 
 @hookimpl
 def register_envs() -> list[EnvSpec]:
-    names = sorted(p.name for p in _TASKS.iterdir() if (p / "task.yaml").exists())
+    names = sorted(p.name for p in _TASKS.iterdir() if (p / "task.toml").exists() or (p / "task.yaml").exists())
     tags = ("multi-turn", "tool", "terminal", "offline")
     specs = [
         EnvSpec(
             id="terminal:Tasks-v0",
             entry_point=_ENV,
             description=f"{len(names)} offline shell tasks (files, text, git, python, make), one per episode; "
-            "tasks_dir= loads Terminal-Bench-format tasks",
+            "tasks_dir= loads Terminal-Bench v1 or Harbor tasks",
             tags=tags,
         )
     ]
