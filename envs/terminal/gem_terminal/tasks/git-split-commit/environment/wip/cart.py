@@ -3,4 +3,5 @@ def total(prices):
 
 
 def discounted(prices, percent):
+    print("DEBUG discounted", prices, percent)
     return total(prices) * (100 - percent) / 100
