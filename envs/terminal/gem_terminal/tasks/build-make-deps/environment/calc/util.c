@@ -1,0 +1,3 @@
+#include "util.h"
+
+long shift(long x) { return x + OFFSET; }

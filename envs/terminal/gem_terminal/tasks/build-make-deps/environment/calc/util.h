@@ -1,0 +1,2 @@
+#define OFFSET 7
+long shift(long x);

@@ -1,0 +1,1 @@
+"""Word counts without stopwords."""

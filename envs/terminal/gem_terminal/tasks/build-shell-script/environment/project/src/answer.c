@@ -1,0 +1,3 @@
+#include "parts.h"
+
+int answer(void) { return 42; }

@@ -1,0 +1,7 @@
+def total(prices):
+    return sum(prices)
+
+
+def discounted(prices, percent):
+    print("DEBUG discounted", prices, percent)
+    return total(prices) * (100 - percent) / 100
