@@ -19,6 +19,9 @@ from gem_core.eval.traces import read_trace
 GAMES = ["core:NumberGuess-v0", "game:GuessTheNumber-v0-easy"]
 TOOL_ENV = "core:NumberGuess-v0-echo"
 
+# one transformers serve for the file (a session fixture): under pytest-xdist, on one worker
+pytestmark = pytest.mark.xdist_group("eval-openai-server")
+
 
 def gem(*argv: str) -> tuple[int, str]:
     out = io.StringIO()

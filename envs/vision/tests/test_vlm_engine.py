@@ -23,6 +23,9 @@ from gem_core.vision import image_token_mask, merge_image_inputs, pil_loader
 
 ACTIONS = [r"\boxed{1 1 1}", r"\boxed{2 2 2}", r"\boxed{3 3 3}"]
 
+# the tiny VLM and its processor are built once for the file: under pytest-xdist, on one worker
+pytestmark = pytest.mark.xdist_group("vision-tiny-vlm")
+
 
 @pytest.fixture(scope="module")
 def processor() -> Any:

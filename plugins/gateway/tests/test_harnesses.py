@@ -33,6 +33,9 @@ pytest.importorskip("torch", reason="the eval tox env installs torch (CPU)")
 sys.path.insert(0, str(Path(__file__).parent))
 from tiny_agent import teach
 
+# the taught tiny model is trained once for the file: under pytest-xdist, on one worker
+pytestmark = pytest.mark.xdist_group("gateway-taught-model")
+
 TOOLS = [
     {
         "type": "function",

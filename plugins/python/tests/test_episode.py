@@ -13,7 +13,12 @@ from hypothesis import strategies as st
 from gem_core.errors import ToolError
 
 USABLE, WHY = episodes_available()
-pytestmark = pytest.mark.skipif(not USABLE, reason=f"episode sandbox unavailable here: {WHY}")
+pytestmark = [
+    pytest.mark.skipif(not USABLE, reason=f"episode sandbox unavailable here: {WHY}"),
+    # these tests assert that no process of the episodes' shared uid is left: under pytest-xdist another
+    # worker's episode would be one, so they all run on one worker
+    pytest.mark.xdist_group("episode-uid"),
+]
 
 # A uid of this test run's own: the leak checks look for its processes machine-wide, where another
 # suite's episodes (the terminal env's, under the default uid) may be running at the same time.

@@ -26,6 +26,9 @@ from gem_verifiers import VerifiersEpisodeFailed, VerifiersTraceError, run_episo
 
 pytest.importorskip("torch", reason="the verifiers tox env installs torch (CPU) for transformers serve")
 
+# one transformers serve and one played batch for the file: under pytest-xdist, on one worker
+pytestmark = pytest.mark.xdist_group("verifiers-live-server")
+
 
 @pytest.fixture(scope="module")
 def model_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
