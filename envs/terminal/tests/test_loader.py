@@ -559,9 +559,9 @@ def test_load_tasks_splits_loaded_and_skipped_and_env_names_the_reason(tmp_path:
     loaded, skipped = load_tasks(tmp_path)
     assert [t.name for t in loaded] == ["good"] and [s.name for s in skipped] == ["bad", "harbor-gpu"]
     with pytest.raises(ConfigError, match="skipped, its image installs Debian package 'gem-no-such-package'"):
-        TerminalEnv(tasks_dir=str(tmp_path), task="bad")
+        TerminalEnv(tasks_dir=str(tmp_path), task="bad", backend="sandbox")
     with pytest.raises(ConfigError, match=r"no runnable task .*harbor-gpu: needs a GPU"):
-        TerminalEnv(tasks_dir=str(tmp_path / "harbor-gpu"))
+        TerminalEnv(tasks_dir=str(tmp_path / "harbor-gpu"), backend="sandbox")
 
 
 TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=200)
