@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import random
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--estimator", default="role_rebn", choices=ESTIMATORS, help="role-conditioned advantage")
     parser.add_argument("--alpha", type=float, default=0.95, help="spiral: decay of the per-seat moving baseline")
     parser.add_argument("--lr", type=float, default=1e-3, help="RL learning rate (AdamW)")
+    parser.add_argument(
+        "--opponent-mix",
+        type=float,
+        default=0.0,
+        help="fraction of each step's games played against the scripted player (the rest: self-play)",
+    )
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of self-play")
     parser.add_argument("--turn-tokens", type=int, default=4, help="tokens the model may generate per turn")
     parser.add_argument("--hidden", type=int, default=64, help="width of the tiny model")
@@ -79,6 +86,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     for name in ("steps", "games", "group", "turn_tokens", "eval_games"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if not 0.0 <= args.opponent_mix <= 1.0:
+        parser.error(f"--opponent-mix must be in [0, 1], got {args.opponent_mix}")
     if args.games % args.group:
         parser.error(f"--games ({args.games}) must be a multiple of --group ({args.group})")
     return args
@@ -128,6 +137,48 @@ class BatchedSampler:
         self.pending: list[tuple[Any, asyncio.Future[Any]]] = []
         self.flush_handle: asyncio.TimerHandle | None = None
         self.batches = 0
+        self.forwards = 0
+        self._memo: dict[tuple[int, ...], Any] | None = None
+
+    @contextlib.contextmanager
+    def memoized(self) -> Iterator[None]:
+        """Within the block, remember the next-token logits of every context, by its token ids.
+
+        A game this small reaches few distinct contexts (Kuhn Poker: one per seat, card and history),
+        so a thousand evaluation games need a handful of forwards. The tokens are still drawn from
+        each request's own generator; only the forward is skipped. Valid only while the weights do not
+        change: the demo opens one block per rollout or evaluation, none around an update.
+        """
+        self._memo = {}
+        try:
+            yield
+        finally:
+            self._memo = None
+
+    def next_token_logits(self, rows: Sequence[Sequence[int]]) -> Any:
+        """The model's next-token logits after each row of token ids (one batched forward, left padded)."""
+        import torch
+
+        memo = self._memo
+        keys = [tuple(row) for row in rows]
+        todo = [k for k in dict.fromkeys(keys) if memo is None or k not in memo]
+        found: dict[tuple[int, ...], Any] = {}
+        if todo:
+            pad = self.tokenizer.pad_token_id
+            width = max(len(k) for k in todo)
+            ids = torch.full((len(todo), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(todo), width), dtype=torch.long)
+            for j, row in enumerate(todo):  # left padding: every row's next token at the last position
+                ids[j, width - len(row) :] = torch.tensor(row)
+                mask[j, width - len(row) :] = 1
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)  # each row counts from 0 at its first real token
+            with torch.no_grad():
+                logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -1, :]
+            self.forwards += 1
+            found = dict(zip(todo, logits, strict=True))
+            if memo is not None:
+                memo.update(found)
+        return torch.stack([found[k] if k in found else memo[k] for k in keys])  # type: ignore[index]
 
     async def __call__(self, request: Any) -> Any:
         loop = asyncio.get_running_loop()
@@ -161,7 +212,7 @@ class BatchedSampler:
 
         from gem_core.episode import Generation
 
-        pad, eos = self.tokenizer.pad_token_id, self.tokenizer.eos_token_id
+        eos = self.tokenizer.eos_token_id
         budgets = [min(self.max_tokens, r.max_tokens or self.max_tokens) for r in requests]
         generators = []
         for request in requests:
@@ -171,15 +222,7 @@ class BatchedSampler:
         live = [i for i, b in enumerate(budgets) if b > 0]
         with torch.no_grad():
             while live:
-                rows = [list(requests[i].prompt_ids) + outputs[i] for i in live]
-                width = max(len(r) for r in rows)
-                ids = torch.full((len(rows), width), pad, dtype=torch.long)
-                mask = torch.zeros((len(rows), width), dtype=torch.long)
-                for j, row in enumerate(rows):  # left padding: every row's next token at the last position
-                    ids[j, width - len(row) :] = torch.tensor(row)
-                    mask[j, width - len(row) :] = 1
-                positions = (mask.cumsum(-1) - 1).clamp(min=0)
-                logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -1, :]
+                logits = self.next_token_logits([list(requests[i].prompt_ids) + outputs[i] for i in live])
                 still = []
                 for j, i in enumerate(live):
                     if self.greedy:
@@ -197,9 +240,20 @@ class BatchedSampler:
 
 
 def _play(engine: Any, jobs: list[Any], policies: Any, timeout: float) -> list[Any]:
+    return _play_groups(engine, [(jobs, policies)], timeout)
+
+
+def _play_groups(engine: Any, groups: Sequence[tuple[list[Any], Any]], timeout: float) -> list[Any]:
+    """Play every group's jobs with its policies, all groups at once (their requests batch together); in order."""
     from gem_core.multiagent.engine import play_multiagent_many
 
-    return asyncio.run(play_multiagent_many(engine, jobs, policies, request_timeout=timeout))
+    async def play_all() -> list[Any]:
+        done = await asyncio.gather(
+            *(play_multiagent_many(engine, jobs, policy, request_timeout=timeout) for jobs, policy in groups if jobs)
+        )
+        return [r for results in done for r in results]
+
+    return asyncio.run(play_all())
 
 
 def evaluate(
@@ -216,7 +270,8 @@ def evaluate(
 
     Returns:
         ``games``, ``wins``, ``draws``, ``losses``, ``failed`` (episodes that raised), ``win_rate``,
-        ``ci95`` (Wilson) and ``mean_return`` (the model seat's mean reward: chips in Kuhn Poker).
+        ``ci95`` (Wilson), ``mean_return`` (the model seat's mean reward: chips in Kuhn Poker) and
+        ``return_ci95`` (its normal 95% interval); ``per_seat`` has the same (but ``failed``) per model seat.
     """
     from gem_core.multiagent.engine import MultiAgentJob, Scripted
 
@@ -232,19 +287,156 @@ def evaluate(
         results += [(seat, r) for r in _play(engine, [jobs[k] for k in chosen], policies, timeout)]
     for env in envs:
         env.close()
-    outcomes = [r.outcomes.get(seat) for seat, r in results if r.error is None]
-    wins, draws = outcomes.count("win"), outcomes.count("draw")
-    played = len(outcomes)
-    return {
-        "games": played,
+    played = [(seat, r) for seat, r in results if r.error is None]
+    out = _tally(played, games)
+    out["per_seat"] = {seat: _tally([p for p in played if p[0] == seat], None) for seat in seats}
+    return out
+
+
+def _tally(played: Sequence[tuple[str, Any]], games: int | None) -> dict[str, Any]:
+    """Wins, draws, losses, the win rate with its Wilson interval, and the mean return with its normal 95% interval."""
+    outcomes = [r.outcomes.get(seat) for seat, r in played]
+    returns = [float(r.returns[seat]) for seat, r in played]
+    n = len(returns)
+    mean = sum(returns) / max(1, n)
+    spread = math.sqrt(sum((x - mean) ** 2 for x in returns) / (n - 1)) if n > 1 else float("inf")
+    wins = outcomes.count("win")
+    out: dict[str, Any] = {
+        "games": n,
         "wins": wins,
-        "draws": draws,
+        "draws": outcomes.count("draw"),
         "losses": outcomes.count("loss"),
-        "failed": games - played,
-        "win_rate": wins / played if played else float("nan"),
-        "ci95": list(wilson_interval(wins, played)),
-        "mean_return": sum(r.returns[seat] for seat, r in results if r.error is None) / max(1, played),
+        "win_rate": wins / n if n else float("nan"),
+        "ci95": list(wilson_interval(wins, n)),
+        "mean_return": mean,
+        "return_ci95": [mean - 1.96 * spread / math.sqrt(max(1, n)), mean + 1.96 * spread / math.sqrt(max(1, n))],
     }
+    if games is not None:
+        out["failed"] = games - n
+    return out
+
+
+#: The aggressive move of each Kuhn Poker history: ``bet`` with no bet open, ``call`` facing one.
+AGGRESSIVE = {"": "bet", "bet": "call", "check": "bet", "check bet": "call"}
+
+
+def kuhn_infoset_prompts(engine: Any, env_id: str = "multiagent:KuhnPoker-v0") -> dict[tuple[str, str], list[int]]:
+    """The prompt ids the model is given at each Kuhn Poker information set: ``(history, card) -> ids``.
+
+    Plays the three move sequences that reach every history (bet-call, check-check, check-bet-call)
+    on every deal and records each request. A seat's prompt must depend only on its card and the
+    history (what a strategy table assumes); two deals that give one information set different
+    prompts are refused.
+
+    Raises:
+        RLInputError: The prompt of an information set differs between deals.
+    """
+    import gem_core
+    from gem_core.episode import Generation
+    from gem_core.errors import RLInputError
+    from gem_core.multiagent.engine import play_multiagent
+
+    env = gem_core.make(env_id)
+    deals: dict[tuple[str, str], int] = {}
+    seed = 0
+    while len(deals) < 6:  # the seeds of the six deals
+        env.reset(seed=seed)
+        cards = env.unwrapped.cards
+        deals.setdefault((cards["player_0"], cards["player_1"]), seed)
+        seed += 1
+    prompts: dict[tuple[str, str], list[int]] = {}
+    tokenizer = engine.tokenizer
+    for deal, deal_seed in sorted(deals.items()):
+        for path in (("bet", "call"), ("check", "check"), ("check", "bet", "call")):
+            played: list[str] = []
+
+            def forced(
+                request: Any, path: tuple[str, ...] = path, played: list[str] = played, deal: tuple[str, str] = deal
+            ) -> Generation:
+                key = (" ".join(played), deal[len(played) % 2])
+                ids = list(request.prompt_ids)
+                if prompts.setdefault(key, ids) != ids:
+                    raise RLInputError(
+                        f"information set {key} got two different prompts: a prompt shows more than the seat's card"
+                    )
+                move = path[len(played)]
+                played.append(move)
+                return Generation(token_ids=[*tokenizer.encode(move, add_special_tokens=False), tokenizer.eos_token_id])
+
+            play_multiagent(engine, env, forced, seed=deal_seed)
+    env.close()
+    return prompts
+
+
+def kuhn_move_probabilities(
+    model: Any, tokenizer: Any, prompts: dict[tuple[str, str], list[int]], temperature: float = 1.0
+) -> dict[tuple[str, str], dict[str, float]]:
+    """The sampling policy's exact table: the probability of each legal move's reply, ``move`` then end of turn.
+
+    A reply is the move's tokens and the end-of-turn token, as the warm-up taught; the table's mass
+    that is missing is every other reply (a forfeit, or a move written another way), so values computed
+    from it are exact for the model's replies of that form and a bound for the rest.
+    """
+    import torch
+
+    from gem_trl.kuhn_exact import HISTORIES
+
+    rows: list[tuple[tuple[str, str], str, list[int], int]] = []
+    for key, ids in prompts.items():
+        for move in HISTORIES[key[0]]:
+            reply = [*tokenizer.encode(move, add_special_tokens=False), tokenizer.eos_token_id]
+            rows.append((key, move, list(ids) + reply, len(reply)))
+    width = max(len(r[2]) for r in rows)
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for j, (_, _, seq, _) in enumerate(rows):  # right padding: positions count from 0 in every row
+        ids[j, : len(seq)] = torch.tensor(seq)
+        mask[j, : len(seq)] = 1
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits.float() / temperature, dim=-1)
+    table: dict[tuple[str, str], dict[str, float]] = {key: {} for key in prompts}
+    for j, (key, move, seq, n) in enumerate(rows):
+        end = len(seq)
+        targets = ids[j, end - n : end]
+        table[key][move] = float(logp[j, end - n - 1 : end - 1].gather(-1, targets[:, None]).sum().exp())
+    return table
+
+
+def kuhn_greedy_moves(
+    sampler: BatchedSampler, prompts: dict[tuple[str, str], list[int]]
+) -> dict[tuple[str, str], dict[str, float]]:
+    """The greedy policy's table: the move its greedy reply makes at each information set (none: a forfeit)."""
+    from gem_multiagent._base import last_word
+
+    from gem_core.episode import TurnRequest
+    from gem_trl.kuhn_exact import HISTORIES
+
+    keys = list(prompts)
+    requests = [
+        TurnRequest(episode_index=i, turn=0, prompt_ids=prompts[k], messages=[], max_tokens=None, request_id=f"t{i}/r")
+        for i, k in enumerate(keys)
+    ]
+    table: dict[tuple[str, str], dict[str, float]] = {}
+    for key, answer in zip(keys, sampler.sample(requests), strict=True):
+        text = sampler.tokenizer.decode(answer.token_ids or [], skip_special_tokens=True)
+        move = last_word(text, ("check", "bet", "call", "fold"))  # the env's reading of a reply
+        table[key] = {move: 1.0} if move in HISTORIES[key[0]] else {}
+    return table
+
+
+def strategy_rows(table: dict[tuple[str, str], dict[str, float]]) -> list[dict[str, Any]]:
+    """A strategy table as JSON rows: seat, history, card, each legal move's probability and the forfeit's."""
+    from gem_trl.kuhn_exact import CARDS, HISTORIES, seat_of
+
+    rows = []
+    for history, moves in HISTORIES.items():
+        for card in CARDS:
+            odds = table[(history, card)]
+            row: dict[str, Any] = {"seat": seat_of(history), "history": history, "card": card}
+            row.update({m: round(odds.get(m, 0.0), 4) for m in moves})
+            row["forfeit"] = round(max(0.0, 1.0 - sum(odds.get(m, 0.0) for m in moves)), 4)
+            rows.append(row)
+    return rows
 
 
 def policy_gradient_step(model: Any, optimizer: Any, sequences: Sequence[Any], pad_id: int) -> float:
@@ -323,9 +515,10 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
 
     import gem_core
     from gem_core.episode import EpisodeEngine
-    from gem_core.multiagent.engine import MultiAgentJob
+    from gem_core.multiagent.engine import MultiAgentJob, Scripted
     from gem_core.rl.layouts import episode_to_sequence
     from gem_core.rl.roles import RoleBaseline, role_grpo_advantages, role_rebn_advantages
+    from gem_trl.kuhn_exact import random_strategy, scripted_strategy, versus
     from gem_trl.tiny import build_tiny_model, build_tiny_tokenizer, warm_up
 
     env_id, warmup_id = GAMES[args.game]
@@ -370,22 +563,38 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     )
     greedy = BatchedSampler(model, tokenizer, max_tokens=args.turn_tokens, greedy=True)
 
+    prompts = kuhn_infoset_prompts(engine, env_id)
+    references = {"random": random_strategy(), "scripted": scripted_strategy()}
+
     def run_evals(step: int, when: str) -> None:
-        for opponent in OPPONENTS:
-            for mode, sampler in (("greedy", greedy), ("sampled", sampled)):
-                numbers = evaluate(
-                    engine,
-                    lambda: gem_core.make(env_id),
-                    sampler,
-                    opponents[opponent],
-                    games=args.eval_games,
-                    timeout=args.request_timeout,
-                )
+        for mode in ("greedy", "sampled"):
+            table = (
+                kuhn_greedy_moves(greedy, prompts)
+                if mode == "greedy"
+                else kuhn_move_probabilities(model, tokenizer, prompts, args.temperature)
+            )
+            exact = {name: versus(table, reference) for name, reference in references.items()}
+            rows = strategy_rows(table)
+            record({"kind": "strategy", "step": step, "when": when, "mode": mode, "table": rows, "exact": exact})
+            for opponent in OPPONENTS:
+                sampler = greedy if mode == "greedy" else sampled
+                with sampler.memoized():
+                    numbers = evaluate(
+                        engine,
+                        lambda: gem_core.make(env_id),
+                        sampler,
+                        opponents[opponent],
+                        games=args.eval_games,
+                        timeout=args.request_timeout,
+                    )
+                numbers["exact_win_rate"] = exact[opponent]["win_rate"]
+                numbers["exact_chips"] = exact[opponent]["chips"]
                 record({"kind": "eval", "step": step, "when": when, "opponent": opponent, "mode": mode, **numbers})
                 low, high = numbers["ci95"]
                 print(
                     f"  {when:>6} step {step:>3}: vs {opponent:<8} {mode:<7} win {numbers['win_rate']:.3f} "
-                    f"[{low:.3f}, {high:.3f}]  mean return {numbers['mean_return']:+.3f}  ({numbers['games']} games)",
+                    f"[{low:.3f}, {high:.3f}] (exact {numbers['exact_win_rate']:.3f})  chips "
+                    f"{numbers['mean_return']:+.3f} (exact {numbers['exact_chips']:+.3f})  ({numbers['games']} games)",
                     flush=True,
                 )
 
@@ -393,6 +602,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     baseline = RoleBaseline(alpha=args.alpha)
     envs = [gem_core.make(env_id) for _ in range(args.games)]
+    seats = envs[0].possible_agents
+    mixed = round(args.opponent_mix * args.games)  # games against the scripted player, the first ones of each step
     for step in range(1, args.steps + 1):
         tick = time.perf_counter()
         first_seed = 1_000_000 * (args.seed + 1) + step * args.games
@@ -400,29 +611,41 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
             MultiAgentJob(env, seed=first_seed + i // args.group, env_id=env_id, episode_id=f"rl{step}/game{i}")
             for i, env in enumerate(envs)
         ]
-        results = _play(engine, jobs, sampled, args.request_timeout)
-        episodes = [e for r in results if r.error is None for e in r.episodes.values()]
+        groups: list[tuple[list[int], Any]] = [(list(range(mixed, args.games)), sampled)]
+        for k, seat in enumerate(seats):  # the model takes each seat in half the games against the scripted player
+            policies = {a: sampled if a == seat else Scripted(opponents["scripted"]) for a in seats}
+            groups.append(([i for i in range(mixed) if i % len(seats) == k], policies))
+        with sampled.memoized():
+            results = _play_groups(engine, [([jobs[i] for i in idx], pol) for idx, pol in groups], args.request_timeout)
+        order = [i for idx, _ in groups for i in idx]
+        episodes, roles = [], []
+        for i, result in zip(order, results, strict=True):
+            if result.error is None:
+                for seat, episode in result.episodes.items():
+                    episodes.append(episode)
+                    roles.append(seat if i >= mixed else f"{seat} vs scripted")  # a baseline per seat and opponent
         if args.estimator == "role_rebn":
-            advantages = role_rebn_advantages(episodes)
+            advantages = role_rebn_advantages(episodes, roles)
         elif args.estimator == "role_grpo":
-            advantages = role_grpo_advantages(episodes)
+            advantages = role_grpo_advantages(episodes, roles)
         else:
-            advantages = baseline.advantages(episodes)
+            advantages = baseline.advantages(episodes, roles)
         sequences = [episode_to_sequence(e, advantages=a) for e, a in zip(episodes, advantages, strict=True)]
         loss = policy_gradient_step(model, optimizer, sequences, tokenizer.pad_token_id)
         turns = [t for e in episodes for t in e.turns]
-        first = envs[0].possible_agents[0]
+        selfplay = [r for i, r in zip(order, results, strict=True) if i >= mixed]
         record(
             {
                 "kind": "train",
                 "step": step,
                 "loss": loss,
                 "games": len(results),
+                "games_vs_scripted": mixed,
                 "failed": sum(r.error is not None for r in results),
                 "trajectories": len(episodes),
                 "format_errors": sum(bool(t.info.get("format_error") or t.info.get("illegal_move")) for t in turns)
                 / max(1, len(turns)),
-                "first_seat_return": sum(r.returns[first] for r in results) / len(results),
+                "first_seat_return": sum(r.returns[seats[0]] for r in selfplay) / max(1, len(selfplay)),
                 "mean_abs_advantage": float(np.mean([abs(float(a[0])) for a in advantages if a.size])),
                 "seconds": round(time.perf_counter() - tick, 2),
             }
