@@ -75,9 +75,51 @@ def test_wilson_interval(wins: int, games: int, expected: tuple[float, float]) -
     assert math.isclose(low, expected[0], abs_tol=1e-4) and math.isclose(high, expected[1], abs_tol=1e-4)
 
 
-def test_greedy_sampling_in_a_padded_batch_is_model_generate_alone(tiny: tuple[Any, Any]) -> None:
-    tokenizer, model = tiny
-    prompts = [tokenizer.encode(text) for text in ("You are player_0, your card is K.", "bet", "check or bet? " * 6)]
+@pytest.fixture(scope="module")
+def absolute(tiny: tuple[Any, Any]) -> Any:
+    """A GPT-2 (learned absolute position embeddings): a left-padded row must count its positions from 0.
+
+    The Qwen2 of the demo uses rotary positions, which depend only on the distance between tokens, so
+    it gives the same answers however a row's positions are offset; this model does not.
+    """
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tokenizer, _ = tiny
+    config = GPT2Config(
+        vocab_size=len(tokenizer), n_positions=256, n_embd=32, n_layer=1, n_head=2, initializer_range=0.2,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.eos_token_id,
+    )  # fmt: skip
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = GPT2LMHeadModel(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model.eval()
+
+
+def model_of(kind: str, tiny: tuple[Any, Any], absolute: Any) -> Any:
+    return tiny[1] if kind == "rotary" else absolute
+
+
+PADDED_PROMPTS = ("You are player_0, your card is K.", "bet", "check or bet? " * 6)
+
+
+@pytest.mark.parametrize("kind", ["rotary", "absolute"], ids=["qwen2-rotary", "gpt2-absolute"])
+def test_a_padded_rows_next_token_logits_are_the_rows_alone(tiny: tuple[Any, Any], absolute: Any, kind: str) -> None:
+    tokenizer, model = tiny[0], model_of(kind, tiny, absolute)
+    rows = [tokenizer.encode(text) for text in PADDED_PROMPTS]
+    batched = BatchedSampler(model, tokenizer, max_tokens=1).next_token_logits(rows)
+    for row, got in zip(rows, batched, strict=True):
+        with torch.no_grad():
+            alone = model(input_ids=torch.tensor([row])).logits[0, -1]
+        torch.testing.assert_close(got, alone, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["rotary", "absolute"], ids=["qwen2-rotary", "gpt2-absolute"])
+def test_greedy_sampling_in_a_padded_batch_is_model_generate_alone(
+    tiny: tuple[Any, Any], absolute: Any, kind: str
+) -> None:
+    tokenizer, model = tiny[0], model_of(kind, tiny, absolute)
+    prompts = [tokenizer.encode(text) for text in PADDED_PROMPTS]
     requests = [
         TurnRequest(episode_index=i, turn=0, prompt_ids=ids, messages=[], max_tokens=5, request_id=f"g{i}/turn0/r{i}")
         for i, ids in enumerate(prompts)
@@ -89,6 +131,23 @@ def test_greedy_sampling_in_a_padded_batch_is_model_generate_alone(tiny: tuple[A
         )[0, len(ids) :].tolist()
         assert generation.token_ids == expected
         assert generation.finish_reason == ("stop" if expected[-1] == tokenizer.eos_token_id else "length")
+
+
+def test_memoized_forwards_sample_the_same_tokens_with_fewer_forwards(tiny: tuple[Any, Any]) -> None:
+    tokenizer, model = tiny
+    ids = tokenizer.encode("You are player_1, your card is Q.")
+    requests = [
+        TurnRequest(episode_index=i, turn=0, prompt_ids=ids, messages=[], max_tokens=3, request_id=f"e{i}/turn0/r")
+        for i in range(8)
+    ]
+    plain = BatchedSampler(model, tokenizer, max_tokens=3, seed=3)
+    memo = BatchedSampler(model, tokenizer, max_tokens=3, seed=3)
+    expected = [plain.sample([r])[0].token_ids for r in requests]
+    with memo.memoized():
+        got = [memo.sample([r])[0].token_ids for r in requests]
+    assert got == expected
+    assert memo.forwards < plain.forwards  # the shared prompt's first forward is reused
+    assert memo._memo is None  # forgotten after the block: the weights may change after it
 
 
 def test_a_requests_samples_do_not_depend_on_its_batch(tiny: tuple[Any, Any]) -> None:
