@@ -59,17 +59,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=0, help="seeds the model, the warm-up, the deals and the sampling")
     parser.add_argument("--game", default="kuhn_poker", choices=sorted(GAMES), help="the game played against itself")
-    parser.add_argument("--steps", type=int, default=10, help="RL steps (one policy-gradient update each)")
-    parser.add_argument("--games", type=int, default=32, help="self-play games per RL step (two trajectories each)")
-    parser.add_argument("--group", type=int, default=4, help="games per deal (start state): role_grpo's groups")
-    parser.add_argument("--estimator", default="role_rebn", choices=ESTIMATORS, help="role-conditioned advantage")
+    parser.add_argument("--steps", type=int, default=40, help="RL steps (one policy-gradient update each)")
+    parser.add_argument("--games", type=int, default=48, help="self-play games per RL step (two trajectories each)")
+    parser.add_argument("--group", type=int, default=8, help="games per deal (start state): role_grpo's groups")
+    parser.add_argument("--estimator", default="role_grpo", choices=ESTIMATORS, help="role-conditioned advantage")
     parser.add_argument("--alpha", type=float, default=0.95, help="spiral: decay of the per-seat moving baseline")
-    parser.add_argument("--lr", type=float, default=1e-3, help="RL learning rate (AdamW)")
+    parser.add_argument("--lr", type=float, default=2e-3, help="RL learning rate (AdamW)")
     parser.add_argument(
         "--opponent-mix",
         type=float,
-        default=0.0,
+        default=0.5,
         help="fraction of each step's games played against the scripted player (the rest: self-play)",
+    )
+    parser.add_argument(
+        "--prompt",
+        default="brief",
+        choices=("brief", "full"),
+        help="brief: the first message without the rules paragraph (the same in every game); full: the env's own",
     )
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of self-play")
     parser.add_argument("--turn-tokens", type=int, default=4, help="tokens the model may generate per turn")
@@ -78,7 +84,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup-steps", type=int, default=150, help="supervised steps on random legal moves")
     parser.add_argument("--warmup-batch", type=int, default=8, help="episodes per warm-up step")
     parser.add_argument("--warmup-lr", type=float, default=3e-3, help="learning rate of the warm-up")
-    parser.add_argument("--eval-games", type=int, default=100, help="games per evaluation (opponent x greedy/sampled)")
+    parser.add_argument("--eval-games", type=int, default=1000, help="games per evaluation (opponent x greedy/sampled)")
     parser.add_argument("--eval-every", type=int, default=0, help="evaluate every N RL steps too (0: before/after)")
     parser.add_argument("--request-timeout", type=float, default=120.0, help="seconds one batched request may take")
     parser.add_argument("--output-dir", default="runs/selfplay", help="metrics.jsonl and metrics.png go here")
@@ -316,11 +322,61 @@ def _tally(played: Sequence[tuple[str, Any]], games: int | None) -> dict[str, An
     return out
 
 
+def brief_kuhn(env: Any) -> Any:
+    """Kuhn Poker whose first message drops the rules paragraph: ``You are player_0, your card is K. ...``.
+
+    The rules are the same words in every game, so they tell a model trained from scratch nothing,
+    while a tiny model's attention, nearly uniform at first, spreads over them: with them its
+    first prompt is about 80 tokens, of which the card is one; without them about 20. The moves,
+    the rewards and every later message are the env's own.
+    """
+    from gem_core.multiagent.wrappers import MultiAgentWrapper
+
+    class BriefKuhnPoker(MultiAgentWrapper):
+        def _on_reset(self, observations: dict[str, str], infos: dict[str, dict[str, Any]]) -> Any:
+            return {a: "You are " + text.split(" You are ", 1)[-1] for a, text in observations.items()}, infos
+
+    return BriefKuhnPoker(env)
+
+
+def selfplay_warm_up(
+    model: Any,
+    tokenizer: Any,
+    engine: Any,
+    make_env: Callable[[], Any],
+    *,
+    steps: int,
+    batch_size: int,
+    learning_rate: float,
+    seed: int,
+) -> list[float]:
+    """Imitate random legal moves in both seats of ``4 * batch_size`` games, on the prompts self-play will see."""
+    from gem_core.episode import Generation
+    from gem_core.multiagent.engine import play_multiagent
+    from gem_core.rl.layouts import episode_to_sequence
+    from gem_trl.tiny import imitate
+
+    sequences = []
+    env = make_env()
+    for game in range(4 * batch_size):
+
+        def random_move(request: Any) -> Generation:
+            move = env.sample_random_action(env.agent_selection)
+            return Generation(token_ids=[*tokenizer.encode(move, add_special_tokens=False), tokenizer.eos_token_id])
+
+        played = play_multiagent(engine, env, random_move, seed=seed + game)
+        sequences += [episode_to_sequence(e) for e in played.episodes.values()]
+    env.close()
+    return imitate(
+        model, tokenizer, sequences, steps=steps, batch_size=batch_size, learning_rate=learning_rate, seed=seed
+    )
+
+
 #: The aggressive move of each Kuhn Poker history: ``bet`` with no bet open, ``call`` facing one.
 AGGRESSIVE = {"": "bet", "bet": "call", "check": "bet", "check bet": "call"}
 
 
-def kuhn_infoset_prompts(engine: Any, env_id: str = "multiagent:KuhnPoker-v0") -> dict[tuple[str, str], list[int]]:
+def kuhn_infoset_prompts(engine: Any, make_env: Callable[[], Any]) -> dict[tuple[str, str], list[int]]:
     """The prompt ids the model is given at each Kuhn Poker information set: ``(history, card) -> ids``.
 
     Plays the three move sequences that reach every history (bet-call, check-check, check-bet-call)
@@ -331,12 +387,11 @@ def kuhn_infoset_prompts(engine: Any, env_id: str = "multiagent:KuhnPoker-v0") -
     Raises:
         RLInputError: The prompt of an information set differs between deals.
     """
-    import gem_core
     from gem_core.episode import Generation
     from gem_core.errors import RLInputError
     from gem_core.multiagent.engine import play_multiagent
 
-    env = gem_core.make(env_id)
+    env = make_env()
     deals: dict[tuple[str, str], int] = {}
     seed = 0
     while len(deals) < 6:  # the seeds of the six deals
@@ -369,37 +424,53 @@ def kuhn_infoset_prompts(engine: Any, env_id: str = "multiagent:KuhnPoker-v0") -
 
 
 def kuhn_move_probabilities(
-    model: Any, tokenizer: Any, prompts: dict[tuple[str, str], list[int]], temperature: float = 1.0
-) -> dict[tuple[str, str], dict[str, float]]:
-    """The sampling policy's exact table: the probability of each legal move's reply, ``move`` then end of turn.
+    sampler: BatchedSampler, prompts: dict[tuple[str, str], list[int]], *, keep: int = 64
+) -> tuple[dict[tuple[str, str], dict[str, float]], dict[tuple[str, str], float]]:
+    """The sampling policy's table: the probability that a sampled reply makes each legal move.
 
-    A reply is the move's tokens and the end-of-turn token, as the warm-up taught; the table's mass
-    that is missing is every other reply (a forfeit, or a move written another way), so values computed
-    from it are exact for the model's replies of that form and a bound for the rest.
+    Sums over every reply the sampler can give (at its temperature, within its token budget), read as
+    the env reads it: a reply that ends with the end-of-turn token within the budget and names a legal
+    move makes it (any other reply is a forfeit, a cut reply too). The replies are enumerated as a tree
+    of token prefixes, one batched forward per depth; per information set only the ``keep`` likeliest
+    prefixes of each depth are followed, and the mass of those dropped is returned as unresolved.
+
+    Returns:
+        The table (``(history, card) -> {move: probability}``) and each information set's unresolved
+        mass (counted as a forfeit by the table; 0 for a model whose replies are few).
     """
     import torch
+    from gem_multiagent._base import last_word
 
     from gem_trl.kuhn_exact import HISTORIES
 
-    rows: list[tuple[tuple[str, str], str, list[int], int]] = []
-    for key, ids in prompts.items():
-        for move in HISTORIES[key[0]]:
-            reply = [*tokenizer.encode(move, add_special_tokens=False), tokenizer.eos_token_id]
-            rows.append((key, move, list(ids) + reply, len(reply)))
-    width = max(len(r[2]) for r in rows)
-    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for j, (_, _, seq, _) in enumerate(rows):  # right padding: positions count from 0 in every row
-        ids[j, : len(seq)] = torch.tensor(seq)
-        mask[j, : len(seq)] = 1
-    with torch.no_grad():
-        logp = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits.float() / temperature, dim=-1)
+    tokenizer, eos = sampler.tokenizer, sampler.tokenizer.eos_token_id
     table: dict[tuple[str, str], dict[str, float]] = {key: {} for key in prompts}
-    for j, (key, move, seq, n) in enumerate(rows):
-        end = len(seq)
-        targets = ids[j, end - n : end]
-        table[key][move] = float(logp[j, end - n - 1 : end - 1].gather(-1, targets[:, None]).sum().exp())
-    return table
+    unresolved = dict.fromkeys(prompts, 0.0)
+    frontier: list[tuple[tuple[str, str], list[int], float]] = [(key, [], 1.0) for key in prompts]
+    for depth in range(sampler.max_tokens):
+        logits = sampler.next_token_logits([list(prompts[key]) + prefix for key, prefix, _ in frontier])
+        probs = torch.softmax(logits.double() / sampler.temperature, dim=-1)
+        grown: dict[tuple[str, str], list[tuple[float, list[int]]]] = {key: [] for key in prompts}
+        for (key, prefix, p), row in zip(frontier, probs, strict=True):
+            ended = p * float(row[eos])
+            move = last_word(tokenizer.decode(prefix, skip_special_tokens=True), ("check", "bet", "call", "fold"))
+            if move in HISTORIES[key[0]]:
+                table[key][move] = table[key].get(move, 0.0) + ended
+            if depth + 1 == sampler.max_tokens:
+                continue  # a reply that goes on is cut at the budget: a forfeit
+            row = row.clone()
+            row[eos] = 0.0
+            top = torch.topk(row, min(keep, row.numel()))
+            grown[key] += [(p * float(q), [*prefix, int(t)]) for q, t in zip(top.values, top.indices, strict=True)]
+            unresolved[key] += p * float(row.sum() - top.values.sum())
+        frontier = []
+        for key, children in grown.items():
+            children.sort(key=lambda child: -child[0])
+            unresolved[key] += sum(q for q, _ in children[keep:])
+            frontier += [(key, prefix, q) for q, prefix in children[:keep] if q > 0]
+        if not frontier:
+            break
+    return table, unresolved
 
 
 def kuhn_greedy_moves(
@@ -467,13 +538,18 @@ def policy_gradient_step(model: Any, optimizer: Any, sequences: Sequence[Any], p
 
 
 def plot_selfplay(records: Sequence[dict[str, Any]], path: str | Path, title: str = "") -> Path:
-    """Win rate against each opponent (greedy and sampled, 95% intervals) per evaluation, and self-play per step."""
+    """The demo's four panels: win rate, chips per game, the strategy table before and after, self-play per step.
+
+    Win rate and chips per game are against each opponent per evaluation (greedy and sampled, 95% intervals;
+    chips also exact, from the strategy table); the table is the sampled policy's, first and last.
+    """
     import matplotlib
 
     matplotlib.use("Agg")  # no display on a server or in CI
     import matplotlib.pyplot as plt
 
-    figure, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6.5), sharex=True)
+    figure, axes = plt.subplots(2, 2, figsize=(12, 7.5))
+    (wins, chips), (table, train_axis) = axes
     evals = [r for r in records if r["kind"] == "eval"]
     for opponent, colour in zip(OPPONENTS, ("tab:blue", "tab:red"), strict=True):
         for mode, style in (("greedy", "-"), ("sampled", "--")):
@@ -481,24 +557,49 @@ def plot_selfplay(records: Sequence[dict[str, Any]], path: str | Path, title: st
             if not points:
                 continue
             steps = [r["step"] for r in points]
-            rates = [r["win_rate"] for r in points]
-            errors = [[r["win_rate"] - r["ci95"][0] for r in points], [r["ci95"][1] - r["win_rate"] for r in points]]
-            top.errorbar(
-                steps, rates, yerr=errors, color=colour, linestyle=style, marker="o", capsize=3,
-                label=f"vs {opponent}, {mode}",
-            )  # fmt: skip
-    top.set_ylabel("win rate (95% CI)")
-    top.set_ylim(0, 1)
-    top.grid(alpha=0.3)
-    top.legend(fontsize="small", loc="lower right")
+            label = f"vs {opponent}, {mode}"
+            for axis, key, interval in ((wins, "win_rate", "ci95"), (chips, "mean_return", "return_ci95")):
+                if not all(interval in r for r in points):
+                    continue
+                values = [r[key] for r in points]
+                errors = [[r[key] - r[interval][0] for r in points], [r[interval][1] - r[key] for r in points]]
+                axis.errorbar(
+                    steps, values, yerr=errors, color=colour, linestyle=style, marker="o", capsize=3, label=label
+                )
+            if all("exact_chips" in r for r in points):
+                chips.plot(
+                    steps, [r["exact_chips"] for r in points], color=colour, linestyle=style, marker="x", alpha=0.5
+                )
+    wins.set_ylabel("win rate (95% CI)")
+    wins.set_ylim(0, 1)
+    chips.set_ylabel("chips per game (95% CI; x: exact)")
+    for axis in (wins, chips):
+        axis.set_xlabel("RL step")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize="x-small", loc="lower right")
+    strategies = [r for r in records if r["kind"] == "strategy" and r["mode"] == "sampled"]
+    if strategies:
+        first, last = strategies[0], strategies[-1]
+        labels = [f"{row['seat'][-1]}:{row['history'] or 'open'}\n{row['card']}" for row in first["table"]]
+        x = list(range(len(labels)))
+        for shift, entry, shade in ((-0.2, first, "tab:gray"), (0.2, last, "tab:green")):
+            odds = [row[AGGRESSIVE[row["history"]]] for row in entry["table"]]
+            table.bar([i + shift for i in x], odds, width=0.4, color=shade, label=f"step {entry['step']}")
+        table.set_xticks(x, labels, fontsize=6)
+        table.set_ylim(0, 1)
+        table.set_ylabel("P(bet or call | seat, history, card)")
+        table.legend(fontsize="x-small")
+        table.grid(alpha=0.3, axis="y")
     train = [r for r in records if r["kind"] == "train"]
-    bottom.plot([r["step"] for r in train], [r["format_errors"] for r in train], label="self-play forfeits per turn")
-    bottom.plot([r["step"] for r in train], [r["first_seat_return"] for r in train], label="first seat's mean return")
-    bottom.set_xlabel("RL step")
-    bottom.grid(alpha=0.3)
-    bottom.legend(fontsize="small")
+    train_axis.plot([r["step"] for r in train], [r["format_errors"] for r in train], label="forfeits per turn")
+    train_axis.plot(
+        [r["step"] for r in train], [r["first_seat_return"] for r in train], label="self-play: first seat's return"
+    )
+    train_axis.set_xlabel("RL step")
+    train_axis.grid(alpha=0.3)
+    train_axis.legend(fontsize="x-small")
     if title:
-        top.set_title(title)
+        figure.suptitle(title)
     figure.tight_layout()
     path = Path(path)
     figure.savefig(path, dpi=110)
@@ -519,7 +620,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     from gem_core.rl.layouts import episode_to_sequence
     from gem_core.rl.roles import RoleBaseline, role_grpo_advantages, role_rebn_advantages
     from gem_trl.kuhn_exact import random_strategy, scripted_strategy, versus
-    from gem_trl.tiny import build_tiny_model, build_tiny_tokenizer, warm_up
+    from gem_trl.tiny import build_tiny_model, build_tiny_tokenizer
 
     env_id, warmup_id = GAMES[args.game]
     random.seed(args.seed)
@@ -542,20 +643,25 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     tokenizer = build_tiny_tokenizer(warmup_id)
     model = build_tiny_model(tokenizer, seed=args.seed, hidden_size=args.hidden, num_layers=args.layers)
     max_turns = 2  # a Kuhn Poker seat acts at most twice (check, then call or fold a bet)
-    losses = warm_up(
+    engine = EpisodeEngine(tokenizer, max_turns=max_turns, max_turn_tokens=args.turn_tokens)
+
+    def make_env() -> Any:
+        env = gem_core.make(env_id)
+        return brief_kuhn(env) if args.prompt == "brief" else env
+
+    losses = selfplay_warm_up(
         model,
         tokenizer,
-        warmup_id,
+        engine,
+        make_env,
         steps=args.warmup_steps,
         learning_rate=args.warmup_lr,
         batch_size=args.warmup_batch,
-        max_turns=max_turns,
         seed=10_000 * args.seed,
     )
     model.eval()
     print(f"warm-up: {len(losses)} steps on random legal moves, loss {losses[0]:.2f} -> {losses[-1]:.2f}", flush=True)
 
-    engine = EpisodeEngine(tokenizer, max_turns=max_turns, max_turn_tokens=args.turn_tokens)
     scripted = scripted_players(args.game)
     opponents = {"random": random_player, "scripted": lambda env, agent, news: scripted[agent](env, agent, news)}
     sampled = BatchedSampler(
@@ -563,25 +669,36 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     )
     greedy = BatchedSampler(model, tokenizer, max_tokens=args.turn_tokens, greedy=True)
 
-    prompts = kuhn_infoset_prompts(engine, env_id)
+    prompts = kuhn_infoset_prompts(engine, make_env)
     references = {"random": random_strategy(), "scripted": scripted_strategy()}
 
     def run_evals(step: int, when: str) -> None:
         for mode in ("greedy", "sampled"):
-            table = (
-                kuhn_greedy_moves(greedy, prompts)
-                if mode == "greedy"
-                else kuhn_move_probabilities(model, tokenizer, prompts, args.temperature)
-            )
+            if mode == "greedy":
+                table, unresolved = kuhn_greedy_moves(greedy, prompts), 0.0
+            else:
+                with sampled.memoized():
+                    table, lost = kuhn_move_probabilities(sampled, prompts)
+                unresolved = max(lost.values())
             exact = {name: versus(table, reference) for name, reference in references.items()}
             rows = strategy_rows(table)
-            record({"kind": "strategy", "step": step, "when": when, "mode": mode, "table": rows, "exact": exact})
+            record(
+                {
+                    "kind": "strategy",
+                    "step": step,
+                    "when": when,
+                    "mode": mode,
+                    "table": rows,
+                    "exact": exact,
+                    "unresolved": unresolved,
+                }
+            )
             for opponent in OPPONENTS:
                 sampler = greedy if mode == "greedy" else sampled
                 with sampler.memoized():
                     numbers = evaluate(
                         engine,
-                        lambda: gem_core.make(env_id),
+                        make_env,
                         sampler,
                         opponents[opponent],
                         games=args.eval_games,
@@ -601,7 +718,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     run_evals(0, "before")
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     baseline = RoleBaseline(alpha=args.alpha)
-    envs = [gem_core.make(env_id) for _ in range(args.games)]
+    envs = [make_env() for _ in range(args.games)]
     seats = envs[0].possible_agents
     mixed = round(args.opponent_mix * args.games)  # games against the scripted player, the first ones of each step
     for step in range(1, args.steps + 1):
