@@ -2,13 +2,16 @@
 
 ``bash scripts/selfplay_demo.sh`` runs ``python -m gem_trl.selfplay``. Nothing is downloaded: the
 tokenizer is trained in code on the game's text and the model is a small Qwen2 with random weights
-(:mod:`gem_trl.tiny`, as the single-agent demo). A short supervised warm-up on **random legal moves**
-(never the reference player's) teaches it the answer format, so it starts near a random player.
-Then every RL step plays ``--games`` games with the same model in both seats
-(:func:`gem_core.multiagent.engine.play_multiagent_many`: one trajectory per seat, token in / token
-out, every game's requests batched into one forward), computes role-conditioned advantages
-(:mod:`gem_core.rl.roles`: ReBN per seat by default, GRPO per (start state, seat), or SPIRAL's
-per-seat moving baseline) and takes one policy-gradient step on the generated tokens.
+(:mod:`gem_trl.tiny`, as the single-agent demo). The first message drops the env's rules paragraph
+(``--prompt brief``: the same words in every game). A short supervised warm-up on **random legal
+moves** (never the reference player's) teaches it the answer format, so it starts near a random
+player. Then every RL step plays ``--games`` games: ``--opponent-mix`` of them against the scripted
+player, the rest with the same model in both seats
+(:func:`gem_core.multiagent.engine.play_multiagent_many`: one trajectory per model seat, token in /
+token out, every game's requests batched into one forward), computes role-conditioned advantages
+(:mod:`gem_core.rl.roles`: GRPO per (deal, role) by default, ReBN per role, or SPIRAL's per-role
+moving baseline; a role is the seat, and the seat against the scripted player) and takes one
+policy-gradient step on the generated tokens.
 
 Why not ``GemGRPOTrainer``: TRL's rollout hook maps one prompt to one completion, while a self-play
 game yields one trajectory per seat with a per-seat baseline; fitting that in would change the
@@ -17,9 +20,11 @@ so the plain policy gradient ``-A * log p`` is exact; no ratio or clipping is ne
 
 Before training, every ``--eval-every`` steps and after, the model plays ``--eval-games`` games
 against a random player and against the scripted reference player (each seat half the time, the
-same deals every time), greedy and sampled; ``metrics.jsonl`` gets one record per RL step
-(``"kind": "train"``) and per evaluation (``"kind": "eval"``: wins, draws, losses, the win rate
-with its 95% Wilson interval, mean chips), ``metrics.png`` the win rates with their intervals.
+same deals every time), greedy and sampled, and its strategy table (each move's probability per
+seat, history and card) is read off the model and valued exactly (:mod:`gem_trl.kuhn_exact`);
+``metrics.jsonl`` gets one record per RL step (``"kind": "train"``), per table (``"strategy"``) and
+per evaluation (``"eval"``: wins, draws, losses, the win rate with its 95% Wilson interval, chips per
+game with its interval, per seat too, and the table's exact values), ``metrics.png`` the four panels.
 
     python -m gem_trl.selfplay --seed 1
     python -m gem_trl.selfplay --estimator spiral --steps 80 --output-dir runs/selfplay-spiral
