@@ -2,14 +2,14 @@
 
 ``bash scripts/selfplay_demo.sh`` runs ``python -m gem_trl.selfplay``. Nothing is downloaded: the
 tokenizer is trained in code on the game's text and the model is a small Qwen2 with random weights
-(:mod:`gem_trl.tiny`, as the single-agent demo). The first message drops the env's rules paragraph
-(``--prompt brief``: the same words in every game). A short supervised warm-up on **random legal
+(:mod:`gem_trl.tiny`, as the single-agent demo); ``--prompt brief`` drops the env's rules paragraph
+from the first message (the same words in every game). A short supervised warm-up on **random legal
 moves** (never the reference player's) teaches it the answer format, so it starts near a random
 player. Then every RL step plays ``--games`` games: ``--opponent-mix`` of them against the scripted
 player, the rest with the same model in both seats
 (:func:`gem_core.multiagent.engine.play_multiagent_many`: one trajectory per model seat, token in /
 token out, every game's requests batched into one forward), computes role-conditioned advantages
-(:mod:`gem_core.rl.roles`: GRPO per (deal, role) by default, ReBN per role, or SPIRAL's per-role
+(:mod:`gem_core.rl.roles`: ReBN per role by default, GRPO per (deal, role), or SPIRAL's per-role
 moving baseline; a role is the seat, and the seat against the scripted player) and takes one
 policy-gradient step on the generated tokens.
 
@@ -64,12 +64,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=0, help="seeds the model, the warm-up, the deals and the sampling")
     parser.add_argument("--game", default="kuhn_poker", choices=sorted(GAMES), help="the game played against itself")
-    parser.add_argument("--steps", type=int, default=40, help="RL steps (one policy-gradient update each)")
-    parser.add_argument("--games", type=int, default=48, help="self-play games per RL step (two trajectories each)")
-    parser.add_argument("--group", type=int, default=8, help="games per deal (start state): role_grpo's groups")
-    parser.add_argument("--estimator", default="role_grpo", choices=ESTIMATORS, help="role-conditioned advantage")
+    parser.add_argument("--steps", type=int, default=20, help="RL steps (one policy-gradient update each)")
+    parser.add_argument("--games", type=int, default=32, help="self-play games per RL step (two trajectories each)")
+    parser.add_argument("--group", type=int, default=4, help="games per deal (start state): role_grpo's groups")
+    parser.add_argument("--estimator", default="role_rebn", choices=ESTIMATORS, help="role-conditioned advantage")
     parser.add_argument("--alpha", type=float, default=0.95, help="spiral: decay of the per-seat moving baseline")
-    parser.add_argument("--lr", type=float, default=2e-3, help="RL learning rate (AdamW)")
+    parser.add_argument("--lr", type=float, default=1e-3, help="RL learning rate (AdamW)")
     parser.add_argument(
         "--opponent-mix",
         type=float,
@@ -78,7 +78,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--prompt",
-        default="brief",
+        default="full",
         choices=("brief", "full"),
         help="brief: the first message without the rules paragraph (the same in every game); full: the env's own",
     )
