@@ -581,7 +581,8 @@ def plot_selfplay(records: Sequence[dict[str, Any]], path: str | Path, title: st
     for axis in (wins, chips):
         axis.set_xlabel("RL step")
         axis.grid(alpha=0.3)
-        axis.legend(fontsize="x-small", loc="lower right")
+        if axis.get_legend_handles_labels()[0]:  # records from before chips had intervals draw no chips
+            axis.legend(fontsize="x-small", loc="lower right")
     strategies = [r for r in records if r["kind"] == "strategy" and r["mode"] == "sampled"]
     if strategies:
         first, last = strategies[0], strategies[-1]

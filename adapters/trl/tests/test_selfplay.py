@@ -364,4 +364,10 @@ def test_plot_of_a_metrics_file(tmp_path: Path) -> None:
         for o in OPPONENTS
         for m in ("greedy", "sampled")
     ]
-    assert plot_selfplay(records, tmp_path / "p.png", title="t").stat().st_size > 1000
+    assert plot_selfplay(records, tmp_path / "p.png", title="t").stat().st_size > 1000  # an older file: no chips
+    for r in records:
+        if r["kind"] == "eval":
+            r.update(mean_return=0.1, return_ci95=[0.0, 0.2], exact_chips=0.05)
+    table = strategy_rows({(h, c): {HISTORIES[h][0]: 0.5} for h in HISTORIES for c in CARDS})
+    records += [{"kind": "strategy", "step": s, "mode": "sampled", "table": table} for s in (0, 2)]
+    assert plot_selfplay(records, tmp_path / "q.png").stat().st_size > 1000
