@@ -2,13 +2,16 @@
 
 ``bash scripts/selfplay_demo.sh`` runs ``python -m gem_trl.selfplay``. Nothing is downloaded: the
 tokenizer is trained in code on the game's text and the model is a small Qwen2 with random weights
-(:mod:`gem_trl.tiny`, as the single-agent demo). A short supervised warm-up on **random legal moves**
-(never the reference player's) teaches it the answer format, so it starts near a random player.
-Then every RL step plays ``--games`` games with the same model in both seats
-(:func:`gem_core.multiagent.engine.play_multiagent_many`: one trajectory per seat, token in / token
-out, every game's requests batched into one forward), computes role-conditioned advantages
-(:mod:`gem_core.rl.roles`: ReBN per seat by default, GRPO per (start state, seat), or SPIRAL's
-per-seat moving baseline) and takes one policy-gradient step on the generated tokens.
+(:mod:`gem_trl.tiny`, as the single-agent demo); ``--prompt brief`` drops the env's rules paragraph
+from the first message (the same words in every game). A short supervised warm-up on **random legal
+moves** (never the reference player's) teaches it the answer format, so it starts near a random
+player. Then every RL step plays ``--games`` games: ``--opponent-mix`` of them against the scripted
+player, the rest with the same model in both seats
+(:func:`gem_core.multiagent.engine.play_multiagent_many`: one trajectory per model seat, token in /
+token out, every game's requests batched into one forward), computes role-conditioned advantages
+(:mod:`gem_core.rl.roles`: ReBN per role by default, GRPO per (deal, role), or SPIRAL's per-role
+moving baseline; a role is the seat, and the seat against the scripted player) and takes one
+policy-gradient step on the generated tokens.
 
 Why not ``GemGRPOTrainer``: TRL's rollout hook maps one prompt to one completion, while a self-play
 game yields one trajectory per seat with a per-seat baseline; fitting that in would change the
@@ -17,9 +20,11 @@ so the plain policy gradient ``-A * log p`` is exact; no ratio or clipping is ne
 
 Before training, every ``--eval-every`` steps and after, the model plays ``--eval-games`` games
 against a random player and against the scripted reference player (each seat half the time, the
-same deals every time), greedy and sampled; ``metrics.jsonl`` gets one record per RL step
-(``"kind": "train"``) and per evaluation (``"kind": "eval"``: wins, draws, losses, the win rate
-with its 95% Wilson interval, mean chips), ``metrics.png`` the win rates with their intervals.
+same deals every time), greedy and sampled, and its strategy table (each move's probability per
+seat, history and card) is read off the model and valued exactly (:mod:`gem_trl.kuhn_exact`);
+``metrics.jsonl`` gets one record per RL step (``"kind": "train"``), per table (``"strategy"``) and
+per evaluation (``"eval"``: wins, draws, losses, the win rate with its 95% Wilson interval, chips per
+game with its interval, per seat too, and the table's exact values), ``metrics.png`` the four panels.
 
     python -m gem_trl.selfplay --seed 1
     python -m gem_trl.selfplay --estimator spiral --steps 80 --output-dir runs/selfplay-spiral
@@ -29,12 +34,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import random
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +64,24 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=0, help="seeds the model, the warm-up, the deals and the sampling")
     parser.add_argument("--game", default="kuhn_poker", choices=sorted(GAMES), help="the game played against itself")
-    parser.add_argument("--steps", type=int, default=10, help="RL steps (one policy-gradient update each)")
+    parser.add_argument("--steps", type=int, default=20, help="RL steps (one policy-gradient update each)")
     parser.add_argument("--games", type=int, default=32, help="self-play games per RL step (two trajectories each)")
     parser.add_argument("--group", type=int, default=4, help="games per deal (start state): role_grpo's groups")
     parser.add_argument("--estimator", default="role_rebn", choices=ESTIMATORS, help="role-conditioned advantage")
     parser.add_argument("--alpha", type=float, default=0.95, help="spiral: decay of the per-seat moving baseline")
     parser.add_argument("--lr", type=float, default=1e-3, help="RL learning rate (AdamW)")
+    parser.add_argument(
+        "--opponent-mix",
+        type=float,
+        default=0.5,
+        help="fraction of each step's games played against the scripted player (the rest: self-play)",
+    )
+    parser.add_argument(
+        "--prompt",
+        default="full",
+        choices=("brief", "full"),
+        help="brief: the first message without the rules paragraph (the same in every game); full: the env's own",
+    )
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of self-play")
     parser.add_argument("--turn-tokens", type=int, default=4, help="tokens the model may generate per turn")
     parser.add_argument("--hidden", type=int, default=64, help="width of the tiny model")
@@ -71,7 +89,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup-steps", type=int, default=150, help="supervised steps on random legal moves")
     parser.add_argument("--warmup-batch", type=int, default=8, help="episodes per warm-up step")
     parser.add_argument("--warmup-lr", type=float, default=3e-3, help="learning rate of the warm-up")
-    parser.add_argument("--eval-games", type=int, default=100, help="games per evaluation (opponent x greedy/sampled)")
+    parser.add_argument("--eval-games", type=int, default=1000, help="games per evaluation (opponent x greedy/sampled)")
     parser.add_argument("--eval-every", type=int, default=0, help="evaluate every N RL steps too (0: before/after)")
     parser.add_argument("--request-timeout", type=float, default=120.0, help="seconds one batched request may take")
     parser.add_argument("--output-dir", default="runs/selfplay", help="metrics.jsonl and metrics.png go here")
@@ -79,6 +97,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     for name in ("steps", "games", "group", "turn_tokens", "eval_games"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if not 0.0 <= args.opponent_mix <= 1.0:
+        parser.error(f"--opponent-mix must be in [0, 1], got {args.opponent_mix}")
     if args.games % args.group:
         parser.error(f"--games ({args.games}) must be a multiple of --group ({args.group})")
     return args
@@ -128,6 +148,48 @@ class BatchedSampler:
         self.pending: list[tuple[Any, asyncio.Future[Any]]] = []
         self.flush_handle: asyncio.TimerHandle | None = None
         self.batches = 0
+        self.forwards = 0
+        self._memo: dict[tuple[int, ...], Any] | None = None
+
+    @contextlib.contextmanager
+    def memoized(self) -> Iterator[None]:
+        """Within the block, remember the next-token logits of every context, by its token ids.
+
+        A game this small reaches few distinct contexts (Kuhn Poker: one per seat, card and history),
+        so a thousand evaluation games need a handful of forwards. The tokens are still drawn from
+        each request's own generator; only the forward is skipped. Valid only while the weights do not
+        change: the demo opens one block per rollout or evaluation, none around an update.
+        """
+        self._memo = {}
+        try:
+            yield
+        finally:
+            self._memo = None
+
+    def next_token_logits(self, rows: Sequence[Sequence[int]]) -> Any:
+        """The model's next-token logits after each row of token ids (one batched forward, left padded)."""
+        import torch
+
+        memo = self._memo
+        keys = [tuple(row) for row in rows]
+        todo = [k for k in dict.fromkeys(keys) if memo is None or k not in memo]
+        found: dict[tuple[int, ...], Any] = {}
+        if todo:
+            pad = self.tokenizer.pad_token_id
+            width = max(len(k) for k in todo)
+            ids = torch.full((len(todo), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(todo), width), dtype=torch.long)
+            for j, row in enumerate(todo):  # left padding: every row's next token at the last position
+                ids[j, width - len(row) :] = torch.tensor(row)
+                mask[j, width - len(row) :] = 1
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)  # each row counts from 0 at its first real token
+            with torch.no_grad():
+                logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -1, :]
+            self.forwards += 1
+            found = dict(zip(todo, logits, strict=True))
+            if memo is not None:
+                memo.update(found)
+        return torch.stack([found[k] if k in found else memo[k] for k in keys])  # type: ignore[index]
 
     async def __call__(self, request: Any) -> Any:
         loop = asyncio.get_running_loop()
@@ -161,7 +223,7 @@ class BatchedSampler:
 
         from gem_core.episode import Generation
 
-        pad, eos = self.tokenizer.pad_token_id, self.tokenizer.eos_token_id
+        eos = self.tokenizer.eos_token_id
         budgets = [min(self.max_tokens, r.max_tokens or self.max_tokens) for r in requests]
         generators = []
         for request in requests:
@@ -171,15 +233,7 @@ class BatchedSampler:
         live = [i for i, b in enumerate(budgets) if b > 0]
         with torch.no_grad():
             while live:
-                rows = [list(requests[i].prompt_ids) + outputs[i] for i in live]
-                width = max(len(r) for r in rows)
-                ids = torch.full((len(rows), width), pad, dtype=torch.long)
-                mask = torch.zeros((len(rows), width), dtype=torch.long)
-                for j, row in enumerate(rows):  # left padding: every row's next token at the last position
-                    ids[j, width - len(row) :] = torch.tensor(row)
-                    mask[j, width - len(row) :] = 1
-                positions = (mask.cumsum(-1) - 1).clamp(min=0)
-                logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -1, :]
+                logits = self.next_token_logits([list(requests[i].prompt_ids) + outputs[i] for i in live])
                 still = []
                 for j, i in enumerate(live):
                     if self.greedy:
@@ -197,9 +251,20 @@ class BatchedSampler:
 
 
 def _play(engine: Any, jobs: list[Any], policies: Any, timeout: float) -> list[Any]:
+    return _play_groups(engine, [(jobs, policies)], timeout)
+
+
+def _play_groups(engine: Any, groups: Sequence[tuple[list[Any], Any]], timeout: float) -> list[Any]:
+    """Play every group's jobs with its policies, all groups at once (their requests batch together); in order."""
     from gem_core.multiagent.engine import play_multiagent_many
 
-    return asyncio.run(play_multiagent_many(engine, jobs, policies, request_timeout=timeout))
+    async def play_all() -> list[Any]:
+        done = await asyncio.gather(
+            *(play_multiagent_many(engine, jobs, policy, request_timeout=timeout) for jobs, policy in groups if jobs)
+        )
+        return [r for results in done for r in results]
+
+    return asyncio.run(play_all())
 
 
 def evaluate(
@@ -216,7 +281,8 @@ def evaluate(
 
     Returns:
         ``games``, ``wins``, ``draws``, ``losses``, ``failed`` (episodes that raised), ``win_rate``,
-        ``ci95`` (Wilson) and ``mean_return`` (the model seat's mean reward: chips in Kuhn Poker).
+        ``ci95`` (Wilson), ``mean_return`` (the model seat's mean reward: chips in Kuhn Poker) and
+        ``return_ci95`` (its normal 95% interval); ``per_seat`` has the same (but ``failed``) per model seat.
     """
     from gem_core.multiagent.engine import MultiAgentJob, Scripted
 
@@ -232,19 +298,221 @@ def evaluate(
         results += [(seat, r) for r in _play(engine, [jobs[k] for k in chosen], policies, timeout)]
     for env in envs:
         env.close()
-    outcomes = [r.outcomes.get(seat) for seat, r in results if r.error is None]
-    wins, draws = outcomes.count("win"), outcomes.count("draw")
-    played = len(outcomes)
-    return {
-        "games": played,
+    played = [(seat, r) for seat, r in results if r.error is None]
+    out = _tally(played, games)
+    out["per_seat"] = {seat: _tally([p for p in played if p[0] == seat], None) for seat in seats}
+    return out
+
+
+def _tally(played: Sequence[tuple[str, Any]], games: int | None) -> dict[str, Any]:
+    """Wins, draws, losses, the win rate with its Wilson interval, and the mean return with its normal 95% interval."""
+    outcomes = [r.outcomes.get(seat) for seat, r in played]
+    returns = [float(r.returns[seat]) for seat, r in played]
+    n = len(returns)
+    mean = sum(returns) / max(1, n)
+    spread = math.sqrt(sum((x - mean) ** 2 for x in returns) / (n - 1)) if n > 1 else float("inf")
+    wins = outcomes.count("win")
+    out: dict[str, Any] = {
+        "games": n,
         "wins": wins,
-        "draws": draws,
+        "draws": outcomes.count("draw"),
         "losses": outcomes.count("loss"),
-        "failed": games - played,
-        "win_rate": wins / played if played else float("nan"),
-        "ci95": list(wilson_interval(wins, played)),
-        "mean_return": sum(r.returns[seat] for seat, r in results if r.error is None) / max(1, played),
+        "win_rate": wins / n if n else float("nan"),
+        "ci95": list(wilson_interval(wins, n)),
+        "mean_return": mean,
+        "return_ci95": [mean - 1.96 * spread / math.sqrt(max(1, n)), mean + 1.96 * spread / math.sqrt(max(1, n))],
     }
+    if games is not None:
+        out["failed"] = games - n
+    return out
+
+
+def brief_kuhn(env: Any) -> Any:
+    """Kuhn Poker whose first message drops the rules paragraph: ``You are player_0, your card is K. ...``.
+
+    The rules are the same words in every game, so they tell a model trained from scratch nothing,
+    while a tiny model's attention, nearly uniform at first, spreads over them: with them its
+    first prompt is about 80 tokens, of which the card is one; without them about 20. The moves,
+    the rewards and every later message are the env's own.
+    """
+    from gem_core.multiagent.wrappers import MultiAgentWrapper
+
+    class BriefKuhnPoker(MultiAgentWrapper):
+        def _on_reset(self, observations: dict[str, str], infos: dict[str, dict[str, Any]]) -> Any:
+            return {a: "You are " + text.split(" You are ", 1)[-1] for a, text in observations.items()}, infos
+
+    return BriefKuhnPoker(env)
+
+
+def selfplay_warm_up(
+    model: Any,
+    tokenizer: Any,
+    engine: Any,
+    make_env: Callable[[], Any],
+    *,
+    steps: int,
+    batch_size: int,
+    learning_rate: float,
+    seed: int,
+) -> list[float]:
+    """Imitate random legal moves in both seats of ``4 * batch_size`` games, on the prompts self-play will see."""
+    from gem_core.episode import Generation
+    from gem_core.multiagent.engine import play_multiagent
+    from gem_core.rl.layouts import episode_to_sequence
+    from gem_trl.tiny import imitate
+
+    sequences = []
+    env = make_env()
+    for game in range(4 * batch_size):
+
+        def random_move(request: Any) -> Generation:
+            move = env.sample_random_action(env.agent_selection)
+            return Generation(token_ids=[*tokenizer.encode(move, add_special_tokens=False), tokenizer.eos_token_id])
+
+        played = play_multiagent(engine, env, random_move, seed=seed + game)
+        sequences += [episode_to_sequence(e) for e in played.episodes.values()]
+    env.close()
+    return imitate(
+        model, tokenizer, sequences, steps=steps, batch_size=batch_size, learning_rate=learning_rate, seed=seed
+    )
+
+
+#: The aggressive move of each Kuhn Poker history: ``bet`` with no bet open, ``call`` facing one.
+AGGRESSIVE = {"": "bet", "bet": "call", "check": "bet", "check bet": "call"}
+
+
+def kuhn_infoset_prompts(engine: Any, make_env: Callable[[], Any]) -> dict[tuple[str, str], list[int]]:
+    """The prompt ids the model is given at each Kuhn Poker information set: ``(history, card) -> ids``.
+
+    Plays the three move sequences that reach every history (bet-call, check-check, check-bet-call)
+    on every deal and records each request. A seat's prompt must depend only on its card and the
+    history (what a strategy table assumes); two deals that give one information set different
+    prompts are refused.
+
+    Raises:
+        RLInputError: The prompt of an information set differs between deals.
+    """
+    from gem_core.episode import Generation
+    from gem_core.errors import RLInputError
+    from gem_core.multiagent.engine import play_multiagent
+
+    env = make_env()
+    deals: dict[tuple[str, str], int] = {}
+    seed = 0
+    while len(deals) < 6:  # the seeds of the six deals
+        env.reset(seed=seed)
+        cards = env.unwrapped.cards
+        deals.setdefault((cards["player_0"], cards["player_1"]), seed)
+        seed += 1
+    prompts: dict[tuple[str, str], list[int]] = {}
+    tokenizer = engine.tokenizer
+    for deal, deal_seed in sorted(deals.items()):
+        for path in (("bet", "call"), ("check", "check"), ("check", "bet", "call")):
+            played: list[str] = []
+
+            def forced(
+                request: Any, path: tuple[str, ...] = path, played: list[str] = played, deal: tuple[str, str] = deal
+            ) -> Generation:
+                key = (" ".join(played), deal[len(played) % 2])
+                ids = list(request.prompt_ids)
+                if prompts.setdefault(key, ids) != ids:
+                    raise RLInputError(
+                        f"information set {key} got two different prompts: a prompt shows more than the seat's card"
+                    )
+                move = path[len(played)]
+                played.append(move)
+                return Generation(token_ids=[*tokenizer.encode(move, add_special_tokens=False), tokenizer.eos_token_id])
+
+            play_multiagent(engine, env, forced, seed=deal_seed)
+    env.close()
+    return prompts
+
+
+def kuhn_move_probabilities(
+    sampler: BatchedSampler, prompts: dict[tuple[str, str], list[int]], *, keep: int = 64
+) -> tuple[dict[tuple[str, str], dict[str, float]], dict[tuple[str, str], float]]:
+    """The sampling policy's table: the probability that a sampled reply makes each legal move.
+
+    Sums over every reply the sampler can give (at its temperature, within its token budget), read as
+    the env reads it: a reply that ends with the end-of-turn token within the budget and names a legal
+    move makes it (any other reply is a forfeit, a cut reply too). The replies are enumerated as a tree
+    of token prefixes, one batched forward per depth; per information set only the ``keep`` likeliest
+    prefixes of each depth are followed, and the mass of those dropped is returned as unresolved.
+
+    Returns:
+        The table (``(history, card) -> {move: probability}``) and each information set's unresolved
+        mass (counted as a forfeit by the table; 0 for a model whose replies are few).
+    """
+    import torch
+    from gem_multiagent._base import last_word
+
+    from gem_trl.kuhn_exact import HISTORIES
+
+    tokenizer, eos = sampler.tokenizer, sampler.tokenizer.eos_token_id
+    table: dict[tuple[str, str], dict[str, float]] = {key: {} for key in prompts}
+    unresolved = dict.fromkeys(prompts, 0.0)
+    frontier: list[tuple[tuple[str, str], list[int], float]] = [(key, [], 1.0) for key in prompts]
+    for depth in range(sampler.max_tokens):
+        logits = sampler.next_token_logits([list(prompts[key]) + prefix for key, prefix, _ in frontier])
+        probs = torch.softmax(logits.double() / sampler.temperature, dim=-1)
+        grown: dict[tuple[str, str], list[tuple[float, list[int]]]] = {key: [] for key in prompts}
+        for (key, prefix, p), row in zip(frontier, probs, strict=True):
+            ended = p * float(row[eos])
+            move = last_word(tokenizer.decode(prefix, skip_special_tokens=True), ("check", "bet", "call", "fold"))
+            if move in HISTORIES[key[0]]:
+                table[key][move] = table[key].get(move, 0.0) + ended
+            if depth + 1 == sampler.max_tokens:
+                continue  # a reply that goes on is cut at the budget: a forfeit
+            row = row.clone()
+            row[eos] = 0.0
+            top = torch.topk(row, min(keep, row.numel()))
+            grown[key] += [(p * float(q), [*prefix, int(t)]) for q, t in zip(top.values, top.indices, strict=True)]
+            unresolved[key] += p * float(row.sum() - top.values.sum())
+        frontier = []
+        for key, children in grown.items():
+            children.sort(key=lambda child: -child[0])
+            unresolved[key] += sum(q for q, _ in children[keep:])
+            frontier += [(key, prefix, q) for q, prefix in children[:keep] if q > 0]
+        if not frontier:
+            break
+    return table, unresolved
+
+
+def kuhn_greedy_moves(
+    sampler: BatchedSampler, prompts: dict[tuple[str, str], list[int]]
+) -> dict[tuple[str, str], dict[str, float]]:
+    """The greedy policy's table: the move its greedy reply makes at each information set (none: a forfeit)."""
+    from gem_multiagent._base import last_word
+
+    from gem_core.episode import TurnRequest
+    from gem_trl.kuhn_exact import HISTORIES
+
+    keys = list(prompts)
+    requests = [
+        TurnRequest(episode_index=i, turn=0, prompt_ids=prompts[k], messages=[], max_tokens=None, request_id=f"t{i}/r")
+        for i, k in enumerate(keys)
+    ]
+    table: dict[tuple[str, str], dict[str, float]] = {}
+    for key, answer in zip(keys, sampler.sample(requests), strict=True):
+        text = sampler.tokenizer.decode(answer.token_ids or [], skip_special_tokens=True)
+        move = last_word(text, ("check", "bet", "call", "fold"))  # the env's reading of a reply
+        table[key] = {move: 1.0} if move in HISTORIES[key[0]] else {}
+    return table
+
+
+def strategy_rows(table: dict[tuple[str, str], dict[str, float]]) -> list[dict[str, Any]]:
+    """A strategy table as JSON rows: seat, history, card, each legal move's probability and the forfeit's."""
+    from gem_trl.kuhn_exact import CARDS, HISTORIES, seat_of
+
+    rows = []
+    for history, moves in HISTORIES.items():
+        for card in CARDS:
+            odds = table[(history, card)]
+            row: dict[str, Any] = {"seat": seat_of(history), "history": history, "card": card}
+            row.update({m: round(odds.get(m, 0.0), 4) for m in moves})
+            row["forfeit"] = round(max(0.0, 1.0 - sum(odds.get(m, 0.0) for m in moves)), 4)
+            rows.append(row)
+    return rows
 
 
 def policy_gradient_step(model: Any, optimizer: Any, sequences: Sequence[Any], pad_id: int) -> float:
@@ -275,13 +543,18 @@ def policy_gradient_step(model: Any, optimizer: Any, sequences: Sequence[Any], p
 
 
 def plot_selfplay(records: Sequence[dict[str, Any]], path: str | Path, title: str = "") -> Path:
-    """Win rate against each opponent (greedy and sampled, 95% intervals) per evaluation, and self-play per step."""
+    """The demo's four panels: win rate, chips per game, the strategy table before and after, self-play per step.
+
+    Win rate and chips per game are against each opponent per evaluation (greedy and sampled, 95% intervals;
+    chips also exact, from the strategy table); the table is the sampled policy's, first and last.
+    """
     import matplotlib
 
     matplotlib.use("Agg")  # no display on a server or in CI
     import matplotlib.pyplot as plt
 
-    figure, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6.5), sharex=True)
+    figure, axes = plt.subplots(2, 2, figsize=(12, 7.5))
+    (wins, chips), (table, train_axis) = axes
     evals = [r for r in records if r["kind"] == "eval"]
     for opponent, colour in zip(OPPONENTS, ("tab:blue", "tab:red"), strict=True):
         for mode, style in (("greedy", "-"), ("sampled", "--")):
@@ -289,24 +562,50 @@ def plot_selfplay(records: Sequence[dict[str, Any]], path: str | Path, title: st
             if not points:
                 continue
             steps = [r["step"] for r in points]
-            rates = [r["win_rate"] for r in points]
-            errors = [[r["win_rate"] - r["ci95"][0] for r in points], [r["ci95"][1] - r["win_rate"] for r in points]]
-            top.errorbar(
-                steps, rates, yerr=errors, color=colour, linestyle=style, marker="o", capsize=3,
-                label=f"vs {opponent}, {mode}",
-            )  # fmt: skip
-    top.set_ylabel("win rate (95% CI)")
-    top.set_ylim(0, 1)
-    top.grid(alpha=0.3)
-    top.legend(fontsize="small", loc="lower right")
+            label = f"vs {opponent}, {mode}"
+            for axis, key, interval in ((wins, "win_rate", "ci95"), (chips, "mean_return", "return_ci95")):
+                if not all(interval in r for r in points):
+                    continue
+                values = [r[key] for r in points]
+                errors = [[r[key] - r[interval][0] for r in points], [r[interval][1] - r[key] for r in points]]
+                axis.errorbar(
+                    steps, values, yerr=errors, color=colour, linestyle=style, marker="o", capsize=3, label=label
+                )
+            if all("exact_chips" in r for r in points):
+                chips.plot(
+                    steps, [r["exact_chips"] for r in points], color=colour, linestyle=style, marker="x", alpha=0.5
+                )
+    wins.set_ylabel("win rate (95% CI)")
+    wins.set_ylim(0, 1)
+    chips.set_ylabel("chips per game (95% CI; x: exact)")
+    for axis in (wins, chips):
+        axis.set_xlabel("RL step")
+        axis.grid(alpha=0.3)
+        if axis.get_legend_handles_labels()[0]:  # records from before chips had intervals draw no chips
+            axis.legend(fontsize="x-small", loc="lower right")
+    strategies = [r for r in records if r["kind"] == "strategy" and r["mode"] == "sampled"]
+    if strategies:
+        first, last = strategies[0], strategies[-1]
+        labels = [f"{row['seat'][-1]}:{row['history'] or 'open'}\n{row['card']}" for row in first["table"]]
+        x = list(range(len(labels)))
+        for shift, entry, shade in ((-0.2, first, "tab:gray"), (0.2, last, "tab:green")):
+            odds = [row[AGGRESSIVE[row["history"]]] for row in entry["table"]]
+            table.bar([i + shift for i in x], odds, width=0.4, color=shade, label=f"step {entry['step']}")
+        table.set_xticks(x, labels, fontsize=6)
+        table.set_ylim(0, 1)
+        table.set_ylabel("P(bet or call | seat, history, card)")
+        table.legend(fontsize="x-small")
+        table.grid(alpha=0.3, axis="y")
     train = [r for r in records if r["kind"] == "train"]
-    bottom.plot([r["step"] for r in train], [r["format_errors"] for r in train], label="self-play forfeits per turn")
-    bottom.plot([r["step"] for r in train], [r["first_seat_return"] for r in train], label="first seat's mean return")
-    bottom.set_xlabel("RL step")
-    bottom.grid(alpha=0.3)
-    bottom.legend(fontsize="small")
+    train_axis.plot([r["step"] for r in train], [r["format_errors"] for r in train], label="forfeits per turn")
+    train_axis.plot(
+        [r["step"] for r in train], [r["first_seat_return"] for r in train], label="self-play: first seat's return"
+    )
+    train_axis.set_xlabel("RL step")
+    train_axis.grid(alpha=0.3)
+    train_axis.legend(fontsize="x-small")
     if title:
-        top.set_title(title)
+        figure.suptitle(title)
     figure.tight_layout()
     path = Path(path)
     figure.savefig(path, dpi=110)
@@ -323,10 +622,11 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
 
     import gem_core
     from gem_core.episode import EpisodeEngine
-    from gem_core.multiagent.engine import MultiAgentJob
+    from gem_core.multiagent.engine import MultiAgentJob, Scripted
     from gem_core.rl.layouts import episode_to_sequence
     from gem_core.rl.roles import RoleBaseline, role_grpo_advantages, role_rebn_advantages
-    from gem_trl.tiny import build_tiny_model, build_tiny_tokenizer, warm_up
+    from gem_trl.kuhn_exact import random_strategy, scripted_strategy, versus
+    from gem_trl.tiny import build_tiny_model, build_tiny_tokenizer
 
     env_id, warmup_id = GAMES[args.game]
     random.seed(args.seed)
@@ -349,20 +649,25 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     tokenizer = build_tiny_tokenizer(warmup_id)
     model = build_tiny_model(tokenizer, seed=args.seed, hidden_size=args.hidden, num_layers=args.layers)
     max_turns = 2  # a Kuhn Poker seat acts at most twice (check, then call or fold a bet)
-    losses = warm_up(
+    engine = EpisodeEngine(tokenizer, max_turns=max_turns, max_turn_tokens=args.turn_tokens)
+
+    def make_env() -> Any:
+        env = gem_core.make(env_id)
+        return brief_kuhn(env) if args.prompt == "brief" else env
+
+    losses = selfplay_warm_up(
         model,
         tokenizer,
-        warmup_id,
+        engine,
+        make_env,
         steps=args.warmup_steps,
         learning_rate=args.warmup_lr,
         batch_size=args.warmup_batch,
-        max_turns=max_turns,
         seed=10_000 * args.seed,
     )
     model.eval()
     print(f"warm-up: {len(losses)} steps on random legal moves, loss {losses[0]:.2f} -> {losses[-1]:.2f}", flush=True)
 
-    engine = EpisodeEngine(tokenizer, max_turns=max_turns, max_turn_tokens=args.turn_tokens)
     scripted = scripted_players(args.game)
     opponents = {"random": random_player, "scripted": lambda env, agent, news: scripted[agent](env, agent, news)}
     sampled = BatchedSampler(
@@ -370,29 +675,58 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     )
     greedy = BatchedSampler(model, tokenizer, max_tokens=args.turn_tokens, greedy=True)
 
+    prompts = kuhn_infoset_prompts(engine, make_env)
+    references = {"random": random_strategy(), "scripted": scripted_strategy()}
+
     def run_evals(step: int, when: str) -> None:
-        for opponent in OPPONENTS:
-            for mode, sampler in (("greedy", greedy), ("sampled", sampled)):
-                numbers = evaluate(
-                    engine,
-                    lambda: gem_core.make(env_id),
-                    sampler,
-                    opponents[opponent],
-                    games=args.eval_games,
-                    timeout=args.request_timeout,
-                )
+        for mode in ("greedy", "sampled"):
+            if mode == "greedy":
+                table, unresolved = kuhn_greedy_moves(greedy, prompts), 0.0
+            else:
+                with sampled.memoized():
+                    table, lost = kuhn_move_probabilities(sampled, prompts)
+                unresolved = max(lost.values())
+            exact = {name: versus(table, reference) for name, reference in references.items()}
+            rows = strategy_rows(table)
+            record(
+                {
+                    "kind": "strategy",
+                    "step": step,
+                    "when": when,
+                    "mode": mode,
+                    "table": rows,
+                    "exact": exact,
+                    "unresolved": unresolved,
+                }
+            )
+            for opponent in OPPONENTS:
+                sampler = greedy if mode == "greedy" else sampled
+                with sampler.memoized():
+                    numbers = evaluate(
+                        engine,
+                        make_env,
+                        sampler,
+                        opponents[opponent],
+                        games=args.eval_games,
+                        timeout=args.request_timeout,
+                    )
+                numbers["exact_win_rate"] = exact[opponent]["win_rate"]
+                numbers["exact_chips"] = exact[opponent]["chips"]
                 record({"kind": "eval", "step": step, "when": when, "opponent": opponent, "mode": mode, **numbers})
                 low, high = numbers["ci95"]
                 print(
                     f"  {when:>6} step {step:>3}: vs {opponent:<8} {mode:<7} win {numbers['win_rate']:.3f} "
-                    f"[{low:.3f}, {high:.3f}]  mean return {numbers['mean_return']:+.3f}  ({numbers['games']} games)",
+                    f"[{low:.3f}, {high:.3f}] (exact {numbers['exact_win_rate']:.3f})  chips "
+                    f"{numbers['mean_return']:+.3f} (exact {numbers['exact_chips']:+.3f})  ({numbers['games']} games)",
                     flush=True,
                 )
 
     run_evals(0, "before")
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     baseline = RoleBaseline(alpha=args.alpha)
-    envs = [gem_core.make(env_id) for _ in range(args.games)]
+    envs = [make_env() for _ in range(args.games)]
+    seats = envs[0].possible_agents
+    mixed = round(args.opponent_mix * args.games)  # games against the scripted player, the first ones of each step
     for step in range(1, args.steps + 1):
         tick = time.perf_counter()
         first_seed = 1_000_000 * (args.seed + 1) + step * args.games
@@ -400,29 +734,41 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
             MultiAgentJob(env, seed=first_seed + i // args.group, env_id=env_id, episode_id=f"rl{step}/game{i}")
             for i, env in enumerate(envs)
         ]
-        results = _play(engine, jobs, sampled, args.request_timeout)
-        episodes = [e for r in results if r.error is None for e in r.episodes.values()]
+        groups: list[tuple[list[int], Any]] = [(list(range(mixed, args.games)), sampled)]
+        for k, seat in enumerate(seats):  # the model takes each seat in half the games against the scripted player
+            policies = {a: sampled if a == seat else Scripted(opponents["scripted"]) for a in seats}
+            groups.append(([i for i in range(mixed) if i % len(seats) == k], policies))
+        with sampled.memoized():
+            results = _play_groups(engine, [([jobs[i] for i in idx], pol) for idx, pol in groups], args.request_timeout)
+        order = [i for idx, _ in groups for i in idx]
+        episodes, roles = [], []
+        for i, result in zip(order, results, strict=True):
+            if result.error is None:
+                for seat, episode in result.episodes.items():
+                    episodes.append(episode)
+                    roles.append(seat if i >= mixed else f"{seat} vs scripted")  # a baseline per seat and opponent
         if args.estimator == "role_rebn":
-            advantages = role_rebn_advantages(episodes)
+            advantages = role_rebn_advantages(episodes, roles)
         elif args.estimator == "role_grpo":
-            advantages = role_grpo_advantages(episodes)
+            advantages = role_grpo_advantages(episodes, roles)
         else:
-            advantages = baseline.advantages(episodes)
+            advantages = baseline.advantages(episodes, roles)
         sequences = [episode_to_sequence(e, advantages=a) for e, a in zip(episodes, advantages, strict=True)]
         loss = policy_gradient_step(model, optimizer, sequences, tokenizer.pad_token_id)
         turns = [t for e in episodes for t in e.turns]
-        first = envs[0].possible_agents[0]
+        selfplay = [r for i, r in zip(order, results, strict=True) if i >= mixed]
         record(
             {
                 "kind": "train",
                 "step": step,
                 "loss": loss,
                 "games": len(results),
+                "games_vs_scripted": mixed,
                 "failed": sum(r.error is not None for r in results),
                 "trajectories": len(episodes),
                 "format_errors": sum(bool(t.info.get("format_error") or t.info.get("illegal_move")) for t in turns)
                 / max(1, len(turns)),
-                "first_seat_return": sum(r.returns[first] for r in results) / len(results),
+                "first_seat_return": sum(r.returns[seats[0]] for r in selfplay) / max(1, len(selfplay)),
                 "mean_abs_advantage": float(np.mean([abs(float(a[0])) for a in advantages if a.size])),
                 "seconds": round(time.perf_counter() - tick, 2),
             }

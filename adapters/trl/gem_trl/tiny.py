@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["build_tiny_model", "build_tiny_tokenizer", "env_corpus", "warm_up"]
+__all__ = ["build_tiny_model", "build_tiny_tokenizer", "env_corpus", "imitate", "warm_up"]
 
 
 def build_tiny_tokenizer(
@@ -134,9 +134,6 @@ def warm_up(
     Returns:
         The training loss of each step.
     """
-    import numpy as np
-    import torch
-
     import gem_core
     from gem_core.episode import EpisodeEngine, EpisodeJob, Generation, TurnRequest
     from gem_core.rl.layouts import episode_to_sequence
@@ -156,8 +153,34 @@ def warm_up(
     for job in jobs:
         job.env.close()
 
+    return imitate(
+        model, tokenizer, sequences, steps=steps, batch_size=batch_size, learning_rate=learning_rate, seed=seed
+    )
+
+
+def imitate(
+    model: Any,
+    tokenizer: Any,
+    sequences: list[Any],
+    *,
+    steps: int,
+    batch_size: int = 8,
+    learning_rate: float = 3e-3,
+    seed: int = 0,
+) -> list[float]:
+    """Supervised steps on token-in/token-out sequences (``episode_to_sequence``): the loss covers their loss mask.
+
+    Each step draws ``batch_size`` sequences without replacement (all of them when there are fewer).
+
+    Returns:
+        The training loss of each step.
+    """
+    import numpy as np
+    import torch
+
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate)
     rng = np.random.default_rng(seed)
+    batch_size = min(batch_size, len(sequences))
     losses = []
     model.train()
     for _ in range(steps):

@@ -15,15 +15,23 @@ from typing import Any
 
 import pytest
 import torch
+from gem_multiagent._base import last_word
 from gem_multiagent.versus import scripted_players
+from gem_trl.kuhn_exact import CARDS, HISTORIES, scripted_strategy, versus
 from gem_trl.selfplay import (
     OPPONENTS,
     BatchedSampler,
+    brief_kuhn,
     evaluate,
+    kuhn_greedy_moves,
+    kuhn_infoset_prompts,
+    kuhn_move_probabilities,
     main,
     parse_args,
     plot_selfplay,
     policy_gradient_step,
+    selfplay_warm_up,
+    strategy_rows,
     wilson_interval,
 )
 from gem_trl.tiny import build_tiny_model, build_tiny_tokenizer
@@ -43,9 +51,104 @@ def tiny() -> tuple[Any, Any]:
     return tokenizer, model
 
 
+def brief() -> Any:
+    return brief_kuhn(gem_core.make(KUHN))
+
+
+@pytest.fixture(scope="module")
+def warmed(tiny: tuple[Any, Any]) -> tuple[Any, Any, EpisodeEngine]:
+    """A tiny model warmed up on random legal moves (brief prompts): its replies are mostly moves, not sure ones."""
+    tokenizer, _ = tiny
+    model = build_tiny_model(tokenizer, seed=1, hidden_size=32, num_layers=1)
+    engine = EpisodeEngine(tokenizer, max_turns=2, max_turn_tokens=4)
+    selfplay_warm_up(model, tokenizer, engine, brief, steps=60, batch_size=8, learning_rate=3e-3, seed=3)
+    return tokenizer, model.eval(), engine
+
+
+def test_each_information_set_has_one_prompt_showing_only_the_seats_card(warmed: tuple[Any, Any, Any]) -> None:
+    tokenizer, _, engine = warmed
+    prompts = kuhn_infoset_prompts(engine, brief)
+    assert sorted(prompts) == sorted((h, c) for h in HISTORIES for c in CARDS)
+    for (history, card), ids in prompts.items():
+        text = tokenizer.decode(ids)
+        assert text.rstrip().endswith("assistant")  # the model's turn comes next
+        assert f"your card is {card}." in text and "Showdown" not in text
+        assert text.count("<|im_start|>assistant") == len(history.split()) // 2 + 1
+
+
+def test_the_brief_prompt_drops_only_the_rules() -> None:
+    full, brief = gem_core.make(KUHN), brief_kuhn(gem_core.make(KUHN))
+    told_full, _ = full.reset(seed=5)
+    told_brief, _ = brief.reset(seed=5)
+    for agent, text in told_brief.items():
+        assert text.startswith("You are ") and "Kuhn Poker" not in text
+        assert told_full[agent].endswith(text) and f"your card is {full.unwrapped.cards[agent]}." in text
+    for move in ("check", "bet", "fold"):  # the same game goes on: same news, same rewards
+        (agent,) = full.acting_agents()
+        assert brief.step({agent: move}) == full.step({agent: move})
+        if full.episode_over:
+            break
+
+
+def env_reading(tokenizer: Any, ids: list[int], history: str) -> str | None:
+    """The move the env makes of a reply: a legal move named in a reply that ended, else None (a forfeit)."""
+    if not ids or ids[-1] != tokenizer.eos_token_id:
+        return None  # cut at the budget: the engine sends an invalid action
+    move = last_word(tokenizer.decode(ids, skip_special_tokens=True), ("check", "bet", "call", "fold"))
+    return move if move in HISTORIES[history] else None
+
+
+def test_the_sampled_table_is_what_the_sampler_plays(warmed: tuple[Any, Any, Any]) -> None:
+    tokenizer, model, engine = warmed
+    prompts = kuhn_infoset_prompts(engine, brief)
+    sampler = BatchedSampler(model, tokenizer, max_tokens=4, seed=9)
+    with sampler.memoized():
+        table, unresolved = kuhn_move_probabilities(sampler, prompts, keep=16)
+        n = 200
+        for key, ids in prompts.items():
+            requests = [
+                TurnRequest(
+                    episode_index=i, turn=0, prompt_ids=ids, messages=[], max_tokens=4, request_id=f"{key}{i}/r"
+                )
+                for i in range(n)
+            ]
+            moves = [env_reading(tokenizer, g.token_ids or [], key[0]) for g in sampler.sample(requests)]
+            for move in HISTORIES[key[0]]:
+                p, seen = table[key].get(move, 0.0), moves.count(move) / n
+                tolerance = 4.5 * math.sqrt(max(p * (1 - p), 1 / n) / n)
+                assert p - tolerance <= seen <= p + unresolved[key] + tolerance, (key, move)  # unresolved: either
+            dropped = 1 - sum(table[key].values())  # forfeits and unresolved replies
+            assert dropped - unresolved[key] - 0.1 <= moves.count(None) / n <= dropped + 0.1, key
+    assert max(unresolved.values()) < 0.5 and any(0.1 < t.get("bet", 0) < 0.9 for t in table.values())
+
+
+@pytest.mark.parametrize("mode", ["greedy", "sampled"])
+def test_the_exact_values_of_the_table_are_what_the_games_score(warmed: tuple[Any, Any, Any], mode: str) -> None:
+    tokenizer, model, engine = warmed
+    prompts = kuhn_infoset_prompts(engine, brief)
+    sampler = BatchedSampler(model, tokenizer, max_tokens=4, greedy=mode == "greedy", seed=4)
+    players = scripted_players("kuhn_poker")
+    with sampler.memoized():
+        table = (
+            kuhn_greedy_moves(sampler, prompts)
+            if mode == "greedy"
+            else kuhn_move_probabilities(sampler, prompts, keep=16)[0]
+        )
+        numbers = evaluate(engine, brief, sampler, lambda env, a, news: players[a](env, a, news), games=800)
+    exact = versus(table, scripted_strategy())
+    for seat, played in numbers["per_seat"].items():
+        low, high = played["return_ci95"]
+        spread = (high - low) / 2
+        assert abs(played["mean_return"] - exact[f"chips_{seat}"]) <= 1.2 * spread, seat  # 1.2 x 95%: ~4.5 sigma
+        low, high = played["ci95"]
+        assert low - 0.03 <= exact[f"win_rate_{seat}"] <= high + 0.03, seat
+    assert len(strategy_rows(table)) == 12
+
+
 @pytest.mark.slow
 def test_a_few_selfplay_steps_write_metrics_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--seed", "2", "--steps", "2", "--games", "4", "--group", "2", "--eval-games", "4", "--eval-every", "1"]
+    argv += ["--opponent-mix", "0.5"]
     argv += ["--warmup-steps", "2", "--hidden", "32", "--layers", "1", "--output-dir", str(tmp_path)]
     records = main(argv)
     written = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -54,6 +157,15 @@ def test_a_few_selfplay_steps_write_metrics_and_plot(tmp_path: Path, capsys: pyt
     evals = [r for r in written if r["kind"] == "eval"]
     assert [r["step"] for r in train] == [1, 2]
     assert all(r["games"] == 4 and r["trajectories"] + r["failed"] * 2 >= 4 for r in train)
+    assert all(r["games_vs_scripted"] == 2 for r in train)  # --opponent-mix 0.5 of 4 games
+    tables = [r for r in written if r["kind"] == "strategy"]
+    assert [(r["step"], r["mode"]) for r in tables] == [(s, m) for s in (0, 1, 2) for m in ("greedy", "sampled")]
+    for r in tables:
+        assert len(r["table"]) == 12 and set(r["exact"]) == set(OPPONENTS)
+        assert all(
+            math.isclose(sum(v for k, v in row.items() if k not in ("seat", "history", "card")), 1.0, abs_tol=1e-3)
+            for row in r["table"]
+        )
     # before (step 0), during (step 1) and after (step 2): each opponent, greedy and sampled
     assert [(r["step"], r["when"]) for r in evals] == [(0, "before")] * 4 + [(1, "during")] * 4 + [(2, "after")] * 4
     assert {(r["opponent"], r["mode"]) for r in evals} == {(o, m) for o in OPPONENTS for m in ("greedy", "sampled")}
@@ -75,9 +187,51 @@ def test_wilson_interval(wins: int, games: int, expected: tuple[float, float]) -
     assert math.isclose(low, expected[0], abs_tol=1e-4) and math.isclose(high, expected[1], abs_tol=1e-4)
 
 
-def test_greedy_sampling_in_a_padded_batch_is_model_generate_alone(tiny: tuple[Any, Any]) -> None:
-    tokenizer, model = tiny
-    prompts = [tokenizer.encode(text) for text in ("You are player_0, your card is K.", "bet", "check or bet? " * 6)]
+@pytest.fixture(scope="module")
+def absolute(tiny: tuple[Any, Any]) -> Any:
+    """A GPT-2 (learned absolute position embeddings): a left-padded row must count its positions from 0.
+
+    The Qwen2 of the demo uses rotary positions, which depend only on the distance between tokens, so
+    it gives the same answers however a row's positions are offset; this model does not.
+    """
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tokenizer, _ = tiny
+    config = GPT2Config(
+        vocab_size=len(tokenizer), n_positions=256, n_embd=32, n_layer=1, n_head=2, initializer_range=0.2,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.eos_token_id,
+    )  # fmt: skip
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = GPT2LMHeadModel(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model.eval()
+
+
+def model_of(kind: str, tiny: tuple[Any, Any], absolute: Any) -> Any:
+    return tiny[1] if kind == "rotary" else absolute
+
+
+PADDED_PROMPTS = ("You are player_0, your card is K.", "bet", "check or bet? " * 6)
+
+
+@pytest.mark.parametrize("kind", ["rotary", "absolute"], ids=["qwen2-rotary", "gpt2-absolute"])
+def test_a_padded_rows_next_token_logits_are_the_rows_alone(tiny: tuple[Any, Any], absolute: Any, kind: str) -> None:
+    tokenizer, model = tiny[0], model_of(kind, tiny, absolute)
+    rows = [tokenizer.encode(text) for text in PADDED_PROMPTS]
+    batched = BatchedSampler(model, tokenizer, max_tokens=1).next_token_logits(rows)
+    for row, got in zip(rows, batched, strict=True):
+        with torch.no_grad():
+            alone = model(input_ids=torch.tensor([row])).logits[0, -1]
+        torch.testing.assert_close(got, alone, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["rotary", "absolute"], ids=["qwen2-rotary", "gpt2-absolute"])
+def test_greedy_sampling_in_a_padded_batch_is_model_generate_alone(
+    tiny: tuple[Any, Any], absolute: Any, kind: str
+) -> None:
+    tokenizer, model = tiny[0], model_of(kind, tiny, absolute)
+    prompts = [tokenizer.encode(text) for text in PADDED_PROMPTS]
     requests = [
         TurnRequest(episode_index=i, turn=0, prompt_ids=ids, messages=[], max_tokens=5, request_id=f"g{i}/turn0/r{i}")
         for i, ids in enumerate(prompts)
@@ -89,6 +243,23 @@ def test_greedy_sampling_in_a_padded_batch_is_model_generate_alone(tiny: tuple[A
         )[0, len(ids) :].tolist()
         assert generation.token_ids == expected
         assert generation.finish_reason == ("stop" if expected[-1] == tokenizer.eos_token_id else "length")
+
+
+def test_memoized_forwards_sample_the_same_tokens_with_fewer_forwards(tiny: tuple[Any, Any]) -> None:
+    tokenizer, model = tiny
+    ids = tokenizer.encode("You are player_1, your card is Q.")
+    requests = [
+        TurnRequest(episode_index=i, turn=0, prompt_ids=ids, messages=[], max_tokens=3, request_id=f"e{i}/turn0/r")
+        for i in range(8)
+    ]
+    plain = BatchedSampler(model, tokenizer, max_tokens=3, seed=3)
+    memo = BatchedSampler(model, tokenizer, max_tokens=3, seed=3)
+    expected = [plain.sample([r])[0].token_ids for r in requests]
+    with memo.memoized():
+        got = [memo.sample([r])[0].token_ids for r in requests]
+    assert got == expected
+    assert memo.forwards < plain.forwards  # the shared prompt's first forward is reused
+    assert memo._memo is None  # forgotten after the block: the weights may change after it
 
 
 def test_a_requests_samples_do_not_depend_on_its_batch(tiny: tuple[Any, Any]) -> None:
@@ -193,4 +364,10 @@ def test_plot_of_a_metrics_file(tmp_path: Path) -> None:
         for o in OPPONENTS
         for m in ("greedy", "sampled")
     ]
-    assert plot_selfplay(records, tmp_path / "p.png", title="t").stat().st_size > 1000
+    assert plot_selfplay(records, tmp_path / "p.png", title="t").stat().st_size > 1000  # an older file: no chips
+    for r in records:
+        if r["kind"] == "eval":
+            r.update(mean_return=0.1, return_ci95=[0.0, 0.2], exact_chips=0.05)
+    table = strategy_rows({(h, c): {HISTORIES[h][0]: 0.5} for h in HISTORIES for c in CARDS})
+    records += [{"kind": "strategy", "step": s, "mode": "sampled", "table": table} for s in (0, 2)]
+    assert plot_selfplay(records, tmp_path / "q.png").stat().st_size > 1000
