@@ -179,9 +179,12 @@ def _loopback_up() -> None:
         fcntl.ioctl(probe, siocsifflags, struct.pack("16sH", b"lo", flags | iff_up))
 
 
-#: Landlock syscalls (the same numbers on x86_64 and aarch64) and the one access right the domain handles.
-_LANDLOCK_CREATE_RULESET, _LANDLOCK_RESTRICT_SELF = 444, 446
+#: Landlock syscalls (the same numbers on x86_64 and aarch64) and the access rights the domain handles.
+_LANDLOCK_CREATE_RULESET, _LANDLOCK_ADD_RULE, _LANDLOCK_RESTRICT_SELF = 444, 445, 446
+_LANDLOCK_CREATE_RULESET_VERSION = 1
+_LANDLOCK_RULE_PATH_BENEATH = 1
 _LANDLOCK_ACCESS_FS_MAKE_BLOCK = 1 << 11
+_LANDLOCK_ACCESS_FS_REFER = 1 << 13  # ABI 2 (Linux 5.19)
 
 
 def _landlock_domain() -> bool:
@@ -191,13 +194,32 @@ def _landlock_domain() -> bool:
     before; what matters is Landlock's rule that a confined process may trace only its own domain's
     descendants. Every agent command gets one; the checker runs outside all of them, so nothing the agent
     left running can rewrite the checker's memory or exit code. False where the kernel has no Landlock.
+
+    Landlock denies every rename or link into another folder (``EXDEV``) unless the ruleset handles
+    "refer" and a rule grants it: without this, ``mv a/f b/`` and ``pip wheel`` failed in every episode.
+    From ABI 2 on, the ruleset handles it and one rule grants it beneath ``/``, so every folder has the
+    same rights and any move the uid may make is allowed. On ABI 1 (Linux 5.13 to 5.18) such moves stay
+    refused: that kernel cannot allow them inside a domain.
     """
-    attr = ctypes.c_uint64(_LANDLOCK_ACCESS_FS_MAKE_BLOCK)
     libc = _worker._libc
+    abi = libc.syscall(_LANDLOCK_CREATE_RULESET, None, 0, _LANDLOCK_CREATE_RULESET_VERSION)
+    if abi < 1:
+        return False
+    refer = _LANDLOCK_ACCESS_FS_REFER if abi >= 2 else 0
+    attr = ctypes.c_uint64(_LANDLOCK_ACCESS_FS_MAKE_BLOCK | refer)
     ruleset = libc.syscall(_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.sizeof(attr), 0)
     if ruleset < 0:
         return False
     try:
+        if refer:
+            root = os.open("/", os.O_PATH | os.O_CLOEXEC)
+            try:
+                # struct landlock_path_beneath_attr is packed: u64 allowed_access, s32 parent_fd
+                rule = struct.pack("=Qi", refer, root)
+                # should the rule fail, the domain still confines (moves into other folders stay refused)
+                libc.syscall(_LANDLOCK_ADD_RULE, ruleset, _LANDLOCK_RULE_PATH_BENEATH, rule, 0)
+            finally:
+                os.close(root)
         return bool(libc.syscall(_LANDLOCK_RESTRICT_SELF, ruleset, 0) == 0)
     finally:
         os.close(ruleset)

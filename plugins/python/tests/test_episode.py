@@ -64,6 +64,26 @@ def test_files_and_processes_persist_across_commands(layer: Path) -> None:
         assert sandbox.run("python3 src/main.py").stdout == "hi\n"
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        "mkdir -p /tmp/out && mv data.txt /tmp/out/ && cat /tmp/out/data.txt",
+        "mv src/main.py main.py && cat main.py",
+        "mkdir dest && mv src dest/ && cat dest/src/main.py",
+        "ln data.txt src/linked.txt && cat src/linked.txt",
+        # rename(2) itself: mv falls back to copying on EXDEV, programs (pip's wheel builds) do not
+        "python3 -c \"import os; os.mkdir('out'); os.rename('src/main.py', 'out/main.py')\" && cat out/main.py",
+    ],
+    ids=["file-to-another-mount", "file-up-a-folder", "folder-into-another", "hard-link-across", "rename-syscall"],
+)
+def test_files_move_and_link_across_folders(layer: Path, command: str) -> None:
+    # Landlock refuses renames and links into another folder (EXDEV) unless its domain allows "refer" (ABI 2)
+    with EpisodeSandbox([layer], **LIMITS) as sandbox:
+        result = sandbox.run(command)
+        assert result.ok, result.stderr
+        assert result.stdout in ("original\n", "print('hi')\n")
+
+
 def test_each_episode_starts_from_the_layer_and_the_layer_is_untouched(layer: Path) -> None:
     with EpisodeSandbox([layer], **LIMITS) as first:
         assert first.run("echo changed > data.txt && rm src/main.py && touch extra").ok
