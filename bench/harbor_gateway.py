@@ -113,32 +113,45 @@ class Recorded:
 
 
 class ScriptedTerminus:
-    """Answers terminus-2's JSON protocol with the reference solution (a scripted model, not a trained one)."""
+    """Answers terminus-2's prompts with the reference solution (a scripted model, not a trained one).
+
+    The main loop gets terminus-2's JSON: first the solution's commands, then ``task_complete``
+    (twice: terminus-2 asks for a confirmation). Its context summarisation's three sub-calls (a
+    summary, questions about it, answers) get plain text.
+    """
 
     def __init__(self, tokenizer: Any, commands: list[str]) -> None:
         self.tokenizer = tokenizer
         self.commands = commands
-        self.calls = 0
+        self.sent_commands = False
 
-    def reply(self) -> str:
-        self.calls += 1
-        if self.calls == 1:
+    def reply(self, messages: list[dict[str, Any]]) -> str:
+        last = messages[-1]["content"] if messages else ""
+        if "hand off your work to another AI agent" in last:
+            return "Summary: I ran the reference solution's commands; the task should be done. Check and finish."
+        if "asking several questions" in last:
+            return "1. Did the commands succeed?\n2. Is the output file in place?"
+        if "The next agent has a few questions" in last:
+            return "1. Yes.\n2. Yes."
+        if not self.sent_commands:
+            self.sent_commands = True
             answer: dict[str, Any] = {
                 "analysis": "The task is not done yet.",
                 "plan": "Run the reference solution's commands.",
                 "commands": [{"keystrokes": f"{c}\n", "duration": 1.0} for c in self.commands],
                 "task_complete": False,
             }
-        else:  # terminus-2 asks for task_complete twice (a confirmation)
+        else:
             answer = {"analysis": "Done.", "plan": "Mark the task complete.", "commands": [], "task_complete": True}
         return json.dumps(answer, indent=2)
 
     async def __call__(self, request: TurnRequest) -> Generation:
-        ids = [*self.tokenizer.encode(self.reply(), add_special_tokens=False), self.tokenizer.eos_token_id]
+        text = self.reply(list(request.messages or []))
+        ids = [*self.tokenizer.encode(text, add_special_tokens=False), self.tokenizer.eos_token_id]
         return Generation(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop")
 
 
-def tiny_engine(tokenizer: Any, max_context: int) -> Any:
+def tiny_engine(tokenizer: Any, max_context: int, folder: Path) -> Any:
     """gem eval's HF generate function on a tiny Qwen2 from a config (random weights, sampled)."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -156,8 +169,9 @@ def tiny_engine(tokenizer: Any, max_context: int) -> Any:
         max_position_embeddings=max_context,
         eos_token_id=tokenizer.eos_token_id,
     )
-    model = Qwen2ForCausalLM(config).eval()
-    backend = HFBackend(model, tokenizer, Sampling(temperature=1.0, max_tokens=128, seed=0))
+    Qwen2ForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    backend = HFBackend(str(folder), sampling=Sampling(temperature=1.0, max_tokens=128, seed=0), device="cpu")
 
     async def generate(request: TurnRequest) -> Generation:
         return await backend.generate(request, request.request_id)
@@ -254,6 +268,14 @@ def main() -> int:
         help="DOCKER_CONFIG for Harbor (a folder whose cli-plugins/ holds a Compose V2 plugin, when docker has none)",
     )
     parser.add_argument("--max-turns", type=int, default=6)
+    parser.add_argument(
+        "--context-limit",
+        type=int,
+        default=None,
+        help="the model's context as terminus-2 sees it (model_info.max_input_tokens): a small one makes it "
+        "summarise its context (below 8000 free tokens, counted with litellm's token counter)",
+    )
+    parser.add_argument("--temperature", type=float, default=None, help="terminus-2's temperature (sent per call)")
     parser.add_argument("--episodes", type=int, default=1)
     parser.add_argument("--workdir", type=Path, default=None, help="where the task folder and Harbor's jobs go")
     parser.add_argument("--json", type=Path, default=None)
@@ -271,7 +293,7 @@ def main() -> int:
         inner: Any = (
             ScriptedTerminus(tokenizer, solution_commands(args.task))
             if args.engine == "scripted"
-            else tiny_engine(tokenizer, limits.max_context_tokens)
+            else tiny_engine(tokenizer, limits.max_context_tokens, workdir / "tiny-model")
         )
         engine = Recorded(inner)
         gateway = Gateway(engine, tokenizer, model_name="policy", tool_parser="none", limits=limits)
@@ -283,6 +305,11 @@ def main() -> int:
                 "-m", "openai/policy", "--ak", f"api_base={url}/s/{key}/v1", "--ak", f"max_turns={args.max_turns}",
                 "--ak", "record_terminal_session=false", "-o", str(jobs), "-n", "1", "-y", "-q",
             ]  # fmt: skip
+            if args.context_limit is not None:
+                info = {"max_input_tokens": args.context_limit, "max_output_tokens": limits.default_max_tokens}
+                command += ["--ak", f"model_info={json.dumps(info)}"]
+            if args.temperature is not None:
+                command += ["--ak", f"temperature={args.temperature}"]
             env = {**os.environ, "OPENAI_API_KEY": "unused-by-the-gateway"}
             if args.docker_config:
                 env["DOCKER_CONFIG"] = args.docker_config
