@@ -807,10 +807,12 @@ class Gateway:
                             logprobs.extend(chunk.logprobs)
                         version = chunk.policy_version if chunk.policy_version is not None else version
                         finish = chunk.finish_reason
-                        if len(ids) >= pending.max_tokens:
-                            ids, finish = ids[: pending.max_tokens], finish or "length"
+                        if len(ids) > pending.max_tokens:  # a delta past the limit: its tail is dropped, cut
+                            ids, finish = ids[: pending.max_tokens], "length"
                             if logprobs is not None:
                                 logprobs = logprobs[: pending.max_tokens]
+                        elif len(ids) == pending.max_tokens:
+                            finish = finish or "length"
                         if holds_all or not ids:
                             continue
                         text = self._decode(ids)
