@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 
 import openai
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gem_core.episode import Generation, TurnRequest
@@ -171,8 +171,10 @@ async def _both(tokenizer: Any, ids: list[int], chunk: int, stop: list[str], max
     text=st.lists(st.sampled_from(PIECES), min_size=1, max_size=12).map("".join),
     chunk=st.integers(1, 5),
     stop=st.lists(st.sampled_from(["b", "c c", "\n\n", "é", "zz"]), max_size=2, unique=True),
-    max_tokens=st.integers(1, 30),
+    max_tokens=st.one_of(st.just(64), st.integers(1, 30)),
 )
+@example(text="ac c", chunk=1, stop=["c c"], max_tokens=64)  # a stop string completed over three deltas
+@example(text="a", chunk=2, stop=[], max_tokens=1)  # a delta that crosses the token limit
 def test_the_streamed_text_is_the_recorded_reply_for_any_chunking_and_stop(
     tokenizer: Any, text: str, chunk: int, stop: list[str], max_tokens: int
 ) -> None:
