@@ -80,8 +80,11 @@ def harbor_task(source: Path, dest: Path, image: str) -> Path:
             shutil.copytree(item, task / "environment" / item.name)
     shutil.copy(source / "run-tests.sh", task / "tests" / "run-tests.sh")
     # Harbor's verifier contract: a number in /logs/verifier/reward.txt
+    # gem's checkers run the agent's programs through its as-agent helper (the agent's uid) and keep scratch
+    # files in /checker/work; Harbor's verifier has neither: the programs run as the verifier's user
     (task / "tests" / "test.sh").write_text(
-        "#!/bin/bash\nmkdir -p /logs/verifier\n"
+        "#!/bin/bash\nmkdir -p /logs/verifier /checker/work\n"
+        'as-agent() { "$@"; }\nexport -f as-agent\n'
         "if bash /tests/run-tests.sh; then echo 1 > /logs/verifier/reward.txt; "
         "else echo 0 > /logs/verifier/reward.txt; fi\n"
     )
