@@ -22,12 +22,13 @@ makes one training sequence per consistent segment.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,12 +44,43 @@ from gem_gateway.errors import (
     SessionClosed,
     SessionLimit,
 )
-from gem_gateway.tool_parsers import ParsedReply, get_parser
+from gem_gateway.tool_parsers import ParsedReply, get_parser, parse_none
 
-__all__ = ["CallRecord", "ChatRequest", "Gateway", "GatewayLimits", "Session", "parse_chat_request"]
+__all__ = [
+    "CallRecord",
+    "ChatRequest",
+    "Gateway",
+    "GatewayLimits",
+    "Session",
+    "StreamGenerate",
+    "TokenDelta",
+    "parse_chat_request",
+]
 
 #: ``await generate(request) -> Generation``: any gem generate function (token mode).
 Generate = Callable[[TurnRequest], Awaitable[Generation]]
+
+
+@dataclass(frozen=True)
+class TokenDelta:
+    """Ids a streaming engine sampled since its last delta.
+
+    Attributes:
+        token_ids: The new ids, in order.
+        logprobs: Their logprobs (``None``: the engine gives none; then the call has none).
+        finish_reason: ``None`` while the engine goes on; ``"stop"`` or ``"length"`` on its last delta.
+        policy_version: The weights' version that sampled them, when the engine knows it.
+    """
+
+    token_ids: Sequence[int]
+    logprobs: Sequence[float] | None = None
+    finish_reason: str | None = None
+    policy_version: int | None = None
+
+
+#: ``streamer(request)``: an async iterator of :class:`TokenDelta` as the engine samples; closing
+#: it early (``aclose``) must end the engine's request.
+StreamGenerate = Callable[[TurnRequest], AsyncIterator[TokenDelta]]
 
 _ROLES = frozenset({"system", "user", "assistant", "tool"})
 
@@ -307,10 +339,13 @@ class Session:
         start_state_id: str | None,
         env_id: str | None,
         generate: Generate | None = None,
+        stream: StreamGenerate | None = None,
     ) -> None:
         self.key = key
         #: This session's own generate function (a trainer's per-episode client), else the gateway's.
         self.generate = generate
+        #: This session's own streaming engine, else the gateway's.
+        self.stream = stream
         self.ordinal = ordinal
         self.start_state_id = start_state_id or f"gateway/{key}"
         self.env_id = env_id
@@ -407,6 +442,27 @@ def calls_by(calls: Sequence[CallRecord], index: int) -> CallRecord:
     raise KeyError(index)
 
 
+@dataclass(frozen=True)
+class _Pending:
+    """A call accepted and rendered, before its generation."""
+
+    index: int
+    prompt: list[int]
+    parent: int | None
+    branch: str | None
+    max_tokens: int
+    version: int
+    request: TurnRequest
+
+
+async def _next_within(chunks: AsyncIterator[TokenDelta], seconds: float) -> TokenDelta:
+    """The engine's next delta within ``seconds`` (``asyncio.TimeoutError`` past it)."""
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(seconds):
+            return await chunks.__anext__()
+    return await asyncio.wait_for(chunks.__anext__(), seconds)
+
+
 class Gateway:
     """Sessions and their calls in front of one generate function (token in, token out).
 
@@ -435,8 +491,11 @@ class Gateway:
         tool_parser: str = "hermes",
         limits: GatewayLimits | None = None,
         chat_template_kwargs: Mapping[str, Any] | None = None,
+        stream_generate: StreamGenerate | None = None,
     ) -> None:
         self.generate = generate
+        #: Streams replies token by token for ``stream: true`` calls (else they come whole at the end).
+        self.stream_generate = stream_generate
         self.tokenizer = tokenizer
         self.model_name = model_name
         self.parse_tools = get_parser(tool_parser, tokenizer)
@@ -460,11 +519,14 @@ class Gateway:
         start_state_id: str | None = None,
         env_id: str | None = None,
         generate: Generate | None = None,
+        stream: StreamGenerate | None = None,
     ) -> Session:
         """Open ``key`` ahead of its first call (to name its start state for GRPO groups).
 
         ``generate`` answers this session's calls instead of the gateway's own function (a
-        trainer's rollout client with the episode's sampling settings and sticky request id).
+        trainer's rollout client with the episode's sampling settings and sticky request id);
+        ``stream`` its streaming calls (with a session ``generate`` and no ``stream``, streaming
+        calls are answered whole by ``generate``: the gateway's streamer is not this session's engine).
 
         Raises:
             BadRequest: ``key`` is empty or too long, or already open.
@@ -482,7 +544,9 @@ class Gateway:
                 f"{len(self.sessions)} sessions are open (max_sessions={self.limits.max_sessions}); finish or "
                 "drop sessions, or raise the limit"
             )
-        session = Session(key, self._ordinal, start_state_id=start_state_id, env_id=env_id, generate=generate)
+        session = Session(
+            key, self._ordinal, start_state_id=start_state_id, env_id=env_id, generate=generate, stream=stream
+        )
         self._ordinal += 1
         self.sessions[key] = session
         return session
@@ -596,12 +660,8 @@ class Gateway:
             )
         return min(wanted, room)
 
-    async def complete(self, key: str, request: ChatRequest) -> CallRecord:
-        """Answer one chat call of session ``key`` and record it.
-
-        Raises:
-            GatewayError: a typed refusal (closed session, limits, timeouts, a failed generation).
-        """
+    def _begin(self, key: str, request: ChatRequest) -> tuple[Session, _Pending]:
+        """Check the call against its session and limits, render its prompt and reserve its index."""
         if key in self._closed:
             raise SessionClosed(f"session {key!r} was finished; its episode is closed (use a new session key)")
         session = self.session(key)
@@ -613,26 +673,30 @@ class Gateway:
         max_tokens = self._max_tokens(request, prompt)
         index = len(session.calls) + session.reserved
         session.reserved += 1
-        try:
-            version = self.policy_version
-            turn_request = TurnRequest(
-                episode_index=session.ordinal,
-                turn=index,
-                prompt_ids=list(prompt),
-                messages=request.messages,
-                max_tokens=max_tokens,
-                env_id=session.env_id,
-                request_id=f"{key}/call{index}",
-            )
-            started = time.perf_counter()
-            generation = await self._generate(turn_request, session.generate or self.generate)
-            seconds = time.perf_counter() - started
-            ids, logprobs, text, finish = self._read(generation, max_tokens, request.stop)
-        except GemCoreError as exc:
-            session.failed.append({"call": index, "error": type(exc).__name__, "message": str(exc)[:500]})
-            raise
-        finally:
-            session.reserved -= 1
+        turn_request = TurnRequest(
+            episode_index=session.ordinal,
+            turn=index,
+            prompt_ids=list(prompt),
+            messages=request.messages,
+            max_tokens=max_tokens,
+            env_id=session.env_id,
+            request_id=f"{key}/call{index}",
+        )
+        return session, _Pending(index, prompt, parent, branch, max_tokens, self.policy_version, turn_request)
+
+    def _record(
+        self,
+        key: str,
+        session: Session,
+        request: ChatRequest,
+        pending: _Pending,
+        generation: Generation,
+        read: tuple[list[int], list[float] | None, str, str],
+        seconds: float,
+    ) -> CallRecord:
+        """The call as answered (tool calls parsed), kept in its session unless it was finished meanwhile."""
+        ids, logprobs, text, finish = read
+        index = pending.index
         parsed: ParsedReply = self.parse_tools(text) if request.tool_choice != "none" else ParsedReply(text, ())
         reply: dict[str, Any] = {"role": "assistant", "content": parsed.content}
         if parsed.tool_calls:
@@ -650,15 +714,15 @@ class Gateway:
             index=index,
             messages=request.messages,
             tools=request.tools,
-            prompt_ids=prompt,
+            prompt_ids=pending.prompt,
             completion_ids=ids,
             logprobs=logprobs,
             finish_reason=finish,
-            policy_version=generation.policy_version if generation.policy_version is not None else version,
+            policy_version=generation.policy_version if generation.policy_version is not None else pending.version,
             text=text,
             reply=reply,
-            parent=parent,
-            branch=branch,
+            parent=pending.parent,
+            branch=pending.branch,
             sampling=request.sampling,
             seconds=seconds,
             comparables=[*(_comparable(m) for m in request.messages), _comparable(reply)],
@@ -666,6 +730,143 @@ class Gateway:
         if key in self.sessions:  # finished while generating: the answer goes back, the episode is closed
             session.calls.append(record)
         return record
+
+    async def complete(self, key: str, request: ChatRequest) -> CallRecord:
+        """Answer one chat call of session ``key`` and record it.
+
+        Raises:
+            GatewayError: a typed refusal (closed session, limits, timeouts, a failed generation).
+        """
+        session, pending = self._begin(key, request)
+        try:
+            started = time.perf_counter()
+            generation = await self._generate(pending.request, session.generate or self.generate)
+            seconds = time.perf_counter() - started
+            read = self._read(generation, pending.max_tokens, request.stop)
+        except GemCoreError as exc:
+            session.failed.append({"call": pending.index, "error": type(exc).__name__, "message": str(exc)[:500]})
+            raise
+        finally:
+            session.reserved -= 1
+        return self._record(key, session, request, pending, generation, read, seconds)
+
+    def can_stream(self, key: str) -> bool:
+        """Whether calls of ``key`` are answered token by token (a streaming engine serves them)."""
+        session = self.sessions.get(key)
+        if session is not None and session.generate is not None:
+            return session.stream is not None
+        return (session is not None and session.stream is not None) or self.stream_generate is not None
+
+    async def complete_stream(self, key: str, request: ChatRequest) -> AsyncIterator[str | CallRecord]:
+        """Answer one chat call of ``key`` as the engine streams it: text deltas, then the :class:`CallRecord`.
+
+        The deltas joined are the record's text (the reply after the request's stop strings and
+        the tool parser). Text is held back while it may still be the start of a stop string,
+        and entirely when the reply may hold tool calls (tools given and parsing on): then it
+        comes as one delta at the end, with the calls in the record. The recorded ids are exactly
+        the ids the engine streamed (cut after a stop string, as without streaming). Closing
+        this iterator early (the client went away) closes the engine's stream, which ends its
+        request; the call is then recorded as failed (``metadata["failed_calls"]``), not as a turn.
+
+        Raises:
+            GatewayError: as :meth:`complete`; ``GenerateTimedOut`` when the whole stream takes
+                longer than ``request_timeout_s``.
+        """
+        session, pending = self._begin(key, request)
+        source = session.stream if session.stream is not None else self.stream_generate
+        if source is None:
+            session.reserved -= 1
+            raise BadRequest(f"session {key!r} has no streaming engine (Gateway(stream_generate=...))")
+        holds_all = bool(request.tools) and request.tool_choice != "none" and self.parse_tools is not parse_none
+        holdback = max((len(s) for s in request.stop), default=1) - 1
+        ids: list[int] = []
+        logprobs: list[float] | None = []
+        finish: str | None = None
+        version: int | None = None
+        sent = ""
+        done = False
+        started = time.perf_counter()
+        try:
+            async with self._slot() as deadline:
+                chunks = source(pending.request)
+                try:
+                    while finish is None:
+                        try:
+                            chunk = await _next_within(chunks, max(deadline - time.monotonic(), 1e-3))
+                        except StopAsyncIteration:
+                            break
+                        except asyncio.TimeoutError:
+                            raise GenerateTimedOut(
+                                f"the streaming engine did not finish {pending.request.request_id} within "
+                                f"request_timeout_s={self.limits.request_timeout_s} s"
+                            ) from None
+                        ids.extend(int(t) for t in chunk.token_ids)
+                        if chunk.logprobs is None or logprobs is None:
+                            logprobs = None
+                        else:
+                            logprobs.extend(chunk.logprobs)
+                        version = chunk.policy_version if chunk.policy_version is not None else version
+                        finish = chunk.finish_reason
+                        if len(ids) > pending.max_tokens:  # a delta past the limit: its tail is dropped, cut
+                            ids, finish = ids[: pending.max_tokens], "length"
+                            if logprobs is not None:
+                                logprobs = logprobs[: pending.max_tokens]
+                        elif len(ids) == pending.max_tokens:
+                            finish = finish or "length"
+                        if holds_all or not ids:
+                            continue
+                        text = self._decode(ids)
+                        if request.stop and any(s in text for s in request.stop):
+                            finish = "stop"  # the rest would be cut: the engine's request ends here
+                            break
+                        safe = text[: len(text) - holdback] if holdback else text
+                        if safe.endswith("\ufffd"):  # a character split across tokens: wait for its end
+                            continue
+                        if len(safe) > len(sent) and safe.startswith(sent):
+                            yield safe[len(sent) :]
+                            sent = safe
+                finally:
+                    await chunks.aclose()  # ends the engine's request (done, cut, disconnected or timed out)
+            generation = Generation(
+                token_ids=ids, logprobs=logprobs, finish_reason=finish or "stop", policy_version=version
+            )
+            read = self._read(generation, pending.max_tokens, request.stop)
+            done = True
+        except GemCoreError as exc:
+            session.failed.append({"call": pending.index, "error": type(exc).__name__, "message": str(exc)[:500]})
+            raise
+        finally:
+            session.reserved -= 1
+            if not done and not any(f["call"] == pending.index for f in session.failed):
+                session.failed.append(
+                    {"call": pending.index, "error": "Disconnected", "message": "the stream was closed before its end"}
+                )
+        record = self._record(key, session, request, pending, generation, read, time.perf_counter() - started)
+        content = record.reply["content"]
+        # the rest of the text (all of it when held for tool calls); sent is always a prefix of it, as
+        # text is only sent once no stop string can start in it
+        if content.startswith(sent) and len(content) > len(sent):
+            yield content[len(sent) :]
+        yield record
+
+    @contextlib.asynccontextmanager
+    async def _slot(self) -> AsyncIterator[float]:
+        """A generation slot (queued at most ``request_timeout_s``); yields the call's deadline."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.limits.max_concurrent_generations)
+        timeout = self.limits.request_timeout_s
+        deadline = time.monotonic() + timeout
+        try:
+            await asyncio.wait_for(self._slots.acquire(), timeout)
+        except asyncio.TimeoutError:
+            raise GatewayOverloaded(
+                f"no generation slot freed within request_timeout_s={timeout} s "
+                f"(max_concurrent_generations={self.limits.max_concurrent_generations})"
+            ) from None
+        try:
+            yield deadline
+        finally:
+            self._slots.release()
 
     async def _generate(self, request: TurnRequest, generate: Generate) -> Generation:
         if self._slots is None:

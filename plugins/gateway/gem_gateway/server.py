@@ -10,9 +10,13 @@ Routes (``<session>`` is the key the harness's base URL carries: ``http://host:p
 * ``GET /admin/sessions/<session>`` and ``POST /admin/sessions/<session>/finish`` (``{"reward": r}``):
   the trainer's, only with ``Authorization: Bearer <admin_token>`` (without a token they are off).
 
-Streaming answers come after the generation ends (a generate function returns whole
-replies): the text in one chunk, each tool call in one, then the finish reason, the usage
-when ``stream_options.include_usage`` asks for it, and ``data: [DONE]``.
+Streaming chat answers come token by token when the gateway has a streaming engine
+(``Gateway(stream_generate=...)``, :meth:`Gateway.complete_stream`): a chunk per text delta as
+the engine samples, then each tool call, the finish reason (with the logprobs when asked),
+the usage when ``stream_options.include_usage`` asks for it, and ``data: [DONE]``. Without
+one (a generate function returns whole replies) the same chunks come once the generation has
+ended, the text in one. A client that goes away mid-stream cancels its handler (aiohttp's
+``handler_cancellation``), which ends the engine's request.
 """
 
 from __future__ import annotations
@@ -85,6 +89,8 @@ def build_app(gateway: Gateway, *, admin_token: str | None = None) -> web.Applic
             except json.JSONDecodeError as exc:
                 raise BadRequest(f"the request body is not JSON: {exc}") from None
             parsed = parse_chat_request(body)
+            if parsed.stream and gateway.can_stream(key):
+                return await _stream_live(request, key, gateway, parsed)
             call = await gateway.complete(key, parsed)
         except GatewayError as exc:
             return _error(exc)
@@ -225,12 +231,52 @@ async def _stream(
     return response
 
 
+async def _stream_live(request: web.Request, key: str, gateway: Gateway, parsed: ChatRequest) -> web.StreamResponse:
+    """Chunks as the engine samples; a refusal before the first delta is an HTTP error, a later one an SSE error."""
+    base = {"id": f"chatcmpl-{key}", "created": int(time.time()), "model": gateway.model_name}
+    async with contextlib.aclosing(gateway.complete_stream(key, parsed)) as events:
+        first = await events.__anext__()  # refusals (closed session, limits, context) raise here, before any byte
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+
+        async def send(choices: list[dict[str, Any]], **extra: Any) -> None:
+            chunk = {**base, "object": "chat.completion.chunk", "choices": choices, **extra}
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+
+        def delta(content: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> dict[str, Any]:
+            return {"index": 0, "delta": content, "logprobs": logprobs, "finish_reason": finish}
+
+        await send([delta({"role": "assistant", "content": ""})])
+        event: str | CallRecord = first
+        try:
+            while isinstance(event, str):
+                if event:
+                    await send([delta({"content": event})])
+                event = await events.__anext__()
+        except GatewayError as exc:  # after the first byte: OpenAI's SDKs raise an "error" event as APIError
+            await response.write(f"data: {json.dumps(exc.body())}\n\n".encode())
+            await response.write_eof()
+            return response
+        except ConnectionResetError:  # the client went away: leaving the block closes the engine's stream
+            return response
+        call = event
+        for index, tool_call in enumerate(_tool_calls(call)):
+            await send([delta({"tool_calls": [{"index": index, **tool_call}]})])
+        await send([delta({}, call.finish_reason, _logprobs(gateway, call, parsed))])
+        if parsed.include_usage:
+            await send([], usage=_usage(call))
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+
 @contextlib.asynccontextmanager
 async def serve(
     gateway: Gateway, host: str = "127.0.0.1", port: int = 0, *, admin_token: str | None = None
 ) -> AsyncIterator[str]:
     """Serve ``gateway`` on this event loop; yields the server's root URL (``http://host:port``)."""
-    runner = web.AppRunner(build_app(gateway, admin_token=admin_token), access_log=None)
+    # handler_cancellation: a client that disconnects cancels its call, so its engine request ends
+    runner = web.AppRunner(build_app(gateway, admin_token=admin_token), access_log=None, handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=2048)
     await site.start()
