@@ -268,6 +268,10 @@ def _text(path: Path) -> str:
 # --- Terminal-Bench v1 -------------------------------------------------------------------------
 
 
+#: Files only a Terminal-Bench v1 folder holds beside its task.yaml (one of them at least).
+_TB_FILES = ("Dockerfile", "docker-compose.yaml", "docker-compose.yml", "solution.sh", "solution.yaml", "run-tests.sh")
+
+
 def _load_terminal_bench(path: Path, pythons: dict[str, str]) -> TerminalTask:
     try:
         meta = yaml.safe_load(_text(path / "task.yaml")) or {}
@@ -278,6 +282,13 @@ def _load_terminal_bench(path: Path, pythons: dict[str, str]) -> TerminalTask:
     instruction = meta.get("instruction")
     if not isinstance(instruction, str) or not instruction.strip():
         raise _Refused("task.yaml has no instruction")
+    if not any((path / name).exists() for name in _TB_FILES):
+        # Other harnesses name their task file task.yaml too (set-up scripts, reference/ folders); saying
+        # so beats naming the first missing file, which reads as if one file were all it lacked.
+        raise _Refused(
+            "a task.yaml without any of Terminal-Bench v1's other files (Dockerfile, docker-compose.yaml,"
+            " solution.sh or solution.yaml, run-tests.sh): not a Terminal-Bench v1 task folder"
+        )
     compose_file = next((path / n for n in ("docker-compose.yaml", "docker-compose.yml") if (path / n).exists()), None)
     build = _compose(compose_file, path) if compose_file else _Build(path, path / "Dockerfile", {}, {}, "", "")
     fields = _image_fields(build, path, pythons)

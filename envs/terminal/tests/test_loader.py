@@ -265,6 +265,18 @@ TB_REFUSALS = [
     ),
     pytest.param({"run-tests.sh": None, "tests/check.py": None}, "no checker", id="no-checker"),
     pytest.param(
+        # another harness's layout under the same file name (mini-harness-bench: set-up script, reference/)
+        {
+            "Dockerfile": None,
+            "solution.sh": None,
+            "run-tests.sh": None,
+            "setup.sh": "true\n",
+            "reference/a.sh": "true\n",
+        },
+        "not a Terminal-Bench v1 task folder",
+        id="other-harness",
+    ),
+    pytest.param(
         {"run-tests.sh": "curl -s https://example.com/expected -o /tmp/e\ncmp /tmp/e /srv/out.txt\n"},
         "its checker downloads at run time ('curl -s https://example.com/expected -o /tmp/e')",
         id="checker-network",
