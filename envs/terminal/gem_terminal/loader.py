@@ -44,11 +44,13 @@ from gem_terminal.provision import (
     PYTEST_COMMAND,
     SYSTEM_PYTHON,
     does_nothing,
+    loopback_servers,
     missing_imports,
     provision_script,
     python_facts,
     remote_urls,
     split_commands,
+    starts_process,
 )
 
 __all__ = [
@@ -781,6 +783,18 @@ def _finish(path: Path, fields: dict[str, Any], **given: Any) -> TerminalTask:
         urls = remote_urls(text)
         if urls:
             raise _Refused(f"tests/{relative} reaches {urls[0][:80]} at check time; no network here")
+    # Every process of the agent ends before the check (so none can forge it): a server the agent was to
+    # leave running is gone by then, unless the tests start one themselves or a gem-probe.sh observes it.
+    scripts = [given["checker"], *(d.decode("utf-8", "replace") for r, d in given["tests"].items() if r[-3:] != ".py")]
+    if "gem-probe.sh" not in tests and not any(starts_process(t) for t in (*python_tests.values(), *scripts)):
+        for relative, text in python_tests.items():
+            servers = loopback_servers(text)
+            if servers:
+                raise _Refused(
+                    f"tests/{relative} queries {servers[0][:60]}, a server the agent must leave running; every"
+                    " process of the agent ends before the check (none can forge it) and no tests/gem-probe.sh"
+                    " observes it first"
+                )
     if checker.ran_pytest or any(rel.startswith("test") for rel in python_tests):
         reasons.extend(
             f"its tests import {name}, which this host's python3 lacks"
