@@ -44,11 +44,13 @@ from gem_terminal.provision import (
     PYTEST_COMMAND,
     SYSTEM_PYTHON,
     does_nothing,
+    loopback_servers,
     missing_imports,
     provision_script,
     python_facts,
     remote_urls,
     split_commands,
+    starts_process,
 )
 
 __all__ = [
@@ -268,6 +270,10 @@ def _text(path: Path) -> str:
 # --- Terminal-Bench v1 -------------------------------------------------------------------------
 
 
+#: Files only a Terminal-Bench v1 folder holds beside its task.yaml (one of them at least).
+_TB_FILES = ("Dockerfile", "docker-compose.yaml", "docker-compose.yml", "solution.sh", "solution.yaml", "run-tests.sh")
+
+
 def _load_terminal_bench(path: Path, pythons: dict[str, str]) -> TerminalTask:
     try:
         meta = yaml.safe_load(_text(path / "task.yaml")) or {}
@@ -278,6 +284,13 @@ def _load_terminal_bench(path: Path, pythons: dict[str, str]) -> TerminalTask:
     instruction = meta.get("instruction")
     if not isinstance(instruction, str) or not instruction.strip():
         raise _Refused("task.yaml has no instruction")
+    if not any((path / name).exists() for name in _TB_FILES):
+        # Other harnesses name their task file task.yaml too (set-up scripts, reference/ folders); saying
+        # so beats naming the first missing file, which reads as if one file were all it lacked.
+        raise _Refused(
+            "a task.yaml without any of Terminal-Bench v1's other files (Dockerfile, docker-compose.yaml,"
+            " solution.sh or solution.yaml, run-tests.sh): not a Terminal-Bench v1 task folder"
+        )
     compose_file = next((path / n for n in ("docker-compose.yaml", "docker-compose.yml") if (path / n).exists()), None)
     build = _compose(compose_file, path) if compose_file else _Build(path, path / "Dockerfile", {}, {}, "", "")
     fields = _image_fields(build, path, pythons)
@@ -770,6 +783,18 @@ def _finish(path: Path, fields: dict[str, Any], **given: Any) -> TerminalTask:
         urls = remote_urls(text)
         if urls:
             raise _Refused(f"tests/{relative} reaches {urls[0][:80]} at check time; no network here")
+    # Every process of the agent ends before the check (so none can forge it): a server the agent was to
+    # leave running is gone by then, unless the tests start one themselves or a gem-probe.sh observes it.
+    scripts = [given["checker"], *(d.decode("utf-8", "replace") for r, d in given["tests"].items() if r[-3:] != ".py")]
+    if "gem-probe.sh" not in tests and not any(starts_process(t) for t in (*python_tests.values(), *scripts)):
+        for relative, text in python_tests.items():
+            servers = loopback_servers(text)
+            if servers:
+                raise _Refused(
+                    f"tests/{relative} queries {servers[0][:60]}, a server the agent must leave running; every"
+                    " process of the agent ends before the check (none can forge it) and no tests/gem-probe.sh"
+                    " observes it first"
+                )
     if checker.ran_pytest or any(rel.startswith("test") for rel in python_tests):
         reasons.extend(
             f"its tests import {name}, which this host's python3 lacks"

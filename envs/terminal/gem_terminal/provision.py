@@ -565,6 +565,37 @@ def remote_urls(python_source: str) -> list[str]:
     return [url for url in _URL.findall(python_source) if not _LOOPBACK_URL.match(url.split("://", 1)[1])]
 
 
+_NETWORK_OR_SOCKET = re.compile(
+    r"^\s*(?:import\s+[^\n#]*\b|from\s+)(?:requests|httpx|aiohttp|urllib3?|urllib\.request|http\.client|websockets?"
+    r"|grpc|socket)\b",
+    re.MULTILINE,
+)
+_LOOPBACK_PORT = re.compile(
+    r"""(?:https?://)?(?:localhost|127\.0\.0\.1|0\.0\.0\.0):\d+|['"](?:localhost|127\.0\.0\.1)['"]\s*,\s*[1-9]\d*"""
+)
+# What starts a process (a server) from a test or checker: a test that starts its own server needs none of the agent's.
+_STARTS_PROCESS = re.compile(
+    r"\b(?:subprocess|Popen|os\.system|os\.spawn\w*|os\.fork|multiprocessing|threading|HTTPServer|socketserver"
+    r"|start_server|uvicorn|TestClient|nohup|systemctl|service\s+\S+\s+(?:re)?start)\b|&\s*$",
+    re.MULTILINE,
+)
+
+
+def loopback_servers(python_source: str) -> list[str]:
+    """The loopback ``host:port`` addresses a Python file that imports an HTTP client or ``socket`` names.
+
+    A test that queries one talks to a server some process must keep running through the check.
+    """
+    if not _NETWORK_OR_SOCKET.search(python_source):
+        return []
+    return _LOOPBACK_PORT.findall(python_source)
+
+
+def starts_process(text: str) -> bool:
+    """Whether a test file or checker script starts a process (a server of its own, a background job)."""
+    return bool(_STARTS_PROCESS.search(text))
+
+
 def _downloads(words: list[str]) -> bool:
     """Whether a command fetches from the network: a download tool, unless every URL it names is loopback."""
     if not words or _is_echo(words) or not _DOWNLOADS.search(" " + " ".join(words)):

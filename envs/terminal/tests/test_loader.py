@@ -219,7 +219,41 @@ def test_a_test_that_talks_to_loopback_or_names_a_url_as_text_loads(tmp_path: Pa
     assert isinstance(local, TerminalTask) or "reaches" not in local.reason, local
 
 
+#: A test of a server the agent was to leave running (what a public Harbor task checks).
+SERVER_TEST = (
+    "import json, urllib.request\n\ndef test_health():\n"
+    "    with urllib.request.urlopen('http://127.0.0.1:8080/health', timeout=5) as r:\n"
+    "        assert json.loads(r.read())['status'] == 'ok'\n"
+)
+SOCKET_TEST = "import socket\n\ndef test_port():\n    socket.create_connection(('localhost', 6379), timeout=5)\n"
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        pytest.param({"tests/serve.py": "import subprocess\nsubprocess.Popen(['python3', '/srv/app.py'])\n"}, id="py"),
+        pytest.param({"run-tests.sh": "python3 /srv/app.py &\nsleep 1\npytest $TEST_DIR/test_outputs.py\n"}, id="sh"),
+        pytest.param({"tests/gem-probe.sh": "curl -s http://127.0.0.1:8080/health\n"}, id="probe"),
+    ],
+)
+def test_a_server_test_loads_when_the_checker_starts_the_server_or_a_probe_observes_it(
+    tmp_path: Path, files: dict[str, str]
+) -> None:
+    task = load_task(write_task(tmp_path / "t", **{"tests/test_outputs.py": SERVER_TEST, **files}))
+    assert isinstance(task, TerminalTask), task
+
+
 TB_REFUSALS = [
+    pytest.param(
+        {"run-tests.sh": None, "tests/test_outputs.py": SERVER_TEST},
+        "tests/test_outputs.py queries http://127.0.0.1:8080, a server the agent must leave running",
+        id="server-left-running",
+    ),
+    pytest.param(
+        {"run-tests.sh": None, "tests/test_outputs.py": SOCKET_TEST},
+        "tests/test_outputs.py queries 'localhost', 6379, a server the agent must leave running",
+        id="socket-left-running",
+    ),
     pytest.param({"Dockerfile": "FROM postgres:16\n"}, "needs the image 'postgres:16'", id="other-image"),
     pytest.param({"Dockerfile": MISSING_APT}, "Debian package 'gem-no-such-package', which this host lacks", id="apt"),
     pytest.param({"Dockerfile": BASE + "RUN pip install gem-no-such-dist\n"}, "'gem-no-such-dist'", id="pip"),
@@ -265,6 +299,18 @@ TB_REFUSALS = [
     ),
     pytest.param({"run-tests.sh": None, "tests/check.py": None}, "no checker", id="no-checker"),
     pytest.param(
+        # another harness's layout under the same file name (mini-harness-bench: set-up script, reference/)
+        {
+            "Dockerfile": None,
+            "solution.sh": None,
+            "run-tests.sh": None,
+            "setup.sh": "true\n",
+            "reference/a.sh": "true\n",
+        },
+        "not a Terminal-Bench v1 task folder",
+        id="other-harness",
+    ),
+    pytest.param(
         {"run-tests.sh": "curl -s https://example.com/expected -o /tmp/e\ncmp /tmp/e /srv/out.txt\n"},
         "its checker downloads at run time ('curl -s https://example.com/expected -o /tmp/e')",
         id="checker-network",
@@ -306,6 +352,11 @@ def test_a_terminal_bench_task_that_cannot_run_is_refused_with_one_line(
 
 
 HARBOR_REFUSALS = [
+    pytest.param(
+        {"tests/test_outputs.py": SERVER_TEST},
+        "queries http://127.0.0.1:8080, a server the agent must leave running; every process of the agent ends",
+        id="server-left-running",
+    ),
     pytest.param({"task.toml": "[environment]\ngpus = 1\n"}, "needs a GPU", id="gpu"),
     pytest.param({"task.toml": "[[steps]]\nname = 'a'\n[[steps]]\nname = 'b'\n"}, "multi-step", id="steps"),
     pytest.param({"task.toml": "[environment]\nos = 'windows'\n"}, "needs a windows container", id="windows"),
