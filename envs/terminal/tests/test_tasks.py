@@ -42,7 +42,7 @@ def test_the_verifier_follows_the_shipped_conventions(task: TerminalTask) -> Non
     commands = [line for line in lines if line.strip() and not line.startswith("#")]
     # 0 first (under set -e), 1 last: the first failing check leaves the 0.
     assert commands[0].startswith("set -e")
-    assert [c for c in commands[1:] if c != "mkdir -p /logs/verifier"][0] == "echo 0 > /logs/verifier/reward.txt"
+    assert next(c for c in commands[1:] if c != "mkdir -p /logs/verifier") == "echo 0 > /logs/verifier/reward.txt"
     assert commands[-1] == "echo 1 > /logs/verifier/reward.txt"
     assert "/checker/" not in task.checker_path.read_text(), "gem's checker folders are not there under Harbor"
 
