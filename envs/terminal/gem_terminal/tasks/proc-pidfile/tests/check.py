@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -65,6 +66,13 @@ kill -0 $foreign && echo "foreign alive"
 kill $foreign
 echo "pids $first $second $third $dead $foreign"
 """
+# The agent's own start left a pidfile. In a container the agent was root and gem's as-agent is another
+# uid, so the checker (root there) hands the pidfile's folder over to every uid first; in gem's sandbox
+# the folder is already the agent's own and the checker may not change it (nothing to do there).
+with contextlib.suppress(OSError):
+    os.chmod("/app/run", 0o777)
+with contextlib.suppress(OSError):
+    os.remove("/app/run/worker.pid")
 run = agent(["bash", "-c", script], timeout=60)
 lines = run.stdout.splitlines()
 check(lines and lines[-1].startswith("pids "), f"the play ended early: {lines[-5:]} {run.stderr[-300:]}")
