@@ -23,7 +23,12 @@ from gem_terminal.loader import load_tasks
 from gem_tool_python.episode import episodes_available, processes_of
 
 USABLE, WHY = episodes_available()
-pytestmark = pytest.mark.skipif(not USABLE, reason=f"episode sandbox unavailable here: {WHY}")
+# The env fixture plays as one fixed uid and checks no process of it is left: under pytest-xdist
+# (tox -e packages) this file's tests share one worker, or one test would see another's processes.
+pytestmark = [
+    pytest.mark.skipif(not USABLE, reason=f"episode sandbox unavailable here: {WHY}"),
+    pytest.mark.xdist_group("terminal-env-fixed-uid"),
+]
 TASKS = {t.name: t for t in load_tasks(TASKS_DIR)[0]}
 
 
