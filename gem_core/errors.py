@@ -11,6 +11,7 @@ import importlib
 from typing import Any
 
 __all__ = [
+    "CheckPhaseError",
     "ConfigError",
     "DuplicateIdError",
     "EntryPointError",
@@ -148,6 +149,27 @@ class ToolError(GemCoreError):
 
 class ToolTimeout(ToolError, TimeoutError):
     """A tool call ran past its time limit."""
+
+
+class CheckPhaseError(ToolError):
+    """An episode's check could not be made, on gem's or the runtime's side: there is no reward, not a 0.
+
+    Raised by an env whose reward comes from a checker run after the agent's part (the terminal env):
+    a bounded runtime call ran past its bound or exited non-zero, the checker's container could not
+    start, or the episode's sandbox ended from gem's side. What the agent caused (a checker that failed,
+    files it broke) is never this error: that is the task's reward. The episode engine ends such an
+    episode with ``end_reason == "error"`` (``on_env_error="end"``), which the trainer adapters keep out
+    of training; the message names the phase, the call and what to do.
+
+    Attributes:
+        phase: The step of the check that failed (``probe``, ``end-agent``, ``checker-start``,
+            ``write-tests``, ``checker``, ``reward``...).
+        call: The runtime call or sandbox operation that failed (``docker commit``, ``write_file``...).
+    """
+
+    def __init__(self, message: str, *, phase: str, call: str) -> None:
+        super().__init__(message)
+        self.phase, self.call = phase, call
 
 
 # --- wrappers, vector envs and the episode runner ---

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gem_core.core import Env, ResetReturn, StepReturn, require_text_action
-from gem_core.errors import ConfigError, ResetNeeded, ToolError
+from gem_core.errors import CheckPhaseError, ConfigError, ResetNeeded, ToolError
 from gem_core.registry import format_config_error
 from gem_core.tools import MalformedCall, Tool, ToolResult, parse_tool_calls
 from gem_terminal.container.backend import Backend, ContainerConfig
@@ -294,6 +294,7 @@ class TerminalEnv(Env):
         self.container_tasks: set[str] = set()
         if self.config.backend != "sandbox":
             self._choose_containers(folder)
+        self._refuse_oversized()
         if self.config.task is not None:
             self.tasks = [t for t in self.tasks if t.name == self.config.task]
             if not self.tasks:
@@ -342,6 +343,40 @@ class TerminalEnv(Env):
         ]
         self.container_tasks = {t.name for t in moved}
 
+    def limits(self, task: TerminalTask) -> tuple[int, int, float | None]:
+        """The task's ``(memory MiB, disk MiB, CPUs)`` here: Harbor's ``[environment]`` over the env's defaults.
+
+        A task's ``memory_mb`` / ``storage_mb`` replace ``episode_memory_mb`` / ``disk_mb``; where the user
+        set those explicitly (``sandbox={...}``) they cap the task's values. ``cpus`` is capped at this
+        host's CPU count (runtimes refuse more); ``None`` where the task sets none.
+        """
+        chosen = self.sandbox_config.model_fields_set
+        memory, disk = self.sandbox_config.episode_memory_mb, self.sandbox_config.disk_mb
+        if task.memory_mb is not None:
+            memory = min(task.memory_mb, memory) if "episode_memory_mb" in chosen else task.memory_mb
+        if task.storage_mb is not None:
+            disk = min(task.storage_mb, disk) if "disk_mb" in chosen else task.storage_mb
+        cpus = min(task.cpus, float(os.cpu_count() or 1)) if task.cpus is not None else None
+        return max(memory, 64), max(disk, 1), cpus
+
+    def _refuse_oversized(self) -> None:
+        """Skip, with the reason, a task whose memory (after :meth:`limits`) is more than this host has."""
+        host_mb = _host_memory_mb()
+        if host_mb is None:
+            return
+        keep = []
+        for task in self.tasks:
+            memory = self.limits(task)[0]
+            if memory > host_mb:
+                reason = (
+                    f"it asks memory_mb={memory} ([environment]), more than this host's {host_mb} MiB (cap it with"
+                    " sandbox={'episode_memory_mb': N})"
+                )
+                self.skipped.append(SkippedTask(task.name, task.path, reason))
+            else:
+                keep.append(task)
+        self.tasks = keep
+
     @property
     def task(self) -> TerminalTask | None:
         """The current episode's task."""
@@ -366,6 +401,7 @@ class TerminalEnv(Env):
         if task.name in self.container_tasks:
             return self._reset_container(task, episode_s)
         settings = self.sandbox_config.model_dump()
+        settings["episode_memory_mb"], settings["disk_mb"], _ = self.limits(task)  # no CPU controller here
         pytest_copy = pytest_folder()
         binds = tuple(self.sandbox_config.binds) + (((str(pytest_copy), PYTEST_IN_SANDBOX),) if pytest_copy else ())
         env = {**task.env, **self.sandbox_config.env}
@@ -397,13 +433,16 @@ class TerminalEnv(Env):
     def _reset_container(self, task: TerminalTask, episode_s: float) -> ResetReturn:
         from gem_terminal.container.backend import start_container_episode
 
+        memory, disk, cpus = self.limits(task)
         settings = self.sandbox_config.model_copy(
             update={
                 "command_timeout_s": min(self.config.command_timeout_s, episode_s),
                 "episode_timeout_s": episode_s,
+                "episode_memory_mb": memory,
+                "disk_mb": disk,
             }
         )
-        episode = start_container_episode(task, self.config.backend, settings, self.container_config)
+        episode = start_container_episode(task, self.config.backend, settings, self.container_config, cpus=cpus)
         self._sandbox, self._task, self._turn = episode, task, 0
         prompt = PROMPT.format(instruction=task.instruction, workdir=episode.workdir, max_turns=self.config.max_turns)
         return prompt, {"task": task.name}
@@ -438,7 +477,11 @@ class TerminalEnv(Env):
         reward = self.config.shaping if commands and all_ok else 0.0
         spent = self._sandbox.spent  # the time or output budget, or the sandbox itself: no command can run
         if done or self._turn >= self.config.max_turns or spent:
-            score, checker_output = self._check()
+            try:
+                score, checker_output = self._check()
+            except BaseException:
+                self._close_sandbox()  # a check that could not be made: the episode is over, with no reward
+                raise
             passed = score >= 1.0
             reward += score
             ended_by = "done" if done else spent or "turns"
@@ -458,28 +501,67 @@ class TerminalEnv(Env):
         checker's uid. Terminal-Bench: 1.0 when the checker exits 0. Harbor: the number it writes to a
         reward file (:func:`gem_terminal.loader.read_reward`); the files are emptied first, so nothing
         the agent wrote there counts.
+
+        What the agent caused (a failing checker, files it broke, a disk it filled, processes that would
+        not die) is the task's reward, 0; what gem or the runtime failed at is no reward at all.
+
+        Raises:
+            CheckPhaseError: the check could not be made on gem's or the runtime's side (a runtime call
+                past its bound or exiting non-zero, the sandbox ended or closed by gem).
         """
         assert self._task is not None
         task, sandbox = self._task, self._sandbox
-        if sandbox.closed:
-            return 0.0, "the episode's sandbox ended before the tests ran"
         in_container = task.name in self.container_tasks
-        try:
-            probe = self._probe(task)
-            staged = sandbox.begin_check() if in_container else self.stage_checker()
-        except ToolError as exc:
-            return 0.0, str(exc)
+        if sandbox.removed if in_container else sandbox.closed:
+            raise self._phase_error(
+                "start", "close", "the episode's sandbox had ended (closed, or its process gone) before the check"
+            )
+        probe = self._probe(task)
+        staged = sandbox.begin_check() if in_container else self.stage_checker()
         if staged is not None:
             return 0.0, staged
+        files = [(f"/tests/{relative}", data) for relative, data in task.tests.items()]
+        if probe is not None:
+            files.append((f"/tests/{PROBE[:-3]}.out", probe.encode()))
+        files.append(("/tests/run-tests.sh", task.checker.encode()))
+        for path, data in files:
+            refused = self._write("write-tests", path, data, mode=0o755 if path.endswith(".sh") else 0o644)
+            if refused is not None:
+                return 0.0, refused
+        return self.score_checker("bash /tests/run-tests.sh")
+
+    def _write(self, phase: str, path: str, data: bytes, *, mode: int = 0o644, owner: str | None = None) -> str | None:
+        """Write a file of the check; why the checker cannot run by the agent's doing (its disk full), else ``None``.
+
+        Raises:
+            CheckPhaseError: the write failed on gem's side.
+        """
+        sandbox = self._sandbox
         try:
-            for relative, data in task.tests.items():
-                sandbox.write_file(f"/tests/{relative}", data, mode=0o755 if relative.endswith(".sh") else 0o644)
-            if probe is not None:
-                sandbox.write_file(f"/tests/{PROBE[:-3]}.out", probe.encode())
-            sandbox.write_file("/tests/run-tests.sh", task.checker.encode(), mode=0o755)
-            return self.score_checker("bash /tests/run-tests.sh")
+            if owner is None or self._task is None or self._task.name in self.container_tasks:
+                sandbox.write_file(path, data, mode=mode)
+            else:
+                sandbox.write_file(path, data, mode=mode, owner=owner)
         except ToolError as exc:
-            return 0.0, str(exc)
+            # The sandbox's scratch (its tmpfs: files and inodes) is the agent's to fill; the checker's
+            # files go there too. Past its allowance, a container's disk is the agent's doing as well.
+            if "[Errno 28]" in str(exc) or "No space left" in str(exc):
+                return f"the checker's files could not be written: the agent filled its disk ({exc})"
+            raise self._phase_error(phase, "write_file", str(exc)) from exc
+        return None
+
+    def _phase_error(self, phase: str, call: str, what: str) -> CheckPhaseError:
+        """A :class:`CheckPhaseError` of this episode's check, naming the phase, the call and what to do."""
+        name = self._task.name if self._task is not None else "?"
+        where = "container" if name in self.container_tasks else "sandbox"
+        return CheckPhaseError(
+            f"terminal task {name}: the check could not be made ({phase}, the {where}'s {call}): {what}. This is"
+            " gem's or the runtime's failure, not the agent's: the episode has no reward (not 0); the episode"
+            " engine ends it with end_reason='error' (on_env_error='end'), which trainers leave out. Play the"
+            " task again; if it recurs, see docs/terminal.md ('When the check cannot be made')",
+            phase=phase,
+            call=call,
+        )
 
     def score_checker(self, command: str) -> tuple[float, str]:
         """Run ``command`` as the checker and score it by the task's contract: ``(reward, its output's tail)``.
@@ -490,17 +572,19 @@ class TerminalEnv(Env):
         checker alone), so nothing the agent or an earlier run wrote there counts.
 
         Raises:
-            ToolError: the reward files could not be emptied (the sandbox ended).
+            CheckPhaseError: the sandbox ended during the check, or a file of the check could not be written
+                on gem's side (see :meth:`_check`).
         """
         assert self._task is not None
-        task, sandbox = self._task, self._sandbox
+        task = self._task
         if task.reward == "reward-file":
             for path in REWARD_FILES:
-                if task.name in self.container_tasks:
-                    sandbox.write_file(path, b"")
-                else:
-                    sandbox.write_file(path, b"", owner="checker")
+                refused = self._write("reward", path, b"", owner="checker")
+                if refused is not None:
+                    return 0.0, refused
         result = self.run_checker(command, task.test_timeout_s)
+        if result.status == "closed":
+            raise self._phase_error("checker", "run", result.error or "the sandbox ended during the checker")
         # pytest's "2 passed in 0.03s" would make info differ between identical episodes.
         output = re.sub(r" in \d+(?:\.\d+)?s\b", " in <time>", result.render(2000))
         if task.reward == "exit-code":
@@ -508,40 +592,66 @@ class TerminalEnv(Env):
         files = self.run_checker(
             f"cat {REWARD_FILES[0]} 2>/dev/null; printf '\\n\\0'; cat {REWARD_FILES[1]} 2>/dev/null", 10.0
         )
+        if files.status in ("closed", "timeout"):
+            raise self._phase_error("reward", "run", files.error or "reading the reward files did not finish")
         json_text, _, text = files.stdout.partition("\0")
         score, why = read_reward(json_text, text)
         return score, output + (f"\n[reward] {why}" if why else f"\n[reward] {score:g}")
 
     def _probe(self, task: TerminalTask) -> str | None:
-        """The task's probe's output (its stdout, then a line with its exit code), if it has one."""
+        """The task's probe's output (its stdout, then a line with its exit code), if it has one.
+
+        Raises:
+            CheckPhaseError: the probe's runtime call ran past its bound, or the sandbox ended under it.
+        """
         script = task.tests.get(PROBE)
         if script is None:
             return None
         if task.name in self.container_tasks:  # beside the agent's processes, in an exec of its own
-            result = self._sandbox.probe(
-                script.decode("utf-8", "replace"), timeout_s=task.test_timeout_s, env=self._checker_env(task)
+            try:
+                result = self._sandbox.probe(
+                    script.decode("utf-8", "replace"), timeout_s=task.test_timeout_s, env=self._checker_env(task)
+                )
+            except ToolError as exc:
+                raise self._phase_error("probe", "exec", str(exc)) from exc
+        else:
+            result = self._sandbox.run(
+                script.decode("utf-8", "replace"),
+                timeout_s=task.test_timeout_s,
+                env=self._checker_env(task),
+                charge_episode=False,
+                checker=True,
             )
-            return f"{result.stdout}[exit code] {result.exit_code if result.exit_code is not None else 'none'}\n"
-        result = self._sandbox.run(
-            script.decode("utf-8", "replace"),
-            timeout_s=task.test_timeout_s,
-            env=self._checker_env(task),
-            charge_episode=False,
-            checker=True,
-        )
+            if result.status == "closed":
+                raise self._phase_error("probe", "run", result.error or "the sandbox ended during the probe")
         return f"{result.stdout}[exit code] {result.exit_code if result.exit_code is not None else 'none'}\n"
 
     def stage_checker(self) -> str | None:
         """End the agent (every process it started) and set up the checker's home and ``as-agent``.
 
-        Returns why the checker must not run (an agent process survived), else ``None``.
+        Returns why the checker must not run (an agent process survived the kill: the agent's doing),
+        else ``None``.
+
+        Raises:
+            CheckPhaseError: the sandbox ended, or a step failed on gem's side.
         """
         sandbox = self._sandbox
         survivors = sandbox.end_agent()
+        if sandbox.closed:
+            raise self._phase_error(
+                "end-agent", "end_agent", "the sandbox ended while the agent's processes were killed"
+            )
         if survivors:
             return f"{survivors} processes of the agent could not be killed; the tests did not run"
-        sandbox.write_file(f"{CHECKER_ENV['HOME']}/.gitconfig", _CHECKER_GITCONFIG, mode=0o600, owner="checker")
-        sandbox.serve_agent()
+        refused = self._write(
+            "checker-start", f"{CHECKER_ENV['HOME']}/.gitconfig", _CHECKER_GITCONFIG, mode=0o600, owner="checker"
+        )
+        if refused is not None:
+            return refused
+        try:
+            sandbox.serve_agent()
+        except ToolError as exc:
+            raise self._phase_error("checker-start", "serve_agent", str(exc)) from exc
         return None
 
     def run_checker(self, command: str, timeout_s: float) -> Any:
@@ -585,6 +695,17 @@ class TerminalEnv(Env):
 
     def sample_random_action(self) -> str:
         return self.py_random.choice(["<bash>ls</bash>", "<bash>pwd</bash>", "<bash>echo hi</bash>", "<done></done>"])
+
+
+def _host_memory_mb() -> int | None:
+    """This host's memory (``MemTotal``), in MiB; ``None`` where ``/proc/meminfo`` does not say."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) >> 10
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def skipped_tasks(folder: Path) -> list[SkippedTask]:

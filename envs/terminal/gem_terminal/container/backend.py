@@ -110,9 +110,9 @@ def runtime_for(backend: Backend, choice: RuntimeChoice = "auto") -> Runtime:
 
 
 def start_container_episode(
-    task: TerminalTask, backend: Backend, settings: EpisodeConfig, config: ContainerConfig
+    task: TerminalTask, backend: Backend, settings: EpisodeConfig, config: ContainerConfig, cpus: float | None = None
 ) -> ContainerEpisode:
-    """Build the task's image (cached) and start its episode's container.
+    """Build the task's image (cached) and start its episode's container (``cpus``: its ``--cpus``).
 
     Raises:
         ToolError: no runtime, or the build or the start failed.
@@ -133,6 +133,7 @@ def start_container_episode(
         workdir=_workdir(task),
         agent_user=config.agent_user,
         checker_network=config.checker_network,
+        cpus=cpus,
     )
 
 

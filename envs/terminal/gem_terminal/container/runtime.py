@@ -10,15 +10,17 @@ through ``CONTAINERS_CONF``, and its storage named by ``--root``/``--runroot`` f
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from gem_core.errors import ToolError
+from gem_core.errors import ToolError, ToolTimeout
 
 __all__ = ["Runtime", "RuntimeKind", "detect_runtime", "present_runtimes", "state_dir"]
 
@@ -57,23 +59,33 @@ class Runtime:
     ) -> subprocess.CompletedProcess[bytes]:
         """Run one client command, bounded by ``timeout_s``.
 
+        The client runs in a session of its own, killed as a group at the bound (a hung client's
+        children could otherwise hold its pipes open past it).
+
         Raises:
-            ToolError: it ran past ``timeout_s``, or (with ``check``) exited non-zero: the message has its stderr.
+            ToolTimeout: it ran past ``timeout_s``.
+            ToolError: (with ``check``) it exited non-zero or was killed by a signal: the message has its stderr.
         """
+        process = subprocess.Popen(
+            self.command(*args),
+            stdin=subprocess.PIPE if input_bytes is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=self.env,
+            start_new_session=True,
+        )
         try:
-            done = subprocess.run(
-                self.command(*args),
-                input=input_bytes,
-                capture_output=True,
-                timeout=timeout_s,
-                env=self.env,
-                check=False,
-            )
+            stdout, stderr = process.communicate(input_bytes, timeout=timeout_s)
         except subprocess.TimeoutExpired as exc:
-            raise ToolError(f"{self.kind} {' '.join(args[:3])}: no answer in {timeout_s:g} s") from exc
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise ToolTimeout(f"{self.kind} {' '.join(args[:3])}: no answer in {timeout_s:g} s") from exc
+        done = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
         if check and done.returncode != 0:
             tail = done.stderr.decode("utf-8", "replace").strip()[-1500:]
-            raise ToolError(f"{self.kind} {' '.join(args[:3])} failed (exit {done.returncode}): {tail}")
+            how = f"exit {done.returncode}" if done.returncode > 0 else f"killed by signal {-done.returncode}"
+            raise ToolError(f"{self.kind} {' '.join(args[:3])} failed ({how}): {tail}")
         return done
 
     def image_exists(self, tag: str) -> bool:

@@ -26,12 +26,13 @@ import time
 import uuid
 import weakref
 from dataclasses import dataclass, field
+from typing import Any
 
-from gem_core.errors import ToolError
+from gem_core.errors import CheckPhaseError, ToolError
 from gem_terminal.container.runtime import Runtime
 from gem_tool_python.episode import CommandResult, EpisodeBudget, EpisodeConfig
 
-__all__ = ["DRIVER", "OWNER_LABEL", "ContainerEpisode", "IntegrityReport", "integrity_violations"]
+__all__ = ["CALL_BOUNDS_S", "DRIVER", "OWNER_LABEL", "ContainerEpisode", "IntegrityReport", "integrity_violations"]
 
 #: The session's driver. A request is a header line and raw bytes: ``RUN id timeout_s cap n_cmd n_cwd n_env``
 #: then the command, its folder (empty: the session's) and ``b64(NUL-separated KEY=VALUE)`` (empty: none);
@@ -84,6 +85,18 @@ while IFS=' ' read -r op id a b c e; do
   n=$((n + 1))
 done
 """
+
+#: The bound of each runtime call gem makes, by verb (seconds): a call past it is killed and raises.
+CALL_BOUNDS_S = {
+    "run": 120.0,
+    "stop": 60.0,
+    "diff": 60.0,
+    "commit": 300.0,
+    "rm": 60.0,
+    "exec": 30.0,
+    "inspect": 30.0,
+    "session": 30.0,
+}
 
 #: The label naming the process (its pid) that started an episode's containers.
 OWNER_LABEL = "gem-terminal.owner"
@@ -149,6 +162,10 @@ CHECK_PREPARE = (
     b" 'command -v setpriv >/dev/null || { echo as-agent: no setpriv in the image >&2; exit 126; }'"
     b" 'exec setpriv --reuid=65534 --regid=65534 --clear-groups -- \"$@\"' > /checker/bin/as-agent"
     b" && chmod 755 /checker/bin/as-agent"
+    # Harbor's verifier writes /logs/verifier (a fresh folder under Harbor): whatever the agent left at
+    # /logs (a file, a link, a folder named reward.txt) must not make the reward files unwritable.
+    b" && { { [ -d /logs ] && [ ! -L /logs ]; } || rm -rf /logs; } && rm -rf /logs/verifier"
+    b" && mkdir -p -m 755 /logs/verifier"
 )
 #: Environment of every command in the check phase, under the checker's own.
 CHECK_ENV = {
@@ -219,6 +236,20 @@ def integrity_violations(
     return bad
 
 
+class _AgentDisk(ToolError):
+    """A runtime call of the check failed while the agent's files took more than its disk allowance."""
+
+
+def _changed(violations: list[str]) -> str:
+    return f"the checker did not run: the agent changed files the checker relies on ({', '.join(violations[:8])})"
+
+
+def _verb(exc: BaseException) -> str:
+    """The runtime verb a ``Runtime.call`` error names (``podman stop ...``: ``stop``), else ``session``."""
+    words = str(exc).split(" ")
+    return words[1] if len(words) > 1 and words[0] in ("podman", "docker") else "session"
+
+
 #: Episodes not closed yet: their containers are removed when the interpreter exits.
 _live: weakref.WeakSet[ContainerEpisode] = weakref.WeakSet()
 
@@ -237,10 +268,13 @@ class ContainerEpisode:
         runtime: The container runtime.
         image: The task's image.
         config: The episode's limits (``command_timeout_s``, ``episode_timeout_s``, ``max_output_bytes``,
-            ``max_episode_output_bytes``, ``episode_memory_mb``, ``max_procs``, ``env`` apply).
+            ``max_episode_output_bytes``, ``episode_memory_mb`` (``--memory`` and ``--memory-swap``: no
+            swap), ``max_procs``, ``env`` apply; ``disk_mb`` is the agent's disk allowance, see
+            :meth:`begin_check`).
         workdir: Where commands start (default: the image's ``WORKDIR``).
         agent_user: Run the agent's commands as this user (default: the image's ``USER``).
         checker_network: Give the checker's container the runtime's default network (the agent never has one).
+        cpus: CPUs of each of the episode's containers (``--cpus``; ``None``: no limit).
 
     Raises:
         ToolError: the container or its session did not start.
@@ -255,13 +289,17 @@ class ContainerEpisode:
         workdir: str | None = None,
         agent_user: str | None = None,
         checker_network: bool = False,
+        cpus: float | None = None,
     ) -> None:
         self.runtime, self.image, self.config = runtime, image, config
-        self.agent_user, self.checker_network = agent_user, checker_network
+        self.agent_user, self.checker_network, self.cpus = agent_user, checker_network, cpus
         self._lock = threading.Lock()
         self.budget = EpisodeBudget(config)
         self._closed = False
+        self._removed = False
         self._checking = False
+        #: Why the checker must not run, by the agent's doing (``None``: it may); set by :meth:`begin_check`.
+        self.refusal: str | None = None
         self._check_image: str | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._buffer = b""
@@ -300,18 +338,24 @@ class ContainerEpisode:
         ]
         args += ["-t"]
         args += [] if network else ["--network=none"]
-        args += ["--memory", f"{c.episode_memory_mb}m", "--pids-limit", str(c.max_procs)]
+        # --memory-swap equal to --memory: no swap, as the sandbox's cgroup (memory.memsw / swap.max 0).
+        args += ["--memory", f"{c.episode_memory_mb}m", "--memory-swap", f"{c.episode_memory_mb}m"]
+        args += ["--pids-limit", str(c.max_procs)]
+        if self.cpus is not None:
+            args += ["--cpus", f"{self.cpus:g}"]
         for key, value in c.env.items():
             args += ["-e", f"{key}={value}"]
         # pid 1 must reap: processes the agent orphans are adopted by it (`sleep infinity` would leave
         # zombies that count against the pids limit). bash does, and stops at SIGTERM.
         args += ["--entrypoint", "bash", image, "-c", INIT]
-        self.runtime.call(*args, timeout_s=120.0)
+        self.runtime.call(*args, timeout_s=CALL_BOUNDS_S["run"])
         return name
 
     def _image_config(self, image: str) -> tuple[str, dict[str, str]]:
         """The image's ``WORKDIR`` (``/`` when unset) and ``ENV``, which its containers' processes get."""
-        done = self.runtime.call("image", "inspect", "--format", "{{json .Config}}", image, timeout_s=30.0)
+        done = self.runtime.call(
+            "image", "inspect", "--format", "{{json .Config}}", image, timeout_s=CALL_BOUNDS_S["inspect"]
+        )
         try:
             config = json.loads(done.stdout.decode()) or {}
             env = dict(str(item).partition("=")[::2] for item in config.get("Env") or [])
@@ -331,7 +375,7 @@ class ContainerEpisode:
             env=self.runtime.env,
         )
         self._buffer = b""
-        reply = self._request("RUN", ["5", "256", "0", "0"], b"\n", 30.0)
+        reply = self._request("RUN", ["5", "256", "0", "0"], b"\n", CALL_BOUNDS_S["session"])
         if reply is None:
             raise ToolError(f"{self.runtime.kind}: the episode's shell session in {self._container} did not start")
 
@@ -372,8 +416,13 @@ class ContainerEpisode:
 
     @property
     def closed(self) -> bool:
-        """Whether the episode is over (closed, or its session ended)."""
+        """Whether no command can run now (closed, or the session ended; the check phase opens a new one)."""
         return self._closed
+
+    @property
+    def removed(self) -> bool:
+        """Whether :meth:`close` ended the episode (its containers are gone: nothing is left to check)."""
+        return self._removed
 
     @property
     def remaining_s(self) -> float:
@@ -403,15 +452,10 @@ class ContainerEpisode:
         if checker and not self._checking:
             self.begin_check()
         with self._lock:
+            if checker and self.refusal is not None:
+                return CommandResult("exit", exit_code=1, error=self.refusal)
             if self._closed:
                 return CommandResult("closed", error="the episode's container is closed")
-            if checker and not self.integrity.clean:
-                listed = ", ".join(self.integrity.violations[:8])
-                return CommandResult(
-                    "exit",
-                    exit_code=1,
-                    error=f"the checker did not run: the agent changed files the checker relies on ({listed})",
-                )
             refused = self.budget.refusal() if charge_episode else None
             if refused is not None:
                 return refused
@@ -440,6 +484,11 @@ class ContainerEpisode:
                     self.budget.charge(elapsed, 0)
                 self._kill_session()
                 self._closed = True
+                if self._checking and self._oom_killed():
+                    # Only code the check ran (the agent's, through as-agent) fills the container's memory.
+                    return CommandResult(
+                        "killed", elapsed_s=elapsed, error="the checker's container ran out of memory (OOM killer)"
+                    )
                 return CommandResult("closed", elapsed_s=elapsed, error="the episode's container session ended")
             code = int(reply[2]) if reply[2].lstrip("-").isdigit() else None
             out, err = base64.b64decode(reply[3]), base64.b64decode(reply[4])
@@ -469,10 +518,13 @@ class ContainerEpisode:
         if (path == "/tests" or path.startswith("/tests/")) and not self._checking:
             self.begin_check()  # tests enter only once the agent's processes are gone
         with self._lock:
+            if self.refusal is not None:
+                raise ToolError(f"{path} was not written: the checker will not run ({self.refusal})")
             if self._closed:
                 raise ToolError(f"the episode's container is closed; {path} was not written")
             raw_path, encoded = path.encode("utf-8", "replace"), base64.b64encode(data)
-            reply = self._request("PUT", [f"{mode:o}", str(len(raw_path)), str(len(encoded))], raw_path + encoded, 60.0)
+            header = [f"{mode:o}", str(len(raw_path)), str(len(encoded))]
+            reply = self._request("PUT", header, raw_path + encoded, CALL_BOUNDS_S["session"])
             if reply is None or reply[2] != "0":
                 raise ToolError(f"could not write {path} in the container")
 
@@ -500,52 +552,173 @@ class ContainerEpisode:
                 elapsed_s=time.monotonic() - started,
             )
 
-    def begin_check(self) -> None:
+    def begin_check(self) -> str | None:
         """End the agent's part: kill all its processes, then continue in a fresh container of its files.
 
         The episode's container is stopped (the runtime kills every process in its cgroup), its
         changes are checked against :data:`PROTECTED` (:attr:`integrity`), it is committed to an image
         and removed; a new container of that image (root session, network only with
-        ``checker_network``, ``HOME`` an empty folder) serves the checker.
+        ``checker_network``, ``HOME`` an empty folder) serves the checker. This works after the agent's
+        session ended too (the agent killed its shell or its container's init): its files are checked.
+
+        Returns:
+            Why the checker must not run, by the agent's doing (also in :attr:`refusal`), else ``None``:
+            it changed files the checker relies on; the checker's container does not start from its
+            files while it does from the task's image (checked twice, so a passing fault is not the
+            agent's); or a runtime call failed while its files took more than its disk allowance
+            (``config.disk_mb``).
+
+        Raises:
+            CheckPhaseError: gem or the runtime failed (a call past its bound or exiting non-zero, the
+                checker's container not starting from the task's image either, the episode closed by
+                :meth:`close`): the check could not be made, and there is no reward.
         """
         with self._lock:
-            if self._checking or self._closed:
-                return
+            if self._checking:
+                return self.refusal
+            if self._removed:
+                raise self._phase_error(
+                    "end-agent", "close", "the episode was closed (its containers removed) before the check"
+                )
             self._checking = True
             self._kill_session()
             try:
-                self.runtime.call("stop", "-t", "0", self._container, timeout_s=60.0)
-                diff = self.runtime.call("diff", self._container, timeout_s=60.0).stdout.decode("utf-8", "replace")
-                self._check_image = f"localhost/gem-check-{self.name[7:]}:latest"
-                self.runtime.call("commit", self._container, self._check_image, timeout_s=300.0)
-                self.runtime.call("rm", "-f", self._container, timeout_s=60.0)
-                self._container = self._start(self.name + "-check", self._check_image, network=self.checker_network)
-                programs = self._image_programs()
-                path = {**self.image_env, **self.config.env}.get("PATH", "")
-                violations = integrity_violations(diff.splitlines(), programs, tuple(path.split(":")))
-                self.integrity = IntegrityReport(violations)
-                self._open_session("0")
-                prepare = CHECK_PREPARE
-                reply = self._request("RUN", ["10", "256", str(len(prepare)), "0"], prepare + b"\n", 30.0)
-                if reply is None or reply[2] != "0":
-                    raise ToolError("could not prepare the checker's home folder")
-            except ToolError:
+                self.refusal = self._enter_check()
+            except _AgentDisk as exc:
+                self.refusal = f"the checker did not run: {exc}"
+            except ToolError as exc:
                 self._closed = True
                 self._remove()
-                raise
+                if isinstance(exc, CheckPhaseError):
+                    raise
+                raise self._phase_error("checker-start", "session", str(exc)) from exc
+            if self.refusal is not None:
+                self._closed = True
+                self._kill_session()
+            return self.refusal
 
-    def _image_programs(self) -> set[str]:
-        # The image's programs, as the committed container sees them (its own /usr/bin and friends).
-        done = self.runtime.call(
+    def _enter_check(self) -> str | None:
+        """:meth:`begin_check`'s steps; the agent's refusal, or ``None``."""
+        agent = self._container
+        self._call("end-agent", "stop", "-t", "0", agent)
+        diff = self._call("end-agent", "diff", agent, disk_check=agent).stdout.decode("utf-8", "replace")
+        path = tuple({**self.image_env, **self.config.env}.get("PATH", "").split(":"))
+        # What is wrong whatever the image's programs are: refused before a container of the agent's
+        # files is started (a deleted `bash` would keep it from starting, which is the agent's doing).
+        early = integrity_violations(diff.splitlines(), set(), path)
+        if early:
+            self.integrity = IntegrityReport(early)
+            return _changed(early)
+        self._check_image = f"localhost/gem-check-{self.name[7:]}:latest"
+        self._call("end-agent", "commit", agent, self._check_image, disk_check=agent)
+        self._call("end-agent", "rm", "-f", agent)
+        try:
+            programs = self._open_checker(self._check_image)
+        except ToolError as first:
+            self._drop_checker()
+            try:  # the same steps on the task's own image: do they fail without the agent's files too?
+                self._open_checker(self.image, self.name + "-pristine")
+            except ToolError as pristine:
+                raise self._phase_error(
+                    "checker-start",
+                    _verb(first),
+                    f"{first}; from the task's own image too: {pristine}",
+                ) from pristine
+            finally:
+                self._drop_checker(self.name + "-pristine")
+            try:
+                programs = self._open_checker(self._check_image)
+            except ToolError as again:
+                return (
+                    "the checker's container does not start from the agent's files (twice), while it does from"
+                    f" the task's image: {again}"
+                )
+        violations = integrity_violations(diff.splitlines(), programs, path)
+        self.integrity = IntegrityReport(violations)
+        self._closed = False  # the checker's session is open
+        return _changed(violations) if violations else None
+
+    def _open_checker(self, image: str, name: str | None = None) -> set[str]:
+        """Start the checker's container of ``image`` with its root session and folders; the image's programs.
+
+        Raises:
+            ToolError: a step failed (the caller tells the agent's doing from the runtime's).
+        """
+        self._container = self._start(name or self.name + "-check", image, network=self.checker_network)
+        # The image's programs, as the container sees them (its own /usr/bin and friends).
+        listing = self.runtime.call(
             "exec",
             self._container,
             "sh",
             "-c",
-            "ls /bin /sbin /usr/bin /usr/sbin 2>/dev/null",
-            timeout_s=30.0,
+            "ls /bin /sbin /usr/bin /usr/sbin 2>/dev/null; exit 0",
+            timeout_s=CALL_BOUNDS_S["exec"],
+        )
+        programs = {line for line in listing.stdout.decode("utf-8", "replace").split() if not line.endswith(":")}
+        self._open_session("0")
+        prepare = CHECK_PREPARE
+        reply = self._request("RUN", ["10", "256", str(len(prepare)), "0"], prepare + b"\n", CALL_BOUNDS_S["session"])
+        if reply is None:
+            raise ToolError(f"{self.runtime.kind}: the checker's session in {self._container} ended while preparing")
+        if reply[2] != "0":
+            raise ToolError(f"could not prepare the checker's folders in {self._container} (exit {reply[2]})")
+        return programs
+
+    def _drop_checker(self, name: str | None = None) -> None:
+        """Remove a checker's container that did not start right (best effort: :meth:`close` tries again)."""
+        self._kill_session()
+        self.runtime.call("rm", "-f", name or self.name + "-check", timeout_s=CALL_BOUNDS_S["rm"], check=False)
+
+    def _call(self, phase: str, verb: str, *args: str, disk_check: str | None = None) -> Any:
+        """One runtime call of the check phase; its failure is a :class:`CheckPhaseError`.
+
+        With ``disk_check`` (the agent's container), a failure while the agent's files take more than
+        its disk allowance is the agent's doing instead: :class:`_AgentDisk`.
+        """
+        try:
+            return self.runtime.call(verb, *args, timeout_s=CALL_BOUNDS_S[verb])
+        except ToolError as exc:
+            used = self._layer_mb(disk_check) if disk_check is not None else None
+            if used is not None and used > self.config.disk_mb:
+                raise _AgentDisk(
+                    f"the agent's files take {used} MiB, more than its disk allowance of {self.config.disk_mb}"
+                    f" MiB, and `{self.runtime.kind} {verb}` failed on them: {exc}"
+                ) from exc
+            raise self._phase_error(phase, verb, str(exc)) from exc
+
+    def _layer_mb(self, container: str) -> int | None:
+        """MiB the container's writable layer holds (``None``: the runtime did not say)."""
+        try:
+            done = self.runtime.call(
+                "container", "inspect", "--size", "--format", "{{.SizeRw}}", container, timeout_s=CALL_BOUNDS_S["diff"]
+            )
+            return int(done.stdout.decode().strip()) >> 20
+        except (ToolError, ValueError):
+            return None
+
+    def _oom_killed(self) -> bool:
+        """Whether the current container's memory limit killed a process of it (the runtime's record)."""
+        done = self.runtime.call(
+            "container",
+            "inspect",
+            "--format",
+            "{{.State.OOMKilled}}",
+            self._container,
+            timeout_s=CALL_BOUNDS_S["inspect"],
             check=False,
         )
-        return {line for line in done.stdout.decode("utf-8", "replace").split() if line and not line.endswith(":")}
+        return done.returncode == 0 and done.stdout.decode().strip() == "true"
+
+    def _phase_error(self, phase: str, call: str, what: str) -> CheckPhaseError:
+        kind = self.runtime.kind
+        return CheckPhaseError(
+            f"the check of episode {self.name} could not be made ({phase}, `{kind} {call}`): {what}. This is gem's or"
+            f" the runtime's failure, not the agent's: the episode has no reward (not 0). Check that `{kind} ps`"
+            " answers and the host's disk and load; the calls' bounds are"
+            " gem_terminal.container.session.CALL_BOUNDS_S",
+            phase=phase,
+            call=f"{kind} {call}",
+        )
 
     def _kill_session(self) -> None:
         proc, self._proc = self._proc, None
@@ -562,10 +735,12 @@ class ContainerEpisode:
     def _remove(self) -> None:
         # `sleep infinity` as pid 1 ignores SIGTERM: remove at once (podman: -t 0; docker kills with -f).
         force = ["-f", "-t", "0"] if self.runtime.kind == "podman" else ["-f"]
-        for name in (self.name, self.name + "-check"):
-            self.runtime.call("rm", *force, name, timeout_s=60.0, check=False)
+        for name in (self.name, self.name + "-check", self.name + "-pristine"):
+            with contextlib.suppress(ToolError):  # a runtime that no longer answers: nothing more to do here
+                self.runtime.call("rm", *force, name, timeout_s=CALL_BOUNDS_S["rm"], check=False)
         if self._check_image is not None:
-            self.runtime.call("rmi", "-f", self._check_image, timeout_s=60.0, check=False)
+            with contextlib.suppress(ToolError):
+                self.runtime.call("rmi", "-f", self._check_image, timeout_s=CALL_BOUNDS_S["rm"], check=False)
             self._check_image = None
 
     def close(self) -> None:
@@ -574,10 +749,10 @@ class ContainerEpisode:
         self._closed = True
         if already:
             return
+        self._removed = True
         self._kill_session()
         if hasattr(self, "name"):
             self._remove()
-        self._removed = True
 
     def __enter__(self) -> ContainerEpisode:
         return self
