@@ -533,6 +533,9 @@ class ContainerEpisode:
 
         It runs as root in an ``exec`` of its own (not the agent's session), with the check phase's
         environment, and is not charged to the episode. Never raises for what the script does.
+
+        Raises:
+            ToolError: the client ran past ``timeout_s`` plus the ``exec`` bound, or was killed.
         """
         with self._lock:
             if self._closed or self._checking:
@@ -542,7 +545,9 @@ class ContainerEpisode:
                 args += ["--env", f"{key}={value}"]
             args += [self._container, "timeout", "-k", "1", f"{timeout_s:g}", "bash", "-c", script]
             started = time.monotonic()
-            done = self.runtime.call(*args, timeout_s=timeout_s + 30.0, check=False)
+            done = self.runtime.call(*args, timeout_s=timeout_s + CALL_BOUNDS_S["exec"], check=False)
+            if done.returncode < 0:  # the client itself was killed: the script's exit code is unknown
+                raise ToolError(f"{self.runtime.kind} exec (the probe) was killed by signal {-done.returncode}")
             cap = self.config.max_output_bytes
             return CommandResult(
                 "ok" if done.returncode == 0 else "exit",
