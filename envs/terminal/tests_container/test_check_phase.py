@@ -157,7 +157,7 @@ def _check_with(env: TerminalEnv, faults: Faults, call: str, nth: int, mode: str
     verb = CALLS[call][1]
     saved = session.CALL_BOUNDS_S[verb]
     if mode == "hang":  # given up at the call's bound: a short one here (the fault hangs for an hour)
-        session.CALL_BOUNDS_S[verb] = 4.0
+        session.CALL_BOUNDS_S[verb] = 2.0
     try:
         return env.step(_solve())[1]
     except CheckPhaseError as exc:
@@ -193,7 +193,7 @@ def test_a_failing_runtime_call_of_the_check_raises_check_phase_error(
     assert env._sandbox is None  # the episode is over: the next step asks for a reset
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     call=st.sampled_from([c for c in CALLS if c != "probe"]),
     nth=st.integers(0, 2),
@@ -213,10 +213,8 @@ def test_any_fault_of_the_check_is_an_error_or_the_true_reward(
 def test_an_agent_that_kills_its_own_container_is_still_checked(env: TerminalEnv) -> None:
     # pid 1 of the agent's container exits at TERM: the session ends, the container stops, its files stay.
     env.reset(options={"task": "check-phase"})
-    _, reward, terminated, _, info = env.step(_solve("; kill 1; sleep 5"))
+    _, reward, terminated, _, info = env.step(_solve("; kill 1"))
     assert terminated and reward == 1.0, info["checker_output"]
-    env.reset(options={"task": "check-phase"})
-    assert env.step("<bash>kill 1</bash><done></done>")[1] == 0.0
 
 
 def test_an_agent_that_breaks_the_checker_s_container_scores_0(env: TerminalEnv) -> None:
@@ -237,10 +235,9 @@ def test_a_failure_while_the_agent_is_past_its_disk_allowance_scores_0(
     try:
         env.reset(options={"task": "check-phase"})
         episode = env._sandbox
-        assert env.step("<bash>head -c 8M /dev/zero > /app/big</bash>")[1] == 0.0
         faults.arm("commit", 0, "exit:1")
         try:
-            _, reward, _, _, info = env.step(_solve())
+            _, reward, _, _, info = env.step(_solve("; head -c 8M /dev/zero > /app/big"))
         finally:
             faults.disarm()
             episode._remove()
@@ -249,9 +246,8 @@ def test_a_failure_while_the_agent_is_past_its_disk_allowance_scores_0(
         env.close()
 
 
-def test_the_task_s_memory_and_cpus_apply_to_its_containers(
-    env: TerminalEnv, runtime: Runtime, container_config: ContainerConfig, task_dir: Path
-) -> None:
+def test_the_task_s_memory_and_cpus_apply_to_its_containers(env: TerminalEnv, runtime: Runtime) -> None:
+    # (What an explicit episode_memory_mb does against the task's value: envs/terminal/tests/test_env.py.)
     def host_config(env: TerminalEnv) -> tuple[int, int, int]:
         done = runtime.call(
             "inspect",
@@ -269,18 +265,6 @@ def test_the_task_s_memory_and_cpus_apply_to_its_containers(
     assert not result.ok and "allocated" not in result.stdout
     _, reward, _, _, info = env.step(_solve())
     assert reward == 1.0, info["checker_output"]
-    # An explicit episode_memory_mb caps the task's memory.
-    capped = TerminalEnv(
-        tasks_dir=str(task_dir),
-        backend=runtime.kind,
-        container=container_config.model_dump(),
-        sandbox={"episode_memory_mb": 128},
-    )
-    try:
-        capped.reset(options={"task": "check-phase"})
-        assert host_config(capped)[:2] == (128 << 20, 128 << 20)
-    finally:
-        capped.close()
 
 
 def test_the_check_phase_bounds_are_named_for_every_call() -> None:
