@@ -703,15 +703,18 @@ class ContainerEpisode:
 
     def _oom_killed(self) -> bool:
         """Whether the current container's memory limit killed a process of it (the runtime's record)."""
-        done = self.runtime.call(
-            "container",
-            "inspect",
-            "--format",
-            "{{.State.OOMKilled}}",
-            self._container,
-            timeout_s=CALL_BOUNDS_S["inspect"],
-            check=False,
-        )
+        try:
+            done = self.runtime.call(
+                "container",
+                "inspect",
+                "--format",
+                "{{.State.OOMKilled}}",
+                self._container,
+                timeout_s=CALL_BOUNDS_S["inspect"],
+                check=False,
+            )
+        except ToolError:  # no answer: not known to be the memory limit, so the session's end is gem's side
+            return False
         return done.returncode == 0 and done.stdout.decode().strip() == "true"
 
     def _phase_error(self, phase: str, call: str, what: str) -> CheckPhaseError:
