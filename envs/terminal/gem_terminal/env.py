@@ -82,7 +82,8 @@ class TerminalEnvConfig(BaseModel):
         episode_timeout_s: Command time of the whole episode (default: the task's ``max_agent_timeout_sec``).
         max_observation_chars: Longest observation (the middle of longer ones is cut).
         shaping: Per-turn reward for a turn whose commands all exit 0 (0: the checker's reward only).
-        sandbox: Further :class:`gem_tool_python.episode.EpisodeConfig` fields (``disk_mb``, ``max_procs``...).
+        sandbox: Further :class:`gem_tool_python.episode.EpisodeConfig` fields (``disk_mb``, ``max_procs``...);
+            an explicit ``episode_memory_mb`` or ``disk_mb`` caps a Harbor task's ``memory_mb``/``storage_mb``.
         backend: Where episodes run. ``auto``: a task the sandbox can run (no image to build) runs in the
             sandbox; any other runs in a container of its own image, on Docker where a daemon answers, else
             on Podman (none: it stays skipped with the reason). ``sandbox``, ``podman``, ``docker``: every
@@ -255,6 +256,9 @@ class TerminalEnv(Env):
     last turn, else 0; plus ``shaping`` per turn whose commands all succeed (0 by default).
     ``info`` gets ``task``, ``commands`` (run this turn), ``format_error``, and at the end ``success``,
     ``checker_output`` (its tail) and ``ended_by`` (``done``, ``turns``, ``time``, ``output`` or ``closed``).
+    A check that gem or the runtime could not make raises :class:`gem_core.errors.CheckPhaseError` from
+    that last ``step`` (no reward, not 0); what the agent caused is always the reward. A Harbor task's
+    ``[environment]`` memory, storage and cpus apply (:meth:`limits`).
     """
 
     metadata: ClassVar[dict[str, Any]] = {"multi_turn": True}
