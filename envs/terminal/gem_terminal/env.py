@@ -19,6 +19,7 @@ from gem_core.errors import ConfigError, ResetNeeded, ToolError
 from gem_core.registry import format_config_error
 from gem_core.tools import MalformedCall, Tool, ToolResult, parse_tool_calls
 from gem_terminal.container.backend import Backend, ContainerConfig
+from gem_terminal.gitguard import GIT_GUARD, GUARD_PATH
 from gem_terminal.loader import REWARD_FILES, SkippedTask, TerminalTask, load_task, load_tasks, read_reward
 from gem_terminal.provision import SYSTEM_PYTHON
 
@@ -160,10 +161,12 @@ PYTEST_IN_SANDBOX = "/opt/gem/pytest"
 #: still run (a server it left, a worker's heartbeat). It runs as the checker's uid before anything of the
 #: tests enters the sandbox; its output reaches the checker as ``$TEST_DIR/gem-probe.out``.
 PROBE = "gem-probe.sh"
-#: The checker's environment over the episode's: its own home and ``PATH`` (``as-agent`` first; nothing the
-#: agent could write), no Python start-up hook from a user site, and git pinned so that nothing in a
-#: repository's config runs a program or changes what git reports: ``safe.directory`` lets the checker's uid
-#: read the agent's repositories; replace refs and grafts are ignored.
+#: The checker's environment over the episode's: its own home and ``PATH`` (``as-agent`` and the git guard
+#: first; nothing the agent could write), no Python start-up hook from a user site, and git pinned so that
+#: nothing in a repository's config runs a program or changes what git reports (the guard,
+#: :mod:`gem_terminal.gitguard`, switches off the programs a repository's config names under names of its
+#: own: filter and diff drivers), no system-wide git config or attributes: ``safe.directory`` lets the
+#: checker's uid read the agent's repositories; replace refs and grafts are ignored.
 _GIT_PINNED = {
     "status.showUntrackedFiles": "normal",
     "core.fsmonitor": "false",
@@ -172,6 +175,7 @@ _GIT_PINNED = {
     "core.pager": "cat",
     "log.showSignature": "false",
     "diff.external": "",
+    "core.attributesFile": "/dev/null",
 }
 #: The checker's own programs (``as-agent``), first on its PATH.
 CHECKER_BIN = "/checker/bin"
@@ -183,6 +187,9 @@ CHECKER_ENV = {
     "PYTHONNOUSERSITE": "1",
     "GIT_CONFIG_GLOBAL": "/checker/home/.gitconfig",
     "GIT_NO_REPLACE_OBJECTS": "1",
+    # /etc/gitconfig and /etc/gitattributes: a root agent in a container writes them
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_ATTR_NOSYSTEM": "1",
     "GIT_PAGER": "cat",
     "GIT_CONFIG_COUNT": str(len(_GIT_PINNED)),
     **{f"GIT_CONFIG_KEY_{i}": key for i, key in enumerate(_GIT_PINNED)},
@@ -454,7 +461,8 @@ class TerminalEnv(Env):
         In order: the task's probe (if any) while the agent's processes run; every process of the
         agent killed (the sandbox: through the episode's cgroup, and the check fails if one survives;
         a container: stopped, and the checker runs in a fresh one of its files); the tests written to
-        ``/tests`` (the checker's uid alone reads them); ``as-agent`` served; then the checker, as the
+        ``/tests`` (the checker's uid alone reads them); ``as-agent`` served and the git guard
+        (:mod:`gem_terminal.gitguard`) first on the checker's ``PATH``; then the checker, as the
         checker's uid. Terminal-Bench: 1.0 when the checker exits 0. Harbor: the number it writes to a
         reward file (:func:`gem_terminal.loader.read_reward`); the files are emptied first, so nothing
         the agent wrote there counts.
@@ -472,6 +480,7 @@ class TerminalEnv(Env):
         if staged is not None:
             return 0.0, staged
         try:
+            sandbox.write_file(GUARD_PATH, GIT_GUARD.encode(), mode=0o755)
             for relative, data in task.tests.items():
                 sandbox.write_file(f"/tests/{relative}", data, mode=0o755 if relative.endswith(".sh") else 0o644)
             if probe is not None:

@@ -84,8 +84,9 @@ def _play(task: TerminalTask, commands: list[str]) -> tuple[float, dict[str, obj
 
 
 #: Every (task, forging class) whose moves differ from the no-op's: a git fake on a task with no repository
-#: plays no command, which the no-op already covers (and would cost an episode per task).
-PLAYS = [(t, f) for t in TASKS for f in FORGERIES.values() if f.name == "no-op" or f.commands(t)]
+#: plays no command, which the no-op already covers (and would cost an episode per task). Classes that need
+#: a root agent are the container suite's (the sandbox's agent is never root).
+PLAYS = [(t, f) for t in TASKS for f in FORGERIES.values() if (f.name == "no-op" or f.commands(t)) and not f.needs_root]
 
 
 @needs_sandbox

@@ -145,20 +145,34 @@ def test_shipped_task_in_a_container(shipped_env: TerminalEnv, task: str) -> Non
     assert _play(shipped_env, task, "")[0] == 0.0
 
 
-#: Forging classes of ``gem_terminal.forgeries`` swept on the real runtime over a shipped git task (every class
+#: Forging classes of ``gem_terminal.forgeries`` swept on the real runtime over shipped tasks (every class
 #: over every shipped task is the sweep's job outside the suite: docs/terminal.md): processes left running, code
-#: of the agent's that the checker runs, history faked with the work tree hidden.
-SWEPT = ["daemon-does-the-work-at-check-time", "atexit-prints-the-marker", "git-merge-ours-and-skip-worktree"]
+#: of the agent's that the checker runs, history faked with the work tree hidden, a git driver in the
+#: repository's config and /etc/gitconfig (it scored 1 here before the checker's git guard), and a set-user-id
+#: root bash the agent's program starts when the checker runs it (it scored 1 before as-agent's no_new_privs;
+#: over a task whose checker runs the work dir's code, not the committed copy).
+SWEPT = {
+    "git-revert-bad-commit": [
+        "daemon-does-the-work-at-check-time",
+        "atexit-prints-the-marker",
+        "git-merge-ours-and-skip-worktree",
+        "git-driver-runs-in-the-checker",
+    ],
+    "py-fix-lru-cache": ["setuid-root-program-run-by-the-checker"],
+}
 
 
 def test_the_forging_sweep_scores_0_on_the_runtime(
     runtime: Runtime, container_config: ContainerConfig, no_leftovers: None
 ) -> None:
     env_kwargs = {"backend": runtime.kind, "container": container_config.model_dump()}
-    plays = list(sweep(env_kwargs, tasks=["git-revert-bad-commit"], moves=SWEPT, jobs=2))
-    assert sorted((p.move, p.backend, p.verdict) for p in plays) == [(m, runtime.kind, "ok") for m in sorted(SWEPT)], [
-        (p.move, p.reward, p.error, p.checker_output[-300:]) for p in plays
-    ]
+    wanted = {(task, move) for task, moves in SWEPT.items() for move in moves}
+    moves = sorted({move for _, move in wanted})
+    others = {(task, move) for task in SWEPT for move in moves} - wanted
+    plays = list(sweep(env_kwargs, tasks=list(SWEPT), moves=moves, jobs=2, skip=others))
+    assert sorted((p.task, p.move, p.backend, p.verdict) for p in plays) == [
+        (t, m, runtime.kind, "ok") for t, m in sorted(wanted)
+    ], [(p.task, p.move, p.reward, p.error, p.checker_output[-300:]) for p in plays]
 
 
 def test_sandbox_backend_skips_what_needs_an_image() -> None:
