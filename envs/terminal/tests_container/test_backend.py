@@ -145,6 +145,21 @@ def test_shipped_task_in_a_container(shipped_env: TerminalEnv, task: str) -> Non
     assert _play(shipped_env, task, "")[0] == 0.0
 
 
+def test_the_system_git_config_is_not_the_checker_s(shipped_env: TerminalEnv) -> None:
+    """An empty .gitignore committed, the build outputs hidden by /etc/gitconfig's excludesFile (root may write it).
+
+    It scored 1 on Docker before the checker's git read no system config (``GIT_CONFIG_NOSYSTEM``).
+    """
+    move = (
+        "cd /app/proj && touch .gitignore && git add .gitignore && "
+        "git -c user.name=a -c user.email=a@b commit -qm ignore && printf '*.o\\nbuild/\\n' > /etc/gem-ignore && "
+        "printf '[core]\\n\\texcludesFile = /etc/gem-ignore\\n' >> /etc/gitconfig && "
+        'test -z "$(git status --porcelain)"'
+    )
+    reward, info = _play(shipped_env, "git-ignore-build", _bash(move))
+    assert reward == 0.0, info["checker_output"]
+
+
 #: Forging classes of ``gem_terminal.forgeries`` swept on the real runtime over shipped tasks (every class
 #: over every shipped task is the sweep's job outside the suite: docs/terminal.md): processes left running, code
 #: of the agent's that the checker runs, history faked with the work tree hidden, a git driver in the
