@@ -527,9 +527,10 @@ class TerminalEnv(Env):
         if script is None:
             return None
         if task.name in self.container_tasks:  # beside the agent's processes, in an exec of its own
-            result = self._sandbox.probe(
-                script.decode("utf-8", "replace"), timeout_s=task.test_timeout_s, env=self._checker_env(task)
-            )
+            # the image's PATH alone: /checker/bin is made for the check, and the agent (root) may write it now
+            env = self._checker_env(task)
+            env["PATH"] = env["PATH"].removeprefix(f"{CHECKER_BIN}:")
+            result = self._sandbox.probe(script.decode("utf-8", "replace"), timeout_s=task.test_timeout_s, env=env)
             return f"{result.stdout}[exit code] {result.exit_code if result.exit_code is not None else 'none'}\n"
         result = self._sandbox.run(
             script.decode("utf-8", "replace"),

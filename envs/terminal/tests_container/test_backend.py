@@ -145,6 +145,17 @@ def test_shipped_task_in_a_container(shipped_env: TerminalEnv, task: str) -> Non
     assert _play(shipped_env, task, "")[0] == 0.0
 
 
+def test_the_probe_runs_nothing_the_agent_left_for_the_checker(shipped_env: TerminalEnv) -> None:
+    """No server, and a python3 in /checker/bin (the agent is root) that prints what the probe looks for.
+
+    It scored 1 on Docker before /checker was protected and the probe's PATH left it out.
+    """
+    fake = "#!/bin/sh\\nsha256sum < /app/site/index.html | cut -d' ' -f1\\n"
+    move = f'mkdir -p /checker/bin && printf "{fake}" > /checker/bin/python3 && chmod 755 /checker/bin/python3'
+    reward, info = _play(shipped_env, "process-http-server", _bash(move))
+    assert reward == 0.0, info["checker_output"]
+
+
 def test_the_system_git_config_is_not_the_checker_s(shipped_env: TerminalEnv) -> None:
     """An empty .gitignore committed, the build outputs hidden by /etc/gitconfig's excludesFile (root may write it).
 

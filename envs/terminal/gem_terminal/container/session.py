@@ -122,6 +122,10 @@ PROTECTED = (
     "/etc/environment",
     # The checker's pytest and requirements (installed into the image for the check, $GEM_PYTEST).
     "/opt/gem",
+    # The checker's own folders: made afresh for the check, but a task's probe runs before that, in the
+    # agent's container (a python3 the agent left in /checker/bin printed what the probe looks for).
+    "/checker",
+    "/gem-checker-home",
     # pytest looks for its configuration from the tests' folder (/tests) up to /: a /pytest.ini makes /
     # the root folder, and a /conftest.py there then runs inside the checker.
     "/conftest.py",
