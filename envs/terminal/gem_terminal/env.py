@@ -514,6 +514,12 @@ class TerminalEnv(Env):
         output = re.sub(r" in \d+(?:\.\d+)?s\b", " in <time>", result.render(2000))
         if task.reward == "exit-code":
             return (1.0 if result.ok else 0.0), output
+        if task.name in self.container_tasks:  # the checker is root there: what only root may have written counts
+            paths = " ".join([REWARD_FOLDER, *REWARD_FILES])
+            listing = self.run_checker(f"stat -c '%n|%F|%u|%a|%h' {paths} 2>/dev/null", 10.0)
+            foreign = foreign_reward_files(listing.stdout.splitlines())
+            if foreign:
+                return 0.0, output + f"\n[reward] 0: {foreign}"
         files = self.run_checker(
             f"cat {REWARD_FILES[0]} 2>/dev/null; printf '\\n\\0'; cat {REWARD_FILES[1]} 2>/dev/null", 10.0
         )
@@ -595,6 +601,30 @@ class TerminalEnv(Env):
 
     def sample_random_action(self) -> str:
         return self.py_random.choice(["<bash>ls</bash>", "<bash>pwd</bash>", "<bash>echo hi</bash>", "<done></done>"])
+
+
+#: The folder of Harbor's reward files.
+REWARD_FOLDER = "/logs/verifier"
+
+
+def foreign_reward_files(stat_lines: list[str]) -> str | None:
+    """Why the reward files are not the checker's alone (in a container, where the checker is root), else ``None``.
+
+    ``stat_lines`` are ``stat -c '%n|%F|%u|%a|%h'`` lines (not following links) of :data:`REWARD_FOLDER` and
+    the reward files. The folder must be a folder of root's that no other uid may write, each reward file
+    there a regular file of root's with one link: a checker that, as root, opened a path the agent made
+    (a link to ``/logs/verifier``) to the agent's programs let them write a reward of their own, and a hard
+    link is a file of root's the agent chose.
+    """
+    for line in stat_lines:
+        name, kind, uid, mode, links = [*line.split("|"), "", "", "", ""][:5]
+        if name == REWARD_FOLDER:
+            writable_by_others = not mode.isdigit() or int(mode, 8) & 0o022
+            if kind != "directory" or uid != "0" or writable_by_others:
+                return f"{name} is a {kind} of uid {uid}, mode {mode}: not a folder only root may write"
+        elif kind not in ("regular file", "regular empty file") or uid != "0" or links != "1":
+            return f"{name} is a {kind} of uid {uid} with {links} link(s): not a file only root wrote"
+    return None
 
 
 def skipped_tasks(folder: Path) -> list[SkippedTask]:
