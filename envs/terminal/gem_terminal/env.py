@@ -504,6 +504,11 @@ class TerminalEnv(Env):
         assert self._task is not None
         task, sandbox = self._task, self._sandbox
         if task.reward == "reward-file":
+            if task.name in self.container_tasks:
+                # a fresh folder of root's: no link, no mode or file of the agent's carried into the check
+                fresh = self.run_checker(FRESH_REWARD_FOLDER, 10.0)
+                if not fresh.ok:
+                    return 0.0, f"could not make {REWARD_FOLDER} afresh: {fresh.render(300)}"
             for path in REWARD_FILES:
                 if task.name in self.container_tasks:
                     sandbox.write_file(path, b"")
@@ -605,6 +610,13 @@ class TerminalEnv(Env):
 
 #: The folder of Harbor's reward files.
 REWARD_FOLDER = "/logs/verifier"
+#: Run as root in a container before its checker: the reward folder made afresh (a link or a file the agent
+#: left in its place, or at ``/logs``, removed; root's, mode 755; no reward file).
+FRESH_REWARD_FOLDER = (
+    "for d in /logs /logs/verifier; do if [ -L $d ] || { [ -e $d ] && [ ! -d $d ]; }; then rm -f $d; fi; done; "
+    f"mkdir -p {REWARD_FOLDER} && chown 0:0 {REWARD_FOLDER} && chmod 755 {REWARD_FOLDER} && rm -rf "
+    + " ".join(REWARD_FILES)
+)
 
 
 def foreign_reward_files(stat_lines: list[str]) -> str | None:

@@ -238,6 +238,14 @@ def test_a_reward_file_the_agent_leaves_does_not_count(fixture_env: TerminalEnv)
     assert reward == 0.0, info["checker_output"]
 
 
+def test_a_reward_folder_the_agent_opened_is_made_afresh(fixture_env: TerminalEnv) -> None:
+    """The work done, /logs/verifier left writable by all with a link in it: the checker's own reward counts (1)."""
+    plant = "mkdir -p /logs/verifier && chmod 777 /logs/verifier && ln -sf /etc/hostname /logs/verifier/reward.txt"
+    reply = reference_action(load_task("harbor-verifier")) + _bash(plant)
+    reward, info = _play(fixture_env, "harbor-verifier", reply)
+    assert reward == 1.0, info["checker_output"]
+
+
 def _unbuildable(folder: Path) -> Path:
     (folder / "tests").mkdir(parents=True)
     (folder / "task.yaml").write_text("instruction: Say hi.\n")
