@@ -176,6 +176,8 @@ _GIT_PINNED = {
     "log.showSignature": "false",
     "diff.external": "",
     "core.attributesFile": "/dev/null",
+    # a new repository of the checker's gets no template (a root agent may write /usr/share/git-core/templates)
+    "init.templateDir": "",
 }
 #: The checker's own programs (``as-agent``), first on its PATH.
 CHECKER_BIN = "/checker/bin"
@@ -190,6 +192,7 @@ CHECKER_ENV = {
     # /etc/gitconfig and /etc/gitattributes: a root agent in a container writes them
     "GIT_CONFIG_NOSYSTEM": "1",
     "GIT_ATTR_NOSYSTEM": "1",
+    "GIT_TEMPLATE_DIR": "",
     "GIT_PAGER": "cat",
     "GIT_CONFIG_COUNT": str(len(_GIT_PINNED)),
     **{f"GIT_CONFIG_KEY_{i}": key for i, key in enumerate(_GIT_PINNED)},
@@ -508,7 +511,7 @@ class TerminalEnv(Env):
                 # a fresh folder of root's: no link, no mode or file of the agent's carried into the check
                 fresh = self.run_checker(FRESH_REWARD_FOLDER, 10.0)
                 if not fresh.ok:
-                    return 0.0, f"could not make {REWARD_FOLDER} afresh: {fresh.render(300)}"
+                    return 0.0, f"{fresh.render(600)}\n[reward] 0: {REWARD_FOLDER} was not made afresh"
             for path in REWARD_FILES:
                 if task.name in self.container_tasks:
                     sandbox.write_file(path, b"")

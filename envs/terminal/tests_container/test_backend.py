@@ -169,18 +169,26 @@ def test_a_reward_the_agent_s_program_wrote_does_not_count(shipped_env: Terminal
     assert reward == 0.0, info["checker_output"]
 
 
-def test_the_system_git_config_is_not_the_checker_s(shipped_env: TerminalEnv) -> None:
-    """An empty .gitignore committed, the build outputs hidden by /etc/gitconfig's excludesFile (root may write it).
+#: Ways a root agent hides the build outputs from a new repository's status (the checker's copy of HEAD).
+HIDE_FROM_A_NEW_REPOSITORY = {
+    "etc-gitconfig": "printf '*.o\\nbuild/\\n' > /etc/gem-ignore && "
+    "printf '[core]\\n\\texcludesFile = /etc/gem-ignore\\n' >> /etc/gitconfig",
+    "git-templates": "mkdir -p /usr/share/git-core/templates/info && "
+    "printf '*.o\\nbuild/\\n' >> /usr/share/git-core/templates/info/exclude",
+}
 
-    It scored 1 on Docker before the checker's git read no system config (``GIT_CONFIG_NOSYSTEM``).
+
+@pytest.mark.parametrize("hide", list(HIDE_FROM_A_NEW_REPOSITORY))
+def test_the_system_git_config_is_not_the_checker_s(shipped_env: TerminalEnv, hide: str) -> None:
+    """An empty .gitignore committed, the build outputs hidden by /etc/gitconfig or git's templates (root's).
+
+    Each scored 1 on Docker before the checker's git read no system config (``GIT_CONFIG_NOSYSTEM``) and made
+    its repositories with no template.
     """
-    move = (
-        "cd /app/proj && touch .gitignore && git add .gitignore && "
-        "git -c user.name=a -c user.email=a@b commit -qm ignore && printf '*.o\\nbuild/\\n' > /etc/gem-ignore && "
-        "printf '[core]\\n\\texcludesFile = /etc/gem-ignore\\n' >> /etc/gitconfig && "
-        'test -z "$(git status --porcelain)"'
+    commit = (
+        "cd /app/proj && touch .gitignore && git add .gitignore && git -c user.name=a -c user.email=a@b commit -qm i"
     )
-    reward, info = _play(shipped_env, "git-ignore-build", _bash(move))
+    reward, info = _play(shipped_env, "git-ignore-build", _bash(f"{commit} && {HIDE_FROM_A_NEW_REPOSITORY[hide]}"))
     assert reward == 0.0, info["checker_output"]
 
 

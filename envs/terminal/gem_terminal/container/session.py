@@ -120,6 +120,9 @@ PROTECTED = (
     "/etc/profile",
     "/etc/profile.d",
     "/etc/environment",
+    # git's templates (hooks, info/exclude) for a new repository; the checker's git uses none, but other
+    # gits (a public task's checker calling /usr/bin/git init) would
+    "/usr/share/git-core",
     # The checker's pytest and requirements (installed into the image for the check, $GEM_PYTEST).
     "/opt/gem",
     # The checker's own folders: made afresh for the check, but a task's probe runs before that, in the
