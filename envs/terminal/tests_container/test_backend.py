@@ -178,17 +178,17 @@ HIDE_FROM_A_NEW_REPOSITORY = {
 }
 
 
-@pytest.mark.parametrize("hide", list(HIDE_FROM_A_NEW_REPOSITORY))
-def test_the_system_git_config_is_not_the_checker_s(shipped_env: TerminalEnv, hide: str) -> None:
-    """An empty .gitignore committed, the build outputs hidden by /etc/gitconfig or git's templates (root's).
+def test_the_system_git_config_is_not_the_checker_s(shipped_env: TerminalEnv) -> None:
+    """An empty .gitignore committed, the build outputs hidden by /etc/gitconfig and git's templates (root's).
 
-    Each scored 1 on Docker before the checker's git read no system config (``GIT_CONFIG_NOSYSTEM``) and made
-    its repositories with no template.
+    Each alone scored 1 on Docker before the checker's git read no system config (``GIT_CONFIG_NOSYSTEM``) and
+    made its repositories with no template (the templates' folder is also protected, so one episode plays both).
     """
     commit = (
         "cd /app/proj && touch .gitignore && git add .gitignore && git -c user.name=a -c user.email=a@b commit -qm i"
     )
-    reward, info = _play(shipped_env, "git-ignore-build", _bash(f"{commit} && {HIDE_FROM_A_NEW_REPOSITORY[hide]}"))
+    hide = " && ".join(HIDE_FROM_A_NEW_REPOSITORY.values())
+    reward, info = _play(shipped_env, "git-ignore-build", _bash(f"{commit} && {hide}"))
     assert reward == 0.0, info["checker_output"]
 
 
