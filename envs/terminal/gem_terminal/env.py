@@ -19,6 +19,7 @@ from gem_core.errors import CheckPhaseError, ConfigError, ResetNeeded, ToolError
 from gem_core.registry import format_config_error
 from gem_core.tools import MalformedCall, Tool, ToolResult, parse_tool_calls
 from gem_terminal.container.backend import Backend, ContainerConfig
+from gem_terminal.gitguard import GIT_GUARD, GUARD_PATH
 from gem_terminal.loader import REWARD_FILES, SkippedTask, TerminalTask, load_task, load_tasks, read_reward
 from gem_terminal.provision import SYSTEM_PYTHON
 
@@ -161,10 +162,12 @@ PYTEST_IN_SANDBOX = "/opt/gem/pytest"
 #: still run (a server it left, a worker's heartbeat). It runs as the checker's uid before anything of the
 #: tests enters the sandbox; its output reaches the checker as ``$TEST_DIR/gem-probe.out``.
 PROBE = "gem-probe.sh"
-#: The checker's environment over the episode's: its own home and ``PATH`` (``as-agent`` first; nothing the
-#: agent could write), no Python start-up hook from a user site, and git pinned so that nothing in a
-#: repository's config runs a program or changes what git reports: ``safe.directory`` lets the checker's uid
-#: read the agent's repositories; replace refs and grafts are ignored.
+#: The checker's environment over the episode's: its own home and ``PATH`` (``as-agent`` and the git guard
+#: first; nothing the agent could write), no Python start-up hook from a user site, and git pinned so that
+#: nothing in a repository's config runs a program or changes what git reports (the guard,
+#: :mod:`gem_terminal.gitguard`, switches off the programs a repository's config names under names of its
+#: own: filter and diff drivers), no system-wide git config or attributes: ``safe.directory`` lets the
+#: checker's uid read the agent's repositories; replace refs and grafts are ignored.
 _GIT_PINNED = {
     "status.showUntrackedFiles": "normal",
     "core.fsmonitor": "false",
@@ -173,6 +176,9 @@ _GIT_PINNED = {
     "core.pager": "cat",
     "log.showSignature": "false",
     "diff.external": "",
+    "core.attributesFile": "/dev/null",
+    # a new repository of the checker's gets no template (a root agent may write /usr/share/git-core/templates)
+    "init.templateDir": "",
 }
 #: The checker's own programs (``as-agent``), first on its PATH.
 CHECKER_BIN = "/checker/bin"
@@ -184,6 +190,10 @@ CHECKER_ENV = {
     "PYTHONNOUSERSITE": "1",
     "GIT_CONFIG_GLOBAL": "/checker/home/.gitconfig",
     "GIT_NO_REPLACE_OBJECTS": "1",
+    # /etc/gitconfig and /etc/gitattributes: a root agent in a container writes them
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_ATTR_NOSYSTEM": "1",
+    "GIT_TEMPLATE_DIR": "",
     "GIT_PAGER": "cat",
     "GIT_CONFIG_COUNT": str(len(_GIT_PINNED)),
     **{f"GIT_CONFIG_KEY_{i}": key for i, key in enumerate(_GIT_PINNED)},
@@ -501,7 +511,8 @@ class TerminalEnv(Env):
         In order: the task's probe (if any) while the agent's processes run; every process of the
         agent killed (the sandbox: through the episode's cgroup, and the check fails if one survives;
         a container: stopped, and the checker runs in a fresh one of its files); the tests written to
-        ``/tests`` (the checker's uid alone reads them); ``as-agent`` served; then the checker, as the
+        ``/tests`` (the checker's uid alone reads them); ``as-agent`` served and the git guard
+        (:mod:`gem_terminal.gitguard`) first on the checker's ``PATH``; then the checker, as the
         checker's uid. Terminal-Bench: 1.0 when the checker exits 0. Harbor: the number it writes to a
         reward file (:func:`gem_terminal.loader.read_reward`); the files are emptied first, so nothing
         the agent wrote there counts.
@@ -524,12 +535,15 @@ class TerminalEnv(Env):
         staged = sandbox.begin_check() if in_container else self.stage_checker()
         if staged is not None:
             return 0.0, staged
-        files = [(f"/tests/{relative}", data) for relative, data in task.tests.items()]
+        # the git guard first on the checker's PATH (gitguard.py), then the tests
+        files = [(GUARD_PATH, GIT_GUARD.encode())]
+        files += [(f"/tests/{relative}", data) for relative, data in task.tests.items()]
         if probe is not None:
             files.append((f"/tests/{PROBE[:-3]}.out", probe.encode()))
         files.append(("/tests/run-tests.sh", task.checker.encode()))
         for path, data in files:
-            refused = self._write("write-tests", path, data, mode=0o755 if path.endswith(".sh") else 0o644)
+            executable = path.endswith(".sh") or path == GUARD_PATH
+            refused = self._write("write-tests", path, data, mode=0o755 if executable else 0o644)
             if refused is not None:
                 return 0.0, refused
         return self.score_checker("bash /tests/run-tests.sh")
@@ -582,6 +596,15 @@ class TerminalEnv(Env):
         assert self._task is not None
         task = self._task
         if task.reward == "reward-file":
+            if task.name in self.container_tasks:
+                # a fresh folder of root's: no link, no mode or file of the agent's carried into the check
+                fresh = self.run_checker(FRESH_REWARD_FOLDER, 10.0)
+                if fresh.status == "closed":
+                    raise self._phase_error(
+                        "reward", "run", fresh.error or "the container ended making the reward folder"
+                    )
+                if not fresh.ok:
+                    return 0.0, f"{fresh.render(600)}\n[reward] 0: {REWARD_FOLDER} was not made afresh"
             for path in REWARD_FILES:
                 refused = self._write("reward", path, b"", owner="checker")
                 if refused is not None:
@@ -593,6 +616,12 @@ class TerminalEnv(Env):
         output = re.sub(r" in \d+(?:\.\d+)?s\b", " in <time>", result.render(2000))
         if task.reward == "exit-code":
             return (1.0 if result.ok else 0.0), output
+        if task.name in self.container_tasks:  # the checker is root there: what only root may have written counts
+            paths = " ".join([REWARD_FOLDER, *REWARD_FILES])
+            listing = self.run_checker(f"stat -c '%n|%F|%u|%a|%h' {paths} 2>/dev/null", 10.0)
+            foreign = foreign_reward_files(listing.stdout.splitlines())
+            if foreign:
+                return 0.0, output + f"\n[reward] 0: {foreign}"
         files = self.run_checker(
             f"cat {REWARD_FILES[0]} 2>/dev/null; printf '\\n\\0'; cat {REWARD_FILES[1]} 2>/dev/null", 10.0
         )
@@ -612,10 +641,11 @@ class TerminalEnv(Env):
         if script is None:
             return None
         if task.name in self.container_tasks:  # beside the agent's processes, in an exec of its own
+            # the image's PATH alone: /checker/bin is made for the check, and the agent (root) may write it now
+            env = self._checker_env(task)
+            env["PATH"] = env["PATH"].removeprefix(f"{CHECKER_BIN}:")
             try:
-                result = self._sandbox.probe(
-                    script.decode("utf-8", "replace"), timeout_s=task.test_timeout_s, env=self._checker_env(task)
-                )
+                result = self._sandbox.probe(script.decode("utf-8", "replace"), timeout_s=task.test_timeout_s, env=env)
             except ToolError as exc:
                 raise self._phase_error("probe", "exec", str(exc)) from exc
         else:
@@ -709,6 +739,37 @@ def _host_memory_mb() -> int | None:
                 return int(line.split()[1]) >> 10
     except (OSError, ValueError, IndexError):
         return None
+    return None
+
+
+#: The folder of Harbor's reward files.
+REWARD_FOLDER = "/logs/verifier"
+#: Run as root in a container before its checker: the reward folder made afresh (a link or a file the agent
+#: left in its place, or at ``/logs``, removed; root's, mode 755; no reward file).
+FRESH_REWARD_FOLDER = (
+    "for d in /logs /logs/verifier; do if [ -L $d ] || { [ -e $d ] && [ ! -d $d ]; }; then rm -f $d; fi; done; "
+    f"mkdir -p {REWARD_FOLDER} && chown 0:0 {REWARD_FOLDER} && chmod 755 {REWARD_FOLDER} && rm -rf "
+    + " ".join(REWARD_FILES)
+)
+
+
+def foreign_reward_files(stat_lines: list[str]) -> str | None:
+    """Why the reward files are not the checker's alone (in a container, where the checker is root), else ``None``.
+
+    ``stat_lines`` are ``stat -c '%n|%F|%u|%a|%h'`` lines (not following links) of :data:`REWARD_FOLDER` and
+    the reward files. The folder must be a folder of root's that no other uid may write, each reward file
+    there a regular file of root's with one link: a checker that, as root, opened a path the agent made
+    (a link to ``/logs/verifier``) to the agent's programs let them write a reward of their own, and a hard
+    link is a file of root's the agent chose.
+    """
+    for line in stat_lines:
+        name, kind, uid, mode, links = [*line.split("|"), "", "", "", ""][:5]
+        if name == REWARD_FOLDER:
+            writable_by_others = not mode.isdigit() or int(mode, 8) & 0o022
+            if kind != "directory" or uid != "0" or writable_by_others:
+                return f"{name} is a {kind} of uid {uid}, mode {mode}: not a folder only root may write"
+        elif kind not in ("regular file", "regular empty file") or uid != "0" or links != "1":
+            return f"{name} is a {kind} of uid {uid} with {links} link(s): not a file only root wrote"
     return None
 
 

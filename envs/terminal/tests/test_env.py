@@ -18,7 +18,7 @@ from gem_core.cli import main
 from gem_core.errors import ConfigError, ResetNeeded
 from gem_core.testing_servers import scripted_chat_server
 from gem_core.tools.fuzz import model_text
-from gem_terminal.env import TASKS_DIR, TerminalEnv, reference_action
+from gem_terminal.env import TASKS_DIR, TerminalEnv, foreign_reward_files, reference_action
 from gem_terminal.loader import load_tasks
 from gem_tool_python.episode import episodes_available, processes_of
 
@@ -259,3 +259,37 @@ def test_any_reply_gives_a_well_formed_step(env: TerminalEnv, reply: str) -> Non
     if terminated or truncated:
         assert isinstance(info["success"], bool)
         env.reset(seed=0)
+
+
+_FOLDER = "/logs/verifier|directory|0|755|2"
+REWARD_FILE_CASES = [
+    "roots",
+    "folder-777",
+    "folder-group-writable",
+    "folder-a-link",
+    "file-of-nobody",
+    "hard-link",
+    "file-a-link",
+    "fifo",
+]
+_FILE = "/logs/verifier/reward.txt|regular file|0|644|1"
+
+
+@pytest.mark.parametrize(
+    ("lines", "why"),
+    [
+        ([_FOLDER, _FILE, "/logs/verifier/reward.json|regular empty file|0|644|1"], None),
+        (["/logs/verifier|directory|0|777|2", _FILE], "not a folder only root may write"),
+        (["/logs/verifier|directory|0|775|2", _FILE], "not a folder only root may write"),
+        (["/logs/verifier|symbolic link|0|777|1", _FILE], "not a folder only root may write"),
+        ([_FOLDER, "/logs/verifier/reward.txt|regular file|65534|644|1"], "not a file only root wrote"),
+        ([_FOLDER, "/logs/verifier/reward.txt|regular file|0|666|2"], "not a file only root wrote"),
+        ([_FOLDER, "/logs/verifier/reward.txt|symbolic link|0|777|1"], "not a file only root wrote"),
+        ([_FOLDER, "/logs/verifier/reward.txt|fifo|0|644|1"], "not a file only root wrote"),
+    ],
+    ids=REWARD_FILE_CASES,
+)
+def test_a_reward_file_root_did_not_write_alone_does_not_count(lines: list[str], why: str | None) -> None:
+    """In a container: the reward folder and files as ``stat`` lists them; anything another uid could have written."""
+    found = foreign_reward_files(lines)
+    assert (found is None) if why is None else (found is not None and why in found)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -34,6 +36,10 @@ def test_the_shipped_tasks_load_in_harbors_format_and_cover_every_category() -> 
     assert sum(t.name.startswith("sqlite-") for t in TASKS) >= 6 and sum(t.name.startswith("perm-") for t in TASKS) >= 6
 
 
+#: A checker's chmod/chown of a path under the agent's work dir (Python or shell).
+OPENS_AGENT_PATH = re.compile(r"""os\.ch(?:mod|own)\(\s*["']/app|^\s*ch(?:mod|own)\b[^\n]*\s/app\b""", re.MULTILINE)
+
+
 @pytest.mark.parametrize("task", TASKS, ids=[t.name for t in TASKS])
 def test_the_verifier_follows_the_shipped_conventions(task: TerminalTask) -> None:
     """What lets one tests/test.sh run under gem and under Harbor alike (docs/terminal.md, "Shipped tasks")."""
@@ -45,6 +51,11 @@ def test_the_verifier_follows_the_shipped_conventions(task: TerminalTask) -> Non
     assert next(c for c in commands[1:] if c != "mkdir -p /logs/verifier") == "echo 0 > /logs/verifier/reward.txt"
     assert commands[-1] == "echo 1 > /logs/verifier/reward.txt"
     assert "/checker/" not in task.checker_path.read_text(), "gem's checker folders are not there under Harbor"
+    # A checker that, as root, changes the mode or owner of a path of the agent's checks first that no link
+    # is on its path: through one, it would open /logs/verifier to the agent's programs.
+    for path in sorted((task.checker_path.parent).rglob("*")):
+        if path.is_file() and OPENS_AGENT_PATH.search(text := path.read_text(errors="replace")):
+            assert "realpath" in text, f"{path.name} opens a path of the agent's without checking for links"
 
 
 @needs_sandbox
@@ -84,8 +95,9 @@ def _play(task: TerminalTask, commands: list[str]) -> tuple[float, dict[str, obj
 
 
 #: Every (task, forging class) whose moves differ from the no-op's: a git fake on a task with no repository
-#: plays no command, which the no-op already covers (and would cost an episode per task).
-PLAYS = [(t, f) for t in TASKS for f in FORGERIES.values() if f.name == "no-op" or f.commands(t)]
+#: plays no command, which the no-op already covers (and would cost an episode per task). Classes that need
+#: a root agent are the container suite's (the sandbox's agent is never root).
+PLAYS = [(t, f) for t in TASKS for f in FORGERIES.values() if (f.name == "no-op" or f.commands(t)) and not f.needs_root]
 
 
 @needs_sandbox

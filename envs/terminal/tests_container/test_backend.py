@@ -145,20 +145,81 @@ def test_shipped_task_in_a_container(shipped_env: TerminalEnv, task: str) -> Non
     assert _play(shipped_env, task, "")[0] == 0.0
 
 
-#: Forging classes of ``gem_terminal.forgeries`` swept on the real runtime over a shipped git task (every class
+def test_the_probe_runs_nothing_the_agent_left_for_the_checker(shipped_env: TerminalEnv) -> None:
+    """No server, and a python3 in /checker/bin (the agent is root) that prints what the probe looks for.
+
+    It scored 1 on Docker before /checker was protected and the probe's PATH left it out.
+    """
+    fake = "#!/bin/sh\\nsha256sum < /app/site/index.html | cut -d' ' -f1\\n"
+    move = f'mkdir -p /checker/bin && printf "{fake}" > /checker/bin/python3 && chmod 755 /checker/bin/python3'
+    reward, info = _play(shipped_env, "process-http-server", _bash(move))
+    assert reward == 0.0, info["checker_output"]
+
+
+def test_a_reward_the_agent_s_program_wrote_does_not_count(shipped_env: TerminalEnv) -> None:
+    """/app/run a link to /logs/verifier: the checker (root) opened it to the agent's ctl.sh, which wrote 1.
+
+    It scored 1 on Docker before gem required the reward folder and files to be root's alone (and before the
+    checker looked for links); with either fix alone it scores 0.
+    """
+    ctl = "#!/bin/bash\\nrm -f /app/run/reward.txt; echo 1 > /app/run/reward.txt\\n"
+    link = "mkdir -p /logs/verifier && rm -rf /app/run && ln -s /logs/verifier /app/run"
+    move = f"{link} && printf '{ctl}' > /app/ctl.sh"
+    reward, info = _play(shipped_env, "proc-pidfile", _bash(move))
+    assert reward == 0.0, info["checker_output"]
+
+
+#: Ways a root agent hides the build outputs from a new repository's status (the checker's copy of HEAD).
+HIDE_FROM_A_NEW_REPOSITORY = {
+    "etc-gitconfig": "printf '*.o\\nbuild/\\n' > /etc/gem-ignore && "
+    "printf '[core]\\n\\texcludesFile = /etc/gem-ignore\\n' >> /etc/gitconfig",
+    "git-templates": "mkdir -p /usr/share/git-core/templates/info && "
+    "printf '*.o\\nbuild/\\n' >> /usr/share/git-core/templates/info/exclude",
+}
+
+
+def test_the_system_git_config_is_not_the_checker_s(shipped_env: TerminalEnv) -> None:
+    """An empty .gitignore committed, the build outputs hidden by /etc/gitconfig and git's templates (root's).
+
+    Each alone scored 1 on Docker before the checker's git read no system config (``GIT_CONFIG_NOSYSTEM``) and
+    made its repositories with no template (the templates' folder is also protected, so one episode plays both).
+    """
+    commit = (
+        "cd /app/proj && touch .gitignore && git add .gitignore && git -c user.name=a -c user.email=a@b commit -qm i"
+    )
+    hide = " && ".join(HIDE_FROM_A_NEW_REPOSITORY.values())
+    reward, info = _play(shipped_env, "git-ignore-build", _bash(f"{commit} && {hide}"))
+    assert reward == 0.0, info["checker_output"]
+
+
+#: Forging classes of ``gem_terminal.forgeries`` swept on the real runtime over shipped tasks (every class
 #: over every shipped task is the sweep's job outside the suite: docs/terminal.md): processes left running, code
-#: of the agent's that the checker runs, history faked with the work tree hidden.
-SWEPT = ["daemon-does-the-work-at-check-time", "atexit-prints-the-marker", "git-merge-ours-and-skip-worktree"]
+#: of the agent's that the checker runs, history faked with the work tree hidden, a git driver in the
+#: repository's config and /etc/gitconfig (it scored 1 here before the checker's git guard), and a set-user-id
+#: root bash the agent's program starts when the checker runs it (it scored 1 before as-agent's no_new_privs;
+#: over a task whose checker runs the work dir's code, not the committed copy).
+SWEPT = {
+    "git-revert-bad-commit": [
+        "daemon-does-the-work-at-check-time",
+        "atexit-prints-the-marker",
+        "git-merge-ours-and-skip-worktree",
+        "git-driver-runs-in-the-checker",
+    ],
+    "py-fix-lru-cache": ["setuid-root-program-run-by-the-checker"],
+}
 
 
 def test_the_forging_sweep_scores_0_on_the_runtime(
     runtime: Runtime, container_config: ContainerConfig, no_leftovers: None
 ) -> None:
     env_kwargs = {"backend": runtime.kind, "container": container_config.model_dump()}
-    plays = list(sweep(env_kwargs, tasks=["git-revert-bad-commit"], moves=SWEPT, jobs=2))
-    assert sorted((p.move, p.backend, p.verdict) for p in plays) == [(m, runtime.kind, "ok") for m in sorted(SWEPT)], [
-        (p.move, p.reward, p.error, p.checker_output[-300:]) for p in plays
-    ]
+    wanted = {(task, move) for task, moves in SWEPT.items() for move in moves}
+    moves = sorted({move for _, move in wanted})
+    others = {(task, move) for task in SWEPT for move in moves} - wanted
+    plays = list(sweep(env_kwargs, tasks=list(SWEPT), moves=moves, jobs=2, skip=others))
+    assert sorted((p.task, p.move, p.backend, p.verdict) for p in plays) == [
+        (t, m, runtime.kind, "ok") for t, m in sorted(wanted)
+    ], [(p.task, p.move, p.reward, p.error, p.checker_output[-300:]) for p in plays]
 
 
 def test_sandbox_backend_skips_what_needs_an_image() -> None:
@@ -183,6 +244,14 @@ def test_a_reward_file_the_agent_leaves_does_not_count(fixture_env: TerminalEnv)
     plant = "mkdir -p /logs/verifier && echo '{\"reward\": 1.0}' > /logs/verifier/reward.json"
     reward, info = _play(fixture_env, "harbor-verifier", _bash(plant))
     assert reward == 0.0, info["checker_output"]
+
+
+def test_a_reward_folder_the_agent_opened_is_made_afresh(fixture_env: TerminalEnv) -> None:
+    """The work done, /logs/verifier left writable by all with a link in it: the checker's own reward counts (1)."""
+    plant = "mkdir -p /logs/verifier && chmod 777 /logs/verifier && ln -sf /etc/hostname /logs/verifier/reward.txt"
+    reply = reference_action(load_task("harbor-verifier")) + _bash(plant)
+    reward, info = _play(fixture_env, "harbor-verifier", reply)
+    assert reward == 1.0, info["checker_output"]
 
 
 def _unbuildable(folder: Path) -> Path:

@@ -173,6 +173,15 @@ def test_a_checker_that_installs_nothing_adds_no_build_step(tmp_path: Path) -> N
         (["C /etc", "A /etc/pip.conf"], ["A /etc/pip.conf"]),
         (["C /etc", "C /etc/hosts"], []),
         (["A /conftest.py", "A /pytest.ini"], ["A /conftest.py", "A /pytest.ini"]),
+        (
+            ["A /checker", "A /checker/bin", "A /checker/bin/python3"],
+            ["A /checker", "A /checker/bin", "A /checker/bin/python3"],
+        ),
+        (["A /gem-checker-home", "A /gem-checker-home/x"], ["A /gem-checker-home", "A /gem-checker-home/x"]),
+        (
+            ["C /usr/share/git-core/templates/info", "C /usr/share/git-core/templates/info/exclude"],
+            ["C /usr/share/git-core/templates/info/exclude"],
+        ),
     ],
     ids=[
         "work-dir-and-home",
@@ -187,6 +196,9 @@ def test_a_checker_that_installs_nothing_adds_no_build_step(tmp_path: Path) -> N
         "pip-conf",
         "etc-hosts",
         "pytest-config-at-root",
+        "checker-bin-before-the-probe",
+        "checker-home",
+        "git-templates",
     ],
 )
 def test_integrity_rule(diff: list[str], bad: list[str]) -> None:

@@ -133,8 +133,15 @@ PROTECTED = (
     "/etc/profile",
     "/etc/profile.d",
     "/etc/environment",
+    # git's templates (hooks, info/exclude) for a new repository; the checker's git uses none, but other
+    # gits (a public task's checker calling /usr/bin/git init) would
+    "/usr/share/git-core",
     # The checker's pytest and requirements (installed into the image for the check, $GEM_PYTEST).
     "/opt/gem",
+    # The checker's own folders: made afresh for the check, but a task's probe runs before that, in the
+    # agent's container (a python3 the agent left in /checker/bin printed what the probe looks for).
+    "/checker",
+    "/gem-checker-home",
     # pytest looks for its configuration from the tests' folder (/tests) up to /: a /pytest.ini makes /
     # the root folder, and a /conftest.py there then runs inside the checker.
     "/conftest.py",
@@ -154,13 +161,14 @@ CHECKER_TOOLS = frozenset({"pytest", "py.test", "uv", "uvx", "pip", "pip3", "pyt
 #: root's alone; ``/checker/work``, where copies the agent's code runs on go, readable by ``as-agent``;
 #: ``/checker/bin`` first on its PATH), ``/tests`` for root alone, and ``as-agent``, which runs
 #: the agent's code in a child process as ``nobody``: it cannot read ``/tests`` (the agent was root, so its own
-#: uid could), nor write what root owns.
+#: uid could), nor write what root owns; ``no_new_privs``, so a set-user-id program or one with file
+#: capabilities that the agent (root) left does not make it root again.
 CHECK_PREPARE = (
     b"rm -rf /gem-checker-home /checker /tests && mkdir -m 700 /gem-checker-home /tests"
     b" && mkdir -p -m 700 /checker/home && mkdir -m 755 /checker/work /checker/bin"
     b" && printf '%s\\n' '#!/bin/sh'"
     b" 'command -v setpriv >/dev/null || { echo as-agent: no setpriv in the image >&2; exit 126; }'"
-    b" 'exec setpriv --reuid=65534 --regid=65534 --clear-groups -- \"$@\"' > /checker/bin/as-agent"
+    b" 'exec setpriv --no-new-privs --reuid=65534 --regid=65534 --clear-groups -- \"$@\"' > /checker/bin/as-agent"
     b" && chmod 755 /checker/bin/as-agent"
     # Harbor's verifier writes /logs/verifier (a fresh folder under Harbor): whatever the agent left at
     # /logs (a file, a link, a folder named reward.txt) must not make the reward files unwritable.

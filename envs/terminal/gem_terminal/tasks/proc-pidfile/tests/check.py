@@ -69,8 +69,11 @@ echo "pids $first $second $third $dead $foreign"
 # The agent's own start left a pidfile. In a container the agent was root and gem's as-agent is another
 # uid, so the checker (root there) hands the pidfile's folder over to every uid first; in gem's sandbox
 # the folder is already the agent's own and the checker may not change it (nothing to do there).
-with contextlib.suppress(OSError):
-    os.chmod("/app/run", 0o777)
+# Only a real folder: through a link the agent left (/app/run -> /logs/verifier) root would open that
+# instead, and the agent's program could then write a reward of its own.
+if os.path.realpath("/app/run") == "/app/run" and os.path.isdir("/app/run"):
+    with contextlib.suppress(OSError):
+        os.chmod("/app/run", 0o777)
 with contextlib.suppress(OSError):
     os.remove("/app/run/worker.pid")
 run = agent(["bash", "-c", script], timeout=60)
