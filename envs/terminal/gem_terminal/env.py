@@ -619,7 +619,14 @@ class TerminalEnv(Env):
         if task.name in self.container_tasks:  # the checker is root there: what only root may have written counts
             paths = " ".join([REWARD_FOLDER, *REWARD_FILES])
             listing = self.run_checker(f"stat -c '%n|%F|%u|%a|%h' {paths} 2>/dev/null", 10.0)
-            foreign = foreign_reward_files(listing.stdout.splitlines())
+            lines = listing.stdout.splitlines()
+            if not any(line.startswith(f"{REWARD_FOLDER}|") for line in lines):
+                # the folder was just made afresh, so only a failed listing (no `stat` in the image, the
+                # container gone) leaves it out: the owners cannot be checked, and no reward is read unchecked
+                raise self._phase_error(
+                    "reward", "stat", f"the reward folder's owner could not be listed ({listing.render(300)})"
+                )
+            foreign = foreign_reward_files(lines)
             if foreign:
                 return 0.0, output + f"\n[reward] 0: {foreign}"
         files = self.run_checker(
