@@ -41,5 +41,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not config.pluginmanager.hasplugin("xdist"):
         return
     for item in items:
-        if "ray" in item.nodeid.lower():
+        if starts_ray(item):
             item.add_marker(pytest.mark.xdist_group("ray"))
+
+
+def starts_ray(item: pytest.Item) -> bool:
+    """Whether the test may start Ray: it asks for ``ray_instance``, or a ``ray`` case is in its id.
+
+    The id alone missed tests that take the fixture by name (``usefixtures``) without ``ray`` in their
+    name: they went to the other worker, which started a second instance.
+    """
+    return "ray_instance" in getattr(item, "fixturenames", ()) or "ray" in item.nodeid.lower()
