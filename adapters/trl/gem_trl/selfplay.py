@@ -2,16 +2,19 @@
 
 ``bash scripts/selfplay_demo.sh`` runs ``python -m gem_trl.selfplay``. Nothing is downloaded: the
 tokenizer is trained in code on the game's text and the model is a small Qwen2 with random weights
-(:mod:`gem_trl.tiny`, as the single-agent demo); ``--prompt brief`` drops the env's rules paragraph
-from the first message (the same words in every game). A short supervised warm-up on **random legal
-moves** (never the reference player's) teaches it the answer format, so it starts near a random
-player. Then every RL step plays ``--games`` games: ``--opponent-mix`` of them against the scripted
-player, the rest with the same model in both seats
-(:func:`gem_core.multiagent.engine.play_multiagent_many`: one trajectory per model seat, token in /
-token out, every game's requests batched into one forward), computes role-conditioned advantages
-(:mod:`gem_core.rl.roles`: ReBN per role by default, GRPO per (deal, role), or SPIRAL's per-role
-moving baseline; a role is the seat, and the seat against the scripted player) and takes one
-policy-gradient step on the generated tokens.
+(:mod:`gem_trl.tiny`, as the single-agent demo). The prompt (``--prompt card``, default) is the env's,
+with the seat's card restated at the end of each question (``--prompt full``: the env's alone;
+``brief``: without the rules paragraph). A supervised warm-up on **random legal moves** (never the
+reference player's) teaches the answer format, so it starts near a random player: first
+``--card-warmup-steps`` on replies that name the seat's card before the move (``K bet``), which make
+the model find its card in the prompt, then ``--warmup-steps`` on bare moves. Then every RL step
+plays ``--games`` games: ``--opponent-mix`` of them against the scripted player, the rest with the
+same model in both seats (:func:`gem_core.multiagent.engine.play_multiagent_many`: one trajectory
+per model seat, token in / token out, every game's requests batched into one forward), computes
+advantages (``--estimator infoset``, default: :class:`InfosetBaseline`, a moving baseline per role and
+information set; or role-conditioned ones from :mod:`gem_core.rl.roles`: ReBN per role, GRPO per
+(deal, role), SPIRAL's per-role moving baseline; a role is the seat, and the seat against the
+scripted player) and takes one policy-gradient step on the generated tokens.
 
 Why not ``GemGRPOTrainer``: TRL's rollout hook maps one prompt to one completion, while a self-play
 game yields one trajectory per seat with a per-seat baseline; fitting that in would change the
@@ -27,7 +30,7 @@ per evaluation (``"eval"``: wins, draws, losses, the win rate with its 95% Wilso
 game with its interval, per seat too, and the table's exact values), ``metrics.png`` the four panels.
 
     python -m gem_trl.selfplay --seed 1
-    python -m gem_trl.selfplay --estimator spiral --steps 80 --output-dir runs/selfplay-spiral
+    python -m gem_trl.selfplay --estimator spiral --prompt full --card-warmup-steps 0 --output-dir runs/sp
 """
 
 from __future__ import annotations
@@ -54,6 +57,9 @@ GAMES = {
 OPPONENTS = ("random", "scripted")
 #: ``--estimator`` choices.
 ESTIMATORS = ("infoset", "role_rebn", "role_grpo", "spiral")
+#: The card warm-up stops once its mean loss over 20 steps is below this: the model names its card
+#: (a model that does not sits near 0.6, one that does near 0.2; the moves stay random).
+CARD_NAMED_LOSS = 0.35
 #: ``--prompt`` choices.
 PROMPTS = ("full", "brief", "card")
 #: First env seed of the evaluation deals (the same before and after training: paired comparisons).
@@ -97,8 +103,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--card-warmup-steps",
         type=int,
-        default=400,
-        help="supervised steps, before the warm-up, on replies that name the seat's card then a random move",
+        default=1000,
+        help="most supervised steps, before the warm-up, on replies that name the seat's card then a random move "
+        "(in blocks of 100, until the model names its card)",
+    )
+    parser.add_argument(
+        "--card-mix",
+        type=float,
+        default=0.5,
+        help="fraction of the warm-up's games whose replies still name the card (with --card-warmup-steps)",
     )
     parser.add_argument("--warmup-lr", type=float, default=3e-3, help="learning rate of the warm-up")
     parser.add_argument("--eval-games", type=int, default=1000, help="games per evaluation (opponent x greedy/sampled)")
@@ -109,6 +122,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     for name in ("steps", "games", "group", "turn_tokens", "eval_games"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if not 0.0 <= args.card_mix <= 1.0:
+        parser.error(f"--card-mix must be in [0, 1], got {args.card_mix}")
     if args.card_warmup_steps < 0:
         parser.error(f"--card-warmup-steps must be >= 0, got {args.card_warmup_steps}")
     if not 0.0 <= args.infoset_alpha < 1.0:
@@ -459,9 +474,11 @@ def selfplay_warm_up(
     batch_size: int,
     learning_rate: float,
     seed: int,
-    say_card: bool = False,
+    say_card: float = 0.0,
 ) -> list[float]:
     """Imitate random legal moves in both seats of ``4 * batch_size`` games, on the prompts self-play will see.
+
+    ``say_card``: the fraction of games whose replies name the seat's card first (:func:`warm_up_sequences`).
 
     Returns:
         The loss of each step (:func:`warm_up_sequences` has the games).
@@ -475,14 +492,15 @@ def selfplay_warm_up(
 
 
 def warm_up_sequences(
-    tokenizer: Any, engine: Any, make_env: Callable[[], Any], *, games: int, seed: int, say_card: bool = False
+    tokenizer: Any, engine: Any, make_env: Callable[[], Any], *, games: int, seed: int, say_card: float = 0.0
 ) -> list[Any]:
     """Both seats' token sequences of ``games`` games of uniformly random legal moves (env seeds from ``seed``).
 
-    With ``say_card`` each reply first names the seat's own card, then the move (``K bet``; the env
-    reads the last move word, so the game is the same). The moves do not depend on the card: this
-    only makes the model find its card in the prompt, which a reply that is a random move never asks
-    of it (measured in docs/multiagent.md: without it, the tables stay the same for J, Q and K).
+    In a ``say_card`` fraction of the games (drawn from ``seed``; 1: all) each reply first names the
+    seat's own card, then the move (``K bet``; the env reads the last move word, so the game is the
+    same). The moves do not depend on the card: naming it only makes the model find its card in the
+    prompt, which a reply that is a random move never asks of it (measured in docs/multiagent.md:
+    without it, the tables stay the same for J, Q and K).
     """
     from gem_core.episode import Generation
     from gem_core.multiagent.engine import play_multiagent
@@ -490,11 +508,13 @@ def warm_up_sequences(
 
     sequences = []
     env = make_env()
+    naming = random.Random(seed)
     for game in range(games):
+        names_card = naming.random() < say_card
 
-        def random_move(request: Any) -> Generation:
+        def random_move(request: Any, names_card: bool = names_card) -> Generation:
             move = env.sample_random_action(env.agent_selection)
-            if say_card:
+            if names_card:
                 move = f"{env.unwrapped.cards[env.agent_selection]} {move}"
             return Generation(token_ids=[*tokenizer.encode(move, add_special_tokens=False), tokenizer.eos_token_id])
 
@@ -784,19 +804,23 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
             return brief_kuhn(env)
         return card_kuhn(env) if args.prompt == "card" else env
 
-    if args.card_warmup_steps:
-        said = selfplay_warm_up(
+    said: list[float] = []
+    while len(said) < args.card_warmup_steps:  # until it names its card (the loss drops): a jump, not a slope
+        said += selfplay_warm_up(
             model,
             tokenizer,
             engine,
             make_env,
-            steps=args.card_warmup_steps,
+            steps=min(100, args.card_warmup_steps - len(said)),
             learning_rate=args.warmup_lr,
             batch_size=args.warmup_batch,
             seed=10_000 * args.seed + 5_000,
-            say_card=True,
+            say_card=1.0,
         )
-        print(f"card warm-up: {len(said)} steps saying the card, loss {said[0]:.2f} -> {said[-1]:.2f}", flush=True)
+        if sum(said[-20:]) / len(said[-20:]) < CARD_NAMED_LOSS:
+            break
+    if said:
+        print(f"card warm-up: {len(said)} steps naming the card, loss {said[0]:.2f} -> {said[-1]:.2f}", flush=True)
     losses = selfplay_warm_up(
         model,
         tokenizer,
@@ -806,6 +830,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         learning_rate=args.warmup_lr,
         batch_size=args.warmup_batch,
         seed=10_000 * args.seed,
+        say_card=args.card_mix if args.card_warmup_steps else 0.0,
     )
     model.eval()
     print(f"warm-up: {len(losses)} steps on random legal moves, loss {losses[0]:.2f} -> {losses[-1]:.2f}", flush=True)

@@ -361,6 +361,7 @@ def test_the_evaluation_counts_the_envs_outcomes_not_the_models_claims(tiny: tup
         ["--game", "chess"],
         ["--card-warmup-steps", "-1"],
         ["--infoset-alpha", "1"],
+        ["--card-mix", "1.5"],
     ],
     ids=[
         "games-not-multiple-of-group",
@@ -369,6 +370,7 @@ def test_the_evaluation_counts_the_envs_outcomes_not_the_models_claims(tiny: tup
         "unknown-game",
         "negative-card-warm-up",
         "infoset-alpha-out-of-range",
+        "card-mix-out-of-range",
     ],
 )
 def test_bad_options_are_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -435,35 +437,33 @@ def test_the_card_prompt_keeps_the_envs_game(seed: int, moves: tuple[str, ...]) 
     assert wrapped.episode_over
 
 
-@pytest.mark.parametrize("say_card", [False, True], ids=["move", "card-then-move"])
+@pytest.mark.parametrize("say_card", [0.0, 1.0, 0.5], ids=["move", "card-then-move", "half-and-half"])
 def test_the_warm_ups_replies_are_random_moves_optionally_after_the_seats_card(
-    tiny: tuple[Any, Any], say_card: bool
+    tiny: tuple[Any, Any], say_card: float
 ) -> None:
     tokenizer, _ = tiny
     engine = EpisodeEngine(tokenizer, max_turns=2, max_turn_tokens=4)
     sequences = warm_up_sequences(tokenizer, engine, carded, games=24, seed=11, say_card=say_card)
     assert len(sequences) == 48  # both seats of every game
-    moves = []
+    moves, named = [], []
     for sequence in sequences:
         ids, mask = sequence.input_ids.tolist(), sequence.loss_mask.tolist()
-        text = tokenizer.decode(ids)
-        card = text.split("your card is ", 1)[1][0]
+        card = tokenizer.decode(ids).split("your card is ", 1)[1][0]
         replies, current = [], []
-        for token, trained in zip(ids, mask, strict=True):
+        for token, trained in [*zip(ids, mask, strict=True), (None, 0)]:
             if trained:
                 current.append(token)
             elif current:
-                replies.append(tokenizer.decode(current, skip_special_tokens=True))
+                replies.append(tokenizer.decode(current, skip_special_tokens=True).split())
                 current = []
-        if current:
-            replies.append(tokenizer.decode(current, skip_special_tokens=True))
         assert replies
-        for reply in replies:
-            words = reply.split()
+        for words in replies:
             assert words[-1] in ("check", "bet", "call", "fold")
-            assert words[:-1] == ([card] if say_card else [])
+            assert words[:-1] in ([], [card])  # the seat's own card, or nothing
             moves.append(words[-1])
+            named.append(words[:-1] == [card])
     assert {"check", "bet", "call", "fold"} <= set(moves)  # random moves, every kind
+    assert set(named) == {0.0: {False}, 1.0: {True}, 0.5: {False, True}}[say_card]
 
 
 def episode(rewards: list[float], prompts: list[list[int]] | None) -> Episode:
