@@ -2,16 +2,19 @@
 
 ``bash scripts/selfplay_demo.sh`` runs ``python -m gem_trl.selfplay``. Nothing is downloaded: the
 tokenizer is trained in code on the game's text and the model is a small Qwen2 with random weights
-(:mod:`gem_trl.tiny`, as the single-agent demo); ``--prompt brief`` drops the env's rules paragraph
-from the first message (the same words in every game). A short supervised warm-up on **random legal
-moves** (never the reference player's) teaches it the answer format, so it starts near a random
-player. Then every RL step plays ``--games`` games: ``--opponent-mix`` of them against the scripted
-player, the rest with the same model in both seats
-(:func:`gem_core.multiagent.engine.play_multiagent_many`: one trajectory per model seat, token in /
-token out, every game's requests batched into one forward), computes role-conditioned advantages
-(:mod:`gem_core.rl.roles`: ReBN per role by default, GRPO per (deal, role), or SPIRAL's per-role
-moving baseline; a role is the seat, and the seat against the scripted player) and takes one
-policy-gradient step on the generated tokens.
+(:mod:`gem_trl.tiny`, as the single-agent demo). The prompt (``--prompt card``, default) is the env's,
+with the seat's card restated at the end of each question (``--prompt full``: the env's alone;
+``brief``: without the rules paragraph). A supervised warm-up on **random legal moves** (never the
+reference player's) teaches the answer format, so it starts near a random player: first
+``--card-warmup-steps`` on replies that name the seat's card before the move (``K bet``), which make
+the model find its card in the prompt, then ``--warmup-steps`` on bare moves. Then every RL step
+plays ``--games`` games: ``--opponent-mix`` of them against the scripted player, the rest with the
+same model in both seats (:func:`gem_core.multiagent.engine.play_multiagent_many`: one trajectory
+per model seat, token in / token out, every game's requests batched into one forward), computes
+advantages (``--estimator infoset``, default: :class:`InfosetBaseline`, a moving baseline per role and
+information set; or role-conditioned ones from :mod:`gem_core.rl.roles`: ReBN per role, GRPO per
+(deal, role), SPIRAL's per-role moving baseline; a role is the seat, and the seat against the
+scripted player) and takes one policy-gradient step on the generated tokens.
 
 Why not ``GemGRPOTrainer``: TRL's rollout hook maps one prompt to one completion, while a self-play
 game yields one trajectory per seat with a per-seat baseline; fitting that in would change the
@@ -27,7 +30,7 @@ per evaluation (``"eval"``: wins, draws, losses, the win rate with its 95% Wilso
 game with its interval, per seat too, and the table's exact values), ``metrics.png`` the four panels.
 
     python -m gem_trl.selfplay --seed 1
-    python -m gem_trl.selfplay --estimator spiral --steps 80 --output-dir runs/selfplay-spiral
+    python -m gem_trl.selfplay --estimator spiral --prompt full --card-warmup-steps 0 --output-dir runs/sp
 """
 
 from __future__ import annotations
@@ -53,7 +56,12 @@ GAMES = {
 #: The opponents of the evaluation.
 OPPONENTS = ("random", "scripted")
 #: ``--estimator`` choices.
-ESTIMATORS = ("role_rebn", "role_grpo", "spiral")
+ESTIMATORS = ("infoset", "role_rebn", "role_grpo", "spiral")
+#: The card warm-up stops once its mean loss over 20 steps is below this: the model names its card
+#: (a model that does not sits near 0.6, one that does near 0.2; the moves stay random).
+CARD_NAMED_LOSS = 0.35
+#: ``--prompt`` choices.
+PROMPTS = ("full", "brief", "card")
 #: First env seed of the evaluation deals (the same before and after training: paired comparisons).
 EVAL_SEED = 900_000_000
 
@@ -64,11 +72,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=0, help="seeds the model, the warm-up, the deals and the sampling")
     parser.add_argument("--game", default="kuhn_poker", choices=sorted(GAMES), help="the game played against itself")
-    parser.add_argument("--steps", type=int, default=20, help="RL steps (one policy-gradient update each)")
+    parser.add_argument("--steps", type=int, default=30, help="RL steps (one policy-gradient update each)")
     parser.add_argument("--games", type=int, default=32, help="self-play games per RL step (two trajectories each)")
     parser.add_argument("--group", type=int, default=4, help="games per deal (start state): role_grpo's groups")
-    parser.add_argument("--estimator", default="role_rebn", choices=ESTIMATORS, help="role-conditioned advantage")
+    parser.add_argument("--estimator", default="infoset", choices=ESTIMATORS, help="role-conditioned advantage")
     parser.add_argument("--alpha", type=float, default=0.95, help="spiral: decay of the per-seat moving baseline")
+    parser.add_argument(
+        "--infoset-alpha", type=float, default=0.9, help="infoset: decay of the per-(role, prompt) moving baseline"
+    )
     parser.add_argument("--lr", type=float, default=1e-3, help="RL learning rate (AdamW)")
     parser.add_argument(
         "--opponent-mix",
@@ -78,16 +89,30 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--prompt",
-        default="full",
-        choices=("brief", "full"),
-        help="brief: the first message without the rules paragraph (the same in every game); full: the env's own",
+        default="card",
+        choices=PROMPTS,
+        help="full: the env's own; brief: the first message without the rules paragraph (the same in every game); "
+        "card: the env's own, with the seat's card restated at the end of every message that asks for a move",
     )
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of self-play")
     parser.add_argument("--turn-tokens", type=int, default=4, help="tokens the model may generate per turn")
     parser.add_argument("--hidden", type=int, default=64, help="width of the tiny model")
     parser.add_argument("--layers", type=int, default=2, help="decoder layers of the tiny model")
-    parser.add_argument("--warmup-steps", type=int, default=150, help="supervised steps on random legal moves")
+    parser.add_argument("--warmup-steps", type=int, default=300, help="supervised steps on random legal moves")
     parser.add_argument("--warmup-batch", type=int, default=8, help="episodes per warm-up step")
+    parser.add_argument(
+        "--card-warmup-steps",
+        type=int,
+        default=1000,
+        help="most supervised steps, before the warm-up, on replies that name the seat's card then a random move "
+        "(in blocks of 100, until the model names its card)",
+    )
+    parser.add_argument(
+        "--card-mix",
+        type=float,
+        default=0.5,
+        help="fraction of the warm-up's games whose replies still name the card (with --card-warmup-steps)",
+    )
     parser.add_argument("--warmup-lr", type=float, default=3e-3, help="learning rate of the warm-up")
     parser.add_argument("--eval-games", type=int, default=1000, help="games per evaluation (opponent x greedy/sampled)")
     parser.add_argument("--eval-every", type=int, default=0, help="evaluate every N RL steps too (0: before/after)")
@@ -97,6 +122,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     for name in ("steps", "games", "group", "turn_tokens", "eval_games"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if not 0.0 <= args.card_mix <= 1.0:
+        parser.error(f"--card-mix must be in [0, 1], got {args.card_mix}")
+    if args.card_warmup_steps < 0:
+        parser.error(f"--card-warmup-steps must be >= 0, got {args.card_warmup_steps}")
+    if not 0.0 <= args.infoset_alpha < 1.0:
+        parser.error(f"--infoset-alpha must be in [0, 1), got {args.infoset_alpha}")
     if not 0.0 <= args.opponent_mix <= 1.0:
         parser.error(f"--opponent-mix must be in [0, 1], got {args.opponent_mix}")
     if args.games % args.group:
@@ -344,6 +375,95 @@ def brief_kuhn(env: Any) -> Any:
     return BriefKuhnPoker(env)
 
 
+def card_kuhn(env: Any) -> Any:
+    """Kuhn Poker whose every message that asks for a move ends by restating the seat's card: ``... (your card: K)``.
+
+    The env says the card once, in the first message: 14 tokens before the first reply, 40 or more
+    before a later one (the tiny tokenizer). Restating it at the end of each question puts it a few
+    tokens before the reply, at the same distance in every prompt. It adds nothing the seat did not
+    know (the prompt is still a function of its information set) and leaves the moves, the rewards
+    and the rest of the text the env's own.
+    """
+    from gem_core.multiagent.wrappers import MultiAgentWrapper
+
+    class CardKuhnPoker(MultiAgentWrapper):
+        def _restate(self, observations: dict[str, str]) -> dict[str, str]:
+            cards = self.env.unwrapped.cards
+            return {
+                a: f"{text} (your card: {cards[a]})" if text.endswith("?") else text for a, text in observations.items()
+            }
+
+        def _on_reset(self, observations: dict[str, str], infos: dict[str, dict[str, Any]]) -> Any:
+            return self._restate(observations), infos
+
+        def _on_step(self, actions: dict[str, str], result: Any) -> Any:
+            observations, *rest = result
+            return (self._restate(observations), *rest)
+
+    return CardKuhnPoker(env)
+
+
+class InfosetBaseline:
+    """A state-dependent baseline: a moving average of the return per (role, prompt), one per turn.
+
+    A Kuhn Poker seat's prompt is a function of its information set (seat, card, history; checked by
+    :func:`kuhn_infoset_prompts`), so keying by the prompt's token ids gives each information set its
+    own baseline. ``A_t = G_t - b(role, prompt_t)`` then leaves out the luck of the card: with a K
+    every move earns more than with a J, which a per-seat baseline credits to whatever move was
+    played. The baseline of a turn is read before this batch moves it (a key first seen takes the
+    batch's mean for it), so it does not depend on the turn's own return; then each key moves,
+    ``b <- alpha * b + (1 - alpha) * mean(G)`` over the batch's turns with that key. The advantages
+    stay in the reward's units (chips): no division by a batch's spread, which blows up when a
+    role's returns happen to agree.
+
+    Args:
+        alpha: Decay of the moving average, in ``[0, 1)``.
+    """
+
+    def __init__(self, alpha: float = 0.9) -> None:
+        from gem_core.errors import RLInputError
+
+        if not 0.0 <= alpha < 1.0:
+            raise RLInputError(f"alpha must be in [0, 1), got {alpha!r}")
+        self.alpha = alpha
+        self.baselines: dict[tuple[Any, tuple[int, ...]], float] = {}
+
+    def advantages(self, episodes: Sequence[Any], roles: Sequence[Any]) -> list[Any]:
+        """One array per episode, one advantage per turn (undiscounted returns ``G_t``).
+
+        Raises:
+            RLInputError: A turn without ``prompt_token_ids`` (the episode engine records them in token
+                mode), or not one role per episode.
+        """
+        import numpy as np
+
+        from gem_core.errors import RLInputError
+        from gem_core.rl.returns import batch_returns
+
+        if len(roles) != len(episodes):
+            raise RLInputError(f"got {len(roles)} roles for {len(episodes)} episodes; give one per episode")
+        returns = batch_returns(list(episodes), 1.0)
+        keys: list[list[tuple[Any, tuple[int, ...]]]] = []
+        for episode, role in zip(episodes, roles, strict=True):
+            if any(t.prompt_token_ids is None for t in episode.turns):
+                raise RLInputError(
+                    "InfosetBaseline needs each turn's prompt_token_ids (the episode engine's token mode)"
+                )
+            keys.append([(role, tuple(t.prompt_token_ids)) for t in episode.turns])
+        seen: dict[tuple[Any, tuple[int, ...]], list[float]] = {}
+        for turn_keys, ret in zip(keys, returns, strict=True):
+            for key, value in zip(turn_keys, ret, strict=True):
+                seen.setdefault(key, []).append(float(value))
+        before = {key: self.baselines.get(key, float(np.mean(values))) for key, values in seen.items()}
+        raw = [
+            np.array([v - before[k] for k, v in zip(ks, ret, strict=True)])
+            for ks, ret in zip(keys, returns, strict=True)
+        ]
+        for key, values in seen.items():
+            self.baselines[key] = self.alpha * before[key] + (1.0 - self.alpha) * float(np.mean(values))
+        return raw
+
+
 def selfplay_warm_up(
     model: Any,
     tokenizer: Any,
@@ -354,27 +474,54 @@ def selfplay_warm_up(
     batch_size: int,
     learning_rate: float,
     seed: int,
+    say_card: float = 0.0,
 ) -> list[float]:
-    """Imitate random legal moves in both seats of ``4 * batch_size`` games, on the prompts self-play will see."""
+    """Imitate random legal moves in both seats of ``4 * batch_size`` games, on the prompts self-play will see.
+
+    ``say_card``: the fraction of games whose replies name the seat's card first (:func:`warm_up_sequences`).
+
+    Returns:
+        The loss of each step (:func:`warm_up_sequences` has the games).
+    """
+    from gem_trl.tiny import imitate
+
+    sequences = warm_up_sequences(tokenizer, engine, make_env, games=4 * batch_size, seed=seed, say_card=say_card)
+    return imitate(
+        model, tokenizer, sequences, steps=steps, batch_size=batch_size, learning_rate=learning_rate, seed=seed
+    )
+
+
+def warm_up_sequences(
+    tokenizer: Any, engine: Any, make_env: Callable[[], Any], *, games: int, seed: int, say_card: float = 0.0
+) -> list[Any]:
+    """Both seats' token sequences of ``games`` games of uniformly random legal moves (env seeds from ``seed``).
+
+    In a ``say_card`` fraction of the games (drawn from ``seed``; 1: all) each reply first names the
+    seat's own card, then the move (``K bet``; the env reads the last move word, so the game is the
+    same). The moves do not depend on the card: naming it only makes the model find its card in the
+    prompt, which a reply that is a random move never asks of it (measured in docs/multiagent.md:
+    without it, the tables stay the same for J, Q and K).
+    """
     from gem_core.episode import Generation
     from gem_core.multiagent.engine import play_multiagent
     from gem_core.rl.layouts import episode_to_sequence
-    from gem_trl.tiny import imitate
 
     sequences = []
     env = make_env()
-    for game in range(4 * batch_size):
+    naming = random.Random(seed)
+    for game in range(games):
+        names_card = naming.random() < say_card
 
-        def random_move(request: Any) -> Generation:
+        def random_move(request: Any, names_card: bool = names_card) -> Generation:
             move = env.sample_random_action(env.agent_selection)
+            if names_card:
+                move = f"{env.unwrapped.cards[env.agent_selection]} {move}"
             return Generation(token_ids=[*tokenizer.encode(move, add_special_tokens=False), tokenizer.eos_token_id])
 
         played = play_multiagent(engine, env, random_move, seed=seed + game)
         sequences += [episode_to_sequence(e) for e in played.episodes.values()]
     env.close()
-    return imitate(
-        model, tokenizer, sequences, steps=steps, batch_size=batch_size, learning_rate=learning_rate, seed=seed
-    )
+    return sequences
 
 
 #: The aggressive move of each Kuhn Poker history: ``bet`` with no bet open, ``call`` facing one.
@@ -653,8 +800,27 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
 
     def make_env() -> Any:
         env = gem_core.make(env_id)
-        return brief_kuhn(env) if args.prompt == "brief" else env
+        if args.prompt == "brief":
+            return brief_kuhn(env)
+        return card_kuhn(env) if args.prompt == "card" else env
 
+    said: list[float] = []
+    while len(said) < args.card_warmup_steps:  # until it names its card (the loss drops): a jump, not a slope
+        said += selfplay_warm_up(
+            model,
+            tokenizer,
+            engine,
+            make_env,
+            steps=min(100, args.card_warmup_steps - len(said)),
+            learning_rate=args.warmup_lr,
+            batch_size=args.warmup_batch,
+            seed=10_000 * args.seed + 5_000,
+            say_card=1.0,
+        )
+        if sum(said[-20:]) / len(said[-20:]) < CARD_NAMED_LOSS:
+            break
+    if said:
+        print(f"card warm-up: {len(said)} steps naming the card, loss {said[0]:.2f} -> {said[-1]:.2f}", flush=True)
     losses = selfplay_warm_up(
         model,
         tokenizer,
@@ -664,6 +830,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         learning_rate=args.warmup_lr,
         batch_size=args.warmup_batch,
         seed=10_000 * args.seed,
+        say_card=args.card_mix if args.card_warmup_steps else 0.0,
     )
     model.eval()
     print(f"warm-up: {len(losses)} steps on random legal moves, loss {losses[0]:.2f} -> {losses[-1]:.2f}", flush=True)
@@ -724,6 +891,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     run_evals(0, "before")
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     baseline = RoleBaseline(alpha=args.alpha)
+    infoset = InfosetBaseline(alpha=args.infoset_alpha)
     envs = [make_env() for _ in range(args.games)]
     seats = envs[0].possible_agents
     mixed = round(args.opponent_mix * args.games)  # games against the scripted player, the first ones of each step
@@ -749,6 +917,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                     roles.append(seat if i >= mixed else f"{seat} vs scripted")  # a baseline per seat and opponent
         if args.estimator == "role_rebn":
             advantages = role_rebn_advantages(episodes, roles)
+        elif args.estimator == "infoset":
+            advantages = infoset.advantages(episodes, roles)
         elif args.estimator == "role_grpo":
             advantages = role_grpo_advantages(episodes, roles)
         else:

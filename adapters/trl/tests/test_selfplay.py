@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from gem_multiagent._base import last_word
@@ -21,7 +22,9 @@ from gem_trl.kuhn_exact import CARDS, HISTORIES, scripted_strategy, versus
 from gem_trl.selfplay import (
     OPPONENTS,
     BatchedSampler,
+    InfosetBaseline,
     brief_kuhn,
+    card_kuhn,
     evaluate,
     kuhn_greedy_moves,
     kuhn_infoset_prompts,
@@ -32,13 +35,18 @@ from gem_trl.selfplay import (
     policy_gradient_step,
     selfplay_warm_up,
     strategy_rows,
+    warm_up_sequences,
     wilson_interval,
 )
 from gem_trl.tiny import build_tiny_model, build_tiny_tokenizer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import gem_core
 from gem_core.episode import EpisodeEngine, Generation, TurnRequest
+from gem_core.errors import RLInputError
 from gem_core.rl.layouts import episode_to_sequence
+from gem_core.rl.types import Episode, Turn
 
 KUHN = "multiagent:KuhnPoker-v0"
 
@@ -149,7 +157,8 @@ def test_the_exact_values_of_the_table_are_what_the_games_score(warmed: tuple[An
 def test_a_few_selfplay_steps_write_metrics_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--seed", "2", "--steps", "2", "--games", "4", "--group", "2", "--eval-games", "4", "--eval-every", "1"]
     argv += ["--opponent-mix", "0.5"]
-    argv += ["--warmup-steps", "2", "--hidden", "32", "--layers", "1", "--output-dir", str(tmp_path)]
+    argv += ["--warmup-steps", "2", "--card-warmup-steps", "2", "--hidden", "32", "--layers", "1"]
+    argv += ["--output-dir", str(tmp_path)]
     records = main(argv)
     written = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert written == records
@@ -345,8 +354,24 @@ def test_the_evaluation_counts_the_envs_outcomes_not_the_models_claims(tiny: tup
 
 @pytest.mark.parametrize(
     "argv",
-    [["--games", "6", "--group", "4"], ["--steps", "0"], ["--eval-games", "0"], ["--game", "chess"]],
-    ids=["games-not-multiple-of-group", "no-steps", "no-eval-games", "unknown-game"],
+    [
+        ["--games", "6", "--group", "4"],
+        ["--steps", "0"],
+        ["--eval-games", "0"],
+        ["--game", "chess"],
+        ["--card-warmup-steps", "-1"],
+        ["--infoset-alpha", "1"],
+        ["--card-mix", "1.5"],
+    ],
+    ids=[
+        "games-not-multiple-of-group",
+        "no-steps",
+        "no-eval-games",
+        "unknown-game",
+        "negative-card-warm-up",
+        "infoset-alpha-out-of-range",
+        "card-mix-out-of-range",
+    ],
 )
 def test_bad_options_are_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
@@ -371,3 +396,180 @@ def test_plot_of_a_metrics_file(tmp_path: Path) -> None:
     table = strategy_rows({(h, c): {HISTORIES[h][0]: 0.5} for h in HISTORIES for c in CARDS})
     records += [{"kind": "strategy", "step": s, "mode": "sampled", "table": table} for s in (0, 2)]
     assert plot_selfplay(records, tmp_path / "q.png").stat().st_size > 1000
+
+
+# --- the card: restated in the prompt, said in the first warm-up, and a baseline per information set ---
+
+
+def carded() -> Any:
+    return card_kuhn(gem_core.make(KUHN))
+
+
+def test_the_card_prompt_restates_only_the_seats_own_card_at_each_decision(tiny: tuple[Any, Any]) -> None:
+    tokenizer, _ = tiny
+    engine = EpisodeEngine(tokenizer, max_turns=2, max_turn_tokens=4)
+    prompts = kuhn_infoset_prompts(engine, carded)  # raises if a prompt showed more than the information set
+    assert sorted(prompts) == sorted((h, c) for h in HISTORIES for c in CARDS)
+    for (history, card), ids in prompts.items():
+        text = tokenizer.decode(ids)
+        question = text.rsplit("<|im_start|>user\n", 1)[-1]
+        assert question.split("<|im_end|>")[0].endswith(f"? (your card: {card})"), (history, card)
+        others = [c for c in CARDS if c != card]
+        assert all(f"your card: {c}" not in text and f"your card is {c}" not in text for c in others)
+
+
+@pytest.mark.parametrize("seed", [0, 3, 7], ids=lambda s: f"seed{s}")
+@pytest.mark.parametrize("moves", [("bet", "call"), ("bet", "fold"), ("check", "bet", "call"), ("check", "claim")])
+def test_the_card_prompt_keeps_the_envs_game(seed: int, moves: tuple[str, ...]) -> None:
+    bare, wrapped = gem_core.make(KUHN), carded()
+    told_bare, _ = bare.reset(seed=seed)
+    told, _ = wrapped.reset(seed=seed)
+    for agent, text in told.items():
+        assert text.startswith(told_bare[agent])
+    for move in moves:  # same rewards, outcomes and ends; a reply naming no move still forfeits
+        (agent,) = bare.acting_agents()
+        got_bare, got = bare.step({agent: move}), wrapped.step({agent: move})
+        assert got[1:] == got_bare[1:]
+        for seat, text in got[0].items():
+            assert text.startswith(got_bare[0][seat])
+        if bare.episode_over:
+            break
+    assert wrapped.episode_over
+
+
+@pytest.mark.parametrize("say_card", [0.0, 1.0, 0.5], ids=["move", "card-then-move", "half-and-half"])
+def test_the_warm_ups_replies_are_random_moves_optionally_after_the_seats_card(
+    tiny: tuple[Any, Any], say_card: float
+) -> None:
+    tokenizer, _ = tiny
+    engine = EpisodeEngine(tokenizer, max_turns=2, max_turn_tokens=4)
+    sequences = warm_up_sequences(tokenizer, engine, carded, games=24, seed=11, say_card=say_card)
+    assert len(sequences) == 48  # both seats of every game
+    moves, named = [], []
+    for sequence in sequences:
+        ids, mask = sequence.input_ids.tolist(), sequence.loss_mask.tolist()
+        card = tokenizer.decode(ids).split("your card is ", 1)[1][0]
+        replies, current = [], []
+        for token, trained in [*zip(ids, mask, strict=True), (None, 0)]:
+            if trained:
+                current.append(token)
+            elif current:
+                replies.append(tokenizer.decode(current, skip_special_tokens=True).split())
+                current = []
+        assert replies
+        for words in replies:
+            assert words[-1] in ("check", "bet", "call", "fold")
+            assert words[:-1] in ([], [card])  # the seat's own card, or nothing
+            moves.append(words[-1])
+            named.append(words[:-1] == [card])
+    assert {"check", "bet", "call", "fold"} <= set(moves)  # random moves, every kind
+    assert set(named) == {0.0: {False}, 1.0: {True}, 0.5: {False, True}}[say_card]
+
+
+def episode(rewards: list[float], prompts: list[list[int]] | None) -> Episode:
+    turns = [
+        Turn(observation="o", action="a", reward=r, prompt_token_ids=None if prompts is None else prompts[i])
+        for i, r in enumerate(rewards)
+    ]
+    return Episode(turns=turns, start_state_id="s")
+
+
+def test_the_infoset_baseline_by_hand() -> None:
+    baseline = InfosetBaseline(alpha=0.9)
+    first = [episode([2.0], [[1]]), episode([-2.0], [[1]]), episode([0.0, 1.0], [[2], [2, 7]]), episode([5.0], [[1]])]
+    got = baseline.advantages(first, ["a", "a", "a", "b"])
+    # key (a, [1]) first seen: its baseline is the batch's mean (0); (a, [2]) and (a, [2, 7]) see G = 1
+    expected = [[2.0], [-2.0], [0.0, 0.0], [0.0]]
+    assert [a.tolist() for a in got] == expected
+    second = baseline.advantages([episode([1.0], [[1]]), episode([5.0], [[1]])], ["a", "a"])
+    # read before the move: (a, [1]) is 0.9 * 0 + 0.1 * 0 = 0 after the first batch
+    assert [a.tolist() for a in second] == [[1.0], [5.0]]
+    assert math.isclose(baseline.baselines[("a", (1,))], 0.1 * 3.0)
+    third = baseline.advantages([episode([0.0], [[1]])], ["b"])  # another role: its own baseline (5)
+    assert third[0].tolist() == [-5.0]
+
+
+def reference_infoset_advantages(
+    batches: list[list[tuple[str, list[tuple[tuple[int, ...], float]]]]], alpha: float
+) -> list[list[list[float]]]:
+    """An independent reading of the rule: per batch, every turn's G_t minus its key's baseline, then the move."""
+    table: dict[tuple[str, tuple[int, ...]], float] = {}
+    out = []
+    for batch in batches:
+        sums: dict[tuple[str, tuple[int, ...]], list[float]] = {}
+        per_episode = []
+        for role, turns in batch:
+            rewards = [r for _, r in turns]
+            tails = [sum(rewards[t:]) for t in range(len(rewards))]
+            for (prompt, _), g in zip(turns, tails, strict=True):
+                sums.setdefault((role, prompt), []).append(g)
+            per_episode.append([(role, prompt, g) for (prompt, _), g in zip(turns, tails, strict=True)])
+        old = {k: table.get(k, sum(v) / len(v)) for k, v in sums.items()}
+        out.append([[g - old[(role, prompt)] for role, prompt, g in turns] for turns in per_episode])
+        for k, v in sums.items():
+            table[k] = alpha * old[k] + (1 - alpha) * sum(v) / len(v)
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    batches=st.lists(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["p0", "p1", "p0 vs scripted"]),
+                st.lists(
+                    st.tuples(st.tuples(st.integers(0, 3)), st.sampled_from([-2.0, -1.0, 0.0, 1.0, 2.0])),
+                    min_size=1,
+                    max_size=3,
+                ),
+            ),
+            min_size=1,
+            max_size=6,
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    alpha=st.sampled_from([0.0, 0.5, 0.9]),
+)
+def test_the_infoset_baseline_matches_an_independent_reading(
+    batches: list[list[tuple[str, list[tuple[tuple[int, ...], float]]]]], alpha: float
+) -> None:
+    baseline = InfosetBaseline(alpha=alpha)
+    expected = reference_infoset_advantages(batches, alpha)
+    for batch, want in zip(batches, expected, strict=True):
+        episodes = [episode([r for _, r in turns], [list(p) for p, _ in turns]) for _, turns in batch]
+        got = baseline.advantages(episodes, [role for role, _ in batch])
+        for a, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, w, atol=1e-9)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    luck=st.dictionaries(st.integers(0, 5), st.sampled_from([-2.0, -1.0, 1.0, 2.0]), min_size=2, max_size=6),
+    draws=st.lists(st.integers(0, 5), min_size=4, max_size=30),
+)
+def test_a_return_that_only_the_information_set_decides_has_no_advantage(
+    luck: dict[int, float], draws: list[int]
+) -> None:
+    # The card's luck: every move earns what the information set earns. ReBN per seat credits it to the
+    # moves played; the per-information-set baseline gives them nothing.
+    keys = [k for k in draws if k in luck] or [next(iter(luck))]
+    baseline = InfosetBaseline(alpha=0.9)
+    for _ in range(3):
+        episodes = [episode([luck[k]], [[k]]) for k in keys]
+        got = baseline.advantages(episodes, ["p0"] * len(episodes))
+        assert all(abs(float(a[0])) < 1e-9 for a in got)
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda b: b.advantages([episode([1.0], None)], ["p0"]), "prompt_token_ids"),
+        (lambda b: b.advantages([episode([1.0], [[1]])], ["p0", "p1"]), "one per episode"),
+        (lambda b: InfosetBaseline(alpha=1.0), "alpha"),
+    ],
+    ids=["no-prompt-ids", "roles-miscounted", "alpha-out-of-range"],
+)
+def test_the_infoset_baseline_refuses_bad_input(build: Any, message: str) -> None:
+    with pytest.raises(RLInputError, match=message):
+        build(InfosetBaseline())
