@@ -43,10 +43,12 @@ p=/app/run/worker.pid
 step() { out=$($c "$1" 2>/dev/null); code=$?; echo "$1 $code $out"; }
 pidf() { cat $p 2>/dev/null || echo none; }
 live() { if kill -0 "$1" 2>/dev/null && tr '\0' ' ' < /proc/$1/cmdline | grep -q /app/worker.py; then echo yes; else echo no; fi; }
+# a started worker's process shows its command line only once it has exec'd: give it 5 s (a busy machine)
+settle() { for _ in $(seq 100); do [ "$(live "$(pidf)")" = yes ] && return; sleep 0.05; done; }
 $c stop >/dev/null 2>&1
 rm -f $p
 step status
-step start; first=$(pidf); echo "live $(live $first)"
+step start; settle; first=$(pidf); echo "live $(live $first)"
 step status
 step start
 step stop; echo "gone $(live $first) $(pidf)"
@@ -54,12 +56,12 @@ step status
 step stop
 dead=$(sh -c 'echo $$'); echo $dead > $p
 step status
-step start; second=$(pidf); echo "live $(live $second)"
+step start; settle; second=$(pidf); echo "live $(live $second)"
 step stop
 sleep 60 & foreign=$!
 echo $foreign > $p
 step status
-step start; third=$(pidf); echo "live $(live $third)"
+step start; settle; third=$(pidf); echo "live $(live $third)"
 kill -0 $foreign && echo "foreign alive"
 step stop
 kill -0 $foreign && echo "foreign alive"
