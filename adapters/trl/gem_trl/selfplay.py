@@ -805,17 +805,22 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         return card_kuhn(env) if args.prompt == "card" else env
 
     said: list[float] = []
+    if args.card_warmup_steps:
+        from gem_trl.tiny import imitate
+
+        # the same games for every block (played once); blocks end early once it names its card
+        naming = warm_up_sequences(
+            tokenizer, engine, make_env, games=4 * args.warmup_batch, seed=10_000 * args.seed + 5_000, say_card=1.0
+        )
     while len(said) < args.card_warmup_steps:  # until it names its card (the loss drops): a jump, not a slope
-        said += selfplay_warm_up(
+        said += imitate(
             model,
             tokenizer,
-            engine,
-            make_env,
+            naming,
             steps=min(100, args.card_warmup_steps - len(said)),
-            learning_rate=args.warmup_lr,
             batch_size=args.warmup_batch,
+            learning_rate=args.warmup_lr,
             seed=10_000 * args.seed + 5_000,
-            say_card=1.0,
         )
         if sum(said[-20:]) / len(said[-20:]) < CARD_NAMED_LOSS:
             break

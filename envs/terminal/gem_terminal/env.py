@@ -596,15 +596,8 @@ class TerminalEnv(Env):
         assert self._task is not None
         task = self._task
         if task.reward == "reward-file":
-            if task.name in self.container_tasks:
-                # a fresh folder of root's: no link, no mode or file of the agent's carried into the check
-                fresh = self.run_checker(FRESH_REWARD_FOLDER, 10.0)
-                if fresh.status == "closed":
-                    raise self._phase_error(
-                        "reward", "run", fresh.error or "the container ended making the reward folder"
-                    )
-                if not fresh.ok:
-                    return 0.0, f"{fresh.render(600)}\n[reward] 0: {REWARD_FOLDER} was not made afresh"
+            # a container's reward folder was made afresh as root by the check's preparation
+            # (gem_terminal.container.session.CHECK_PREPARE): no link, mode or file of the agent's is left
             for path in REWARD_FILES:
                 refused = self._write("reward", path, b"", owner="checker")
                 if refused is not None:
@@ -751,13 +744,6 @@ def _host_memory_mb() -> int | None:
 
 #: The folder of Harbor's reward files.
 REWARD_FOLDER = "/logs/verifier"
-#: Run as root in a container before its checker: the reward folder made afresh (a link or a file the agent
-#: left in its place, or at ``/logs``, removed; root's, mode 755; no reward file).
-FRESH_REWARD_FOLDER = (
-    "for d in /logs /logs/verifier; do if [ -L $d ] || { [ -e $d ] && [ ! -d $d ]; }; then rm -f $d; fi; done; "
-    f"mkdir -p {REWARD_FOLDER} && chown 0:0 {REWARD_FOLDER} && chmod 755 {REWARD_FOLDER} && rm -rf "
-    + " ".join(REWARD_FILES)
-)
 
 
 def foreign_reward_files(stat_lines: list[str]) -> str | None:
