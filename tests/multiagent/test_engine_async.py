@@ -207,11 +207,18 @@ def test_a_generate_that_cancels_itself_is_a_typed_error() -> None:
         asyncio.run(play_multiagent_async(EpisodeEngine(), NimEnv(), generate, seed=0))
 
 
-def test_cancelling_the_call_cancels_every_request() -> None:
-    started, cancelled = asyncio.Event(), []
+@pytest.mark.parametrize("in_flight", [1, 2, 3], ids=["one-started", "two-started", "all-started"])
+def test_cancelling_the_call_cancels_every_request(in_flight: int) -> None:
+    """Every request in flight is cancelled with the call, whichever had started (under load the three
+    episodes' first requests start at different times)."""
+    started: list[str] = []
+    cancelled: list[str] = []
+    enough_started = asyncio.Event()
 
     async def generate(request: TurnRequest) -> str:
-        started.set()
+        started.append(request.request_id)
+        if len(started) == in_flight:
+            enough_started.set()
         try:
             await asyncio.Event().wait()
         except asyncio.CancelledError:
@@ -222,13 +229,15 @@ def test_cancelling_the_call_cancels_every_request() -> None:
     async def main() -> None:
         jobs = [MultiAgentJob(NimEnv(), seed=s) for s in range(3)]
         task = asyncio.ensure_future(play_multiagent_many(EpisodeEngine(), jobs, generate))
-        await asyncio.wait_for(started.wait(), HANG_GUARD_S)
+        await asyncio.wait_for(enough_started.wait(), HANG_GUARD_S)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        for _ in range(3):
+            await asyncio.sleep(0)  # a request the cancelled call still issued would start here
 
     asyncio.run(main())
-    assert len(cancelled) == 3
+    assert len(started) >= in_flight and sorted(cancelled) == sorted(started)
 
 
 def test_scripted_seats_play_in_the_async_driver() -> None:
