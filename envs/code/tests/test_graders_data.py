@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from gem_tool_python.probes import snoop_program
+from gem_tool_python.probes import SNOOP_TIMEOUT_S, snoop_program
 
 import gem_code
 import gem_core
@@ -15,7 +15,12 @@ SAMPLES = Path(gem_code.__file__).with_name("samples") / "code.jsonl"
 
 
 def test_snooping_solution_finds_no_tests_and_scores_zero() -> None:
-    env = gem_core.make("code:Sample-v0", max_tests=1, timeout_s=60.0, sandbox={"cpu_s": 60, "pool_size": 1})
+    env = gem_core.make(
+        "code:Sample-v0",
+        max_tests=1,
+        timeout_s=SNOOP_TIMEOUT_S,
+        sandbox={"cpu_s": int(SNOOP_TIMEOUT_S), "pool_size": 1},
+    )
     try:
         if env.pool.start().isolation != "namespaces":
             pytest.skip(f"only namespace mode hides the graders' data; this machine gives {env.pool.isolation!r}")

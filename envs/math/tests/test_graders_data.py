@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from gem_tool_python import PythonTool
-from gem_tool_python.probes import snoop_program
+from gem_tool_python.probes import SNOOP_TIMEOUT_S, snoop_program
 
 import gem_core
 import gem_math
@@ -17,7 +17,7 @@ SAMPLES = Path(gem_math.__file__).with_name("samples") / "math.jsonl"
 
 
 def test_snooping_tool_call_finds_no_answers() -> None:
-    tool = PythonTool(timeout_s=60.0, cpu_s=60, pool_size=1)
+    tool = PythonTool(timeout_s=SNOOP_TIMEOUT_S, cpu_s=int(SNOOP_TIMEOUT_S), pool_size=1)
     if tool.pool.start().isolation != "namespaces":
         tool.close()
         pytest.skip(f"only namespace mode hides the graders' data; this machine gives {tool.pool.isolation!r}")

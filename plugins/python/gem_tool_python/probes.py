@@ -9,7 +9,13 @@ of where it found any of the needles. Dataset envs' tests run it as a "solution"
 
 from __future__ import annotations
 
-__all__ = ["snoop_program"]
+__all__ = ["SNOOP_TIMEOUT_S", "snoop_program"]
+
+#: The wall-clock and CPU budget to give :func:`snoop_program`'s run. It reads the name of every file the
+#: sandbox shows (a checkout with its tox envs: tens of thousands) and the content of every data file: 15 to
+#: 30 s on a quiet 2-core machine, past 60 s when three tox envs ran beside it. A tighter bound turns the
+#: test into a timeout, whose observation holds no answer either, so it would prove nothing.
+SNOOP_TIMEOUT_S = 600.0
 
 _SNOOP = r"""
 import json, os, sys

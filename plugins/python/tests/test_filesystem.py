@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from gem_tool_python import SandboxPool
-from gem_tool_python.probes import snoop_program
+from gem_tool_python.probes import SNOOP_TIMEOUT_S, snoop_program
 
 from gem_core.errors import SandboxIsolationWarning, ToolError
 
@@ -35,7 +35,7 @@ def namespaces_pool(**settings: object) -> SandboxPool:
 
 @pytest.fixture(scope="module")
 def pool() -> Iterator[SandboxPool]:
-    p = namespaces_pool(timeout_s=60.0, cpu_s=60)
+    p = namespaces_pool(timeout_s=SNOOP_TIMEOUT_S, cpu_s=int(SNOOP_TIMEOUT_S))
     yield p
     p.close()
 
