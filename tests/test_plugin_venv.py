@@ -20,7 +20,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ROOT / "tests" / "plugin_packages"
 
-pytestmark = pytest.mark.slow
+# one pytest-xdist worker runs the whole module: the venv (a pip install of gem-core built from source, about
+# 50 s) is a module fixture, which each worker that got one of these tests would build again
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("plugin-venv")]
 
 
 @pytest.fixture(scope="module")
