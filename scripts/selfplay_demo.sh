@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Self-play on the CPU (docs/multiagent.md, "A CPU demo"): a virtualenv with gem-core, gem-multiagent and
-# gem-trl (CPU torch), then a tiny model, built locally from a config, plays Kuhn Poker against itself (and,
-# in half the games, against the scripted player) with a baseline per information set (python -m gem_trl.selfplay);
+# gem-trl (CPU torch), then a tiny model, built locally from a config, plays Kuhn Poker against itself in half
+# the games, the scripted and the random player in a quarter each (--opponents), with a baseline per information
+# set (python -m gem_trl.selfplay);
 # win rates, chips per game and the per-card strategy table before and after, in runs/selfplay
 # (metrics.jsonl, metrics.png).
 #   bash scripts/selfplay_demo.sh                 # venv in .venv-trl-demo (the text demo's), reused

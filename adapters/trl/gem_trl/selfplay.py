@@ -5,16 +5,17 @@ tokenizer is trained in code on the game's text and the model is a small Qwen2 w
 (:mod:`gem_trl.tiny`, as the single-agent demo). The prompt (``--prompt card``, default) is the env's,
 with the seat's card restated at the end of each question (``--prompt full``: the env's alone;
 ``brief``: without the rules paragraph). A supervised warm-up on **random legal moves** (never the
-reference player's) teaches the answer format, so it starts near a random player: first
-``--card-warmup-steps`` on replies that name the seat's card before the move (``K bet``), which make
-the model find its card in the prompt, then ``--warmup-steps`` on bare moves. Then every RL step
-plays ``--games`` games: ``--opponent-mix`` of them against the scripted player, the rest with the
-same model in both seats (:func:`gem_core.multiagent.engine.play_multiagent_many`: one trajectory
-per model seat, token in / token out, every game's requests batched into one forward), computes
+reference player's; ``--warmup-aggression`` of them bet or call, the rest check or fold) teaches the
+answer format, so it starts near a cautious random player: first ``--card-warmup-steps`` on replies
+that name the seat's card before the move (``K bet``), which make the model find its card in the
+prompt, then ``--warmup-steps`` on bare moves. Then every RL step plays ``--games`` games against a
+population (``--opponents``): the scripted player, the random player, and the same model in both
+seats (:func:`gem_core.multiagent.engine.play_multiagent_many`: one trajectory per model seat, token
+in / token out, every game's requests batched into one forward), computes
 advantages (``--estimator infoset``, default: :class:`InfosetBaseline`, a moving baseline per role and
 information set; or role-conditioned ones from :mod:`gem_core.rl.roles`: ReBN per role, GRPO per
-(deal, role), SPIRAL's per-role moving baseline; a role is the seat, and the seat against the
-scripted player) and takes one policy-gradient step on the generated tokens.
+(deal, role), SPIRAL's per-role moving baseline; a role is the seat, and the seat against each
+fixed player) and takes one policy-gradient step on the generated tokens.
 
 Why not ``GemGRPOTrainer``: TRL's rollout hook maps one prompt to one completion, while a self-play
 game yields one trajectory per seat with a per-seat baseline; fitting that in would change the
@@ -60,8 +61,17 @@ ESTIMATORS = ("infoset", "role_rebn", "role_grpo", "spiral")
 #: The card warm-up stops once its mean loss over 20 steps is below this: the model names its card
 #: (a model that does not sits near 0.6, one that does near 0.2; the moves stay random).
 CARD_NAMED_LOSS = 0.35
+#: ``--warmup-aggression``'s default: the warm-up's random moves bet or call this often, check or fold the rest.
+#: Below a half, so the model starts as a cautious random player whose greedy table is mostly check
+#: and fold; at a half the greedy table is a coin toss per information set and can land on "always
+#: bet, always call", whose win rate against both opponents no strategy beats (docs/multiagent.md).
+DEFAULT_WARMUP_AGGRESSION = 0.3
 #: ``--prompt`` choices.
 PROMPTS = ("full", "brief", "card")
+#: The RL games' opponents (``--opponents``): the model itself in the other seat, or a fixed player.
+POPULATION = ("self", *OPPONENTS)
+#: ``--opponents``' default: each opponent's share of a step's games.
+DEFAULT_OPPONENTS = "self=0.5,scripted=0.25,random=0.25"
 #: First env seed of the evaluation deals (the same before and after training: paired comparisons).
 EVAL_SEED = 900_000_000
 
@@ -72,7 +82,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=0, help="seeds the model, the warm-up, the deals and the sampling")
     parser.add_argument("--game", default="kuhn_poker", choices=sorted(GAMES), help="the game played against itself")
-    parser.add_argument("--steps", type=int, default=30, help="RL steps (one policy-gradient update each)")
+    parser.add_argument("--steps", type=int, default=60, help="RL steps (one policy-gradient update each)")
     parser.add_argument("--games", type=int, default=32, help="self-play games per RL step (two trajectories each)")
     parser.add_argument("--group", type=int, default=4, help="games per deal (start state): role_grpo's groups")
     parser.add_argument("--estimator", default="infoset", choices=ESTIMATORS, help="role-conditioned advantage")
@@ -82,10 +92,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--lr", type=float, default=1e-3, help="RL learning rate (AdamW)")
     parser.add_argument(
-        "--opponent-mix",
-        type=float,
-        default=0.5,
-        help="fraction of each step's games played against the scripted player (the rest: self-play)",
+        "--opponents",
+        type=parse_opponents,
+        default=parse_opponents(DEFAULT_OPPONENTS),
+        help="the RL games' population: each opponent's share of a step's games, self (the model in both seats), "
+        f"scripted and random (default {DEFAULT_OPPONENTS}; shares are normalised, 0 leaves one out)",
     )
     parser.add_argument(
         "--prompt",
@@ -113,6 +124,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=0.5,
         help="fraction of the warm-up's games whose replies still name the card (with --card-warmup-steps)",
     )
+    parser.add_argument(
+        "--warmup-aggression",
+        type=float,
+        default=DEFAULT_WARMUP_AGGRESSION,
+        help="probability that a warm-up move is the aggressive one (bet, or call facing a bet), whatever the card",
+    )
     parser.add_argument("--warmup-lr", type=float, default=3e-3, help="learning rate of the warm-up")
     parser.add_argument("--eval-games", type=int, default=1000, help="games per evaluation (opponent x greedy/sampled)")
     parser.add_argument("--eval-every", type=int, default=0, help="evaluate every N RL steps too (0: before/after)")
@@ -126,13 +143,64 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error(f"--card-mix must be in [0, 1], got {args.card_mix}")
     if args.card_warmup_steps < 0:
         parser.error(f"--card-warmup-steps must be >= 0, got {args.card_warmup_steps}")
+    if not 0.0 <= args.warmup_aggression <= 1.0:
+        parser.error(f"--warmup-aggression must be in [0, 1], got {args.warmup_aggression}")
     if not 0.0 <= args.infoset_alpha < 1.0:
         parser.error(f"--infoset-alpha must be in [0, 1), got {args.infoset_alpha}")
-    if not 0.0 <= args.opponent_mix <= 1.0:
-        parser.error(f"--opponent-mix must be in [0, 1], got {args.opponent_mix}")
     if args.games % args.group:
         parser.error(f"--games ({args.games}) must be a multiple of --group ({args.group})")
     return args
+
+
+def parse_opponents(text: str) -> dict[str, float]:
+    """``--opponents``: ``"self=0.5,scripted=0.25,random=0.25"`` to each opponent's share of the games, normalised.
+
+    Opponents not named get no games.
+
+    Raises:
+        argparse.ArgumentTypeError: An unknown opponent, one named twice, a share that is no number or
+            negative, or shares that add up to 0 (argparse turns it into a usage error naming the option).
+    """
+    shares: dict[str, float] = {}
+    for part in text.split(","):
+        name, sep, value = part.partition("=")
+        name = name.strip()
+        if name not in POPULATION or not sep:
+            raise argparse.ArgumentTypeError(
+                f"{part!r} is not OPPONENT=SHARE with OPPONENT one of {', '.join(POPULATION)} "
+                f"(e.g. {DEFAULT_OPPONENTS})"
+            )
+        if name in shares:
+            raise argparse.ArgumentTypeError(f"{name!r} is named twice in {text!r}; name each opponent once")
+        try:
+            shares[name] = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name}'s share {value!r} is not a number (e.g. {name}=0.25)") from None
+        if not shares[name] >= 0.0:  # NaN too
+            raise argparse.ArgumentTypeError(f"{name}'s share must be >= 0, got {value!r}")
+    total = sum(shares.values())
+    if not 0.0 < total < math.inf:
+        raise argparse.ArgumentTypeError(f"the shares in {text!r} add up to {total}; give at least one above 0")
+    return {name: shares.get(name, 0.0) / total for name in POPULATION}
+
+
+def split_games(shares: dict[str, float], games: int) -> dict[str, list[int]]:
+    """Which of a step's ``games`` (their indices) each opponent plays: ``shares`` rounded to whole games.
+
+    The largest remainders get the games that rounding down leaves (ties in :data:`POPULATION`'s
+    order), so the counts add up to ``games``; the fixed players' games come first, then self-play's.
+    """
+    exact = {name: shares.get(name, 0.0) * games for name in POPULATION}
+    counts = {name: math.floor(value) for name, value in exact.items()}
+    left = games - sum(counts.values())
+    for name in sorted(POPULATION, key=lambda n: (counts[n] - exact[n], POPULATION.index(n)))[:left]:
+        counts[name] += 1
+    out: dict[str, list[int]] = {}
+    start = 0
+    for name in (*OPPONENTS, "self"):
+        out[name] = list(range(start, start + counts[name]))
+        start += counts[name]
+    return out
 
 
 def wilson_interval(wins: int, games: int, z: float = 1.96) -> tuple[float, float]:
@@ -475,26 +543,41 @@ def selfplay_warm_up(
     learning_rate: float,
     seed: int,
     say_card: float = 0.0,
+    aggression: float = 0.5,
 ) -> list[float]:
     """Imitate random legal moves in both seats of ``4 * batch_size`` games, on the prompts self-play will see.
 
-    ``say_card``: the fraction of games whose replies name the seat's card first (:func:`warm_up_sequences`).
+    ``say_card``: the fraction of games whose replies name the seat's card first; ``aggression``: how
+    often a move is ``bet`` or ``call`` (:func:`warm_up_sequences`).
 
     Returns:
         The loss of each step (:func:`warm_up_sequences` has the games).
     """
     from gem_trl.tiny import imitate
 
-    sequences = warm_up_sequences(tokenizer, engine, make_env, games=4 * batch_size, seed=seed, say_card=say_card)
+    sequences = warm_up_sequences(
+        tokenizer, engine, make_env, games=4 * batch_size, seed=seed, say_card=say_card, aggression=aggression
+    )
     return imitate(
         model, tokenizer, sequences, steps=steps, batch_size=batch_size, learning_rate=learning_rate, seed=seed
     )
 
 
 def warm_up_sequences(
-    tokenizer: Any, engine: Any, make_env: Callable[[], Any], *, games: int, seed: int, say_card: float = 0.0
+    tokenizer: Any,
+    engine: Any,
+    make_env: Callable[[], Any],
+    *,
+    games: int,
+    seed: int,
+    say_card: float = 0.0,
+    aggression: float = 0.5,
 ) -> list[Any]:
-    """Both seats' token sequences of ``games`` games of uniformly random legal moves (env seeds from ``seed``).
+    """Both seats' token sequences of ``games`` games of random legal moves (env seeds from ``seed``).
+
+    Each move is the aggressive one (``bet``, or ``call`` facing a bet) with probability
+    ``aggression`` (0.5: uniform), else the other legal move, whatever the card (drawn from the env's
+    generator, so from ``seed``).
 
     In a ``say_card`` fraction of the games (drawn from ``seed``; 1: all) each reply first names the
     seat's own card, then the move (``K bet``; the env reads the last move word, so the game is the
@@ -513,7 +596,10 @@ def warm_up_sequences(
         names_card = naming.random() < say_card
 
         def random_move(request: Any, names_card: bool = names_card) -> Generation:
-            move = env.sample_random_action(env.agent_selection)
+            legal = env.unwrapped.legal_moves()
+            move = AGGRESSIVE[" ".join(env.unwrapped.history)]
+            if env.unwrapped.np_random.random() >= aggression:
+                (move,) = (m for m in legal if m != move)
             if names_card:
                 move = f"{env.unwrapped.cards[env.agent_selection]} {move}"
             return Generation(token_ids=[*tokenizer.encode(move, add_special_tokens=False), tokenizer.eos_token_id])
@@ -524,6 +610,8 @@ def warm_up_sequences(
     return sequences
 
 
+#: Every Kuhn Poker move word, as the env reads a reply (its last one of these).
+HISTORIES_MOVES = ("check", "bet", "call", "fold")
 #: The aggressive move of each Kuhn Poker history: ``bet`` with no bet open, ``call`` facing one.
 AGGRESSIVE = {"": "bet", "bet": "call", "check": "bet", "check bet": "call"}
 
@@ -575,8 +663,79 @@ def kuhn_infoset_prompts(engine: Any, make_env: Callable[[], Any]) -> dict[tuple
     return prompts
 
 
+def after_own_reply(
+    prompts: dict[tuple[str, str], list[int]], card: str, reply: Sequence[int], tokenizer: Any
+) -> list[int]:
+    """``player_0``'s prompt facing ``check bet`` with ``card`` when its opening reply was ``reply`` (token ids).
+
+    The chat shows a seat its own earlier replies, so this prompt holds the opening reply's tokens:
+    ``K check`` and ``check`` make two prompts of one information set. :func:`kuhn_infoset_prompts`
+    plays the bare move; this swaps in another reply that makes the same move.
+
+    Raises:
+        RLInputError: The recorded prompt does not continue the opening's prompt with the bare move.
+    """
+    from gem_core.errors import RLInputError
+
+    opening, bare = prompts[("", card)], prompts[("check bet", card)]
+    forced = [*tokenizer.encode("check", add_special_tokens=False), tokenizer.eos_token_id]
+    if bare[: len(opening) + len(forced)] != [*opening, *forced]:
+        raise RLInputError(f"the prompt of ('check bet', {card!r}) does not continue the opening's with its reply")
+    return [*opening, *reply, *bare[len(opening) + len(forced) :]]
+
+
+def kuhn_sampled_table(
+    sampler: BatchedSampler, prompts: dict[tuple[str, str], list[int]], *, keep: int = 64, replies: int = 16
+) -> tuple[dict[tuple[str, str], dict[str, float]], dict[tuple[str, str], float]]:
+    """The sampling policy's table as games play it: :func:`kuhn_move_probabilities`, ``check bet`` by opening reply.
+
+    ``player_0`` facing ``check bet`` sees its own opening reply, which varies (``check``, ``K check``):
+    its row is the mean of its rows after each reply that checked, weighted by that reply's
+    probability, over the ``replies`` likeliest ones (the mass of the rest is unresolved).
+
+    Returns:
+        The table and each information set's unresolved mass, as :func:`kuhn_move_probabilities`.
+    """
+    from gem_multiagent._base import last_word
+
+    tokenizer = sampler.tokenizer
+    ended: dict[tuple[str, str], list[tuple[float, list[int]]]] = {}
+    table, unresolved = kuhn_move_probabilities(sampler, prompts, keep=keep, ended=ended)
+    variants: dict[tuple[str, str], list[int]] = {}
+    weights: dict[tuple[str, str], list[tuple[float, Any]]] = {}
+    for (history, card), found in ended.items():
+        if history:
+            continue
+        checks = [
+            (p, ids)
+            for p, ids in found
+            if last_word(tokenizer.decode(ids, skip_special_tokens=True), HISTORIES_MOVES) == "check"
+        ]
+        checks.sort(key=lambda pair: -pair[0])
+        for i, (p, ids) in enumerate(checks[:replies]):
+            variants[(f"check bet#{i}", card)] = after_own_reply(
+                prompts, card, [*ids, tokenizer.eos_token_id], tokenizer
+            )
+            weights.setdefault(("check bet", card), []).append((p, (f"check bet#{i}", card)))
+    if variants:
+        rows, lost = kuhn_move_probabilities(sampler, variants, keep=keep, history_of=lambda key: "check bet")
+        for key, parts in weights.items():
+            total = table[("", key[1])].get("check", 0.0)
+            covered = sum(p for p, _ in parts)
+            if total <= 0.0:
+                continue
+            table[key] = {m: sum(p * rows[v].get(m, 0.0) for p, v in parts) / total for m in ("call", "fold")}
+            unresolved[key] = (sum(p * lost[v] for p, v in parts) + max(0.0, total - covered)) / total
+    return table, unresolved
+
+
 def kuhn_move_probabilities(
-    sampler: BatchedSampler, prompts: dict[tuple[str, str], list[int]], *, keep: int = 64
+    sampler: BatchedSampler,
+    prompts: dict[tuple[str, str], list[int]],
+    *,
+    keep: int = 64,
+    ended: dict[tuple[str, str], list[tuple[float, list[int]]]] | None = None,
+    history_of: Callable[[tuple[str, str]], str] = lambda key: key[0],
 ) -> tuple[dict[tuple[str, str], dict[str, float]], dict[tuple[str, str], float]]:
     """The sampling policy's table: the probability that a sampled reply makes each legal move.
 
@@ -585,6 +744,9 @@ def kuhn_move_probabilities(
     move makes it (any other reply is a forfeit, a cut reply too). The replies are enumerated as a tree
     of token prefixes, one batched forward per depth; per information set only the ``keep`` likeliest
     prefixes of each depth are followed, and the mass of those dropped is returned as unresolved.
+
+    ``ended``, when given, gets each key's replies that made a legal move: ``(probability, token ids)``,
+    the end token left out. ``history_of`` reads a key's history (default: its first element).
 
     Returns:
         The table (``(history, card) -> {move: probability}``) and each information set's unresolved
@@ -604,10 +766,12 @@ def kuhn_move_probabilities(
         probs = torch.softmax(logits.double() / sampler.temperature, dim=-1)
         grown: dict[tuple[str, str], list[tuple[float, list[int]]]] = {key: [] for key in prompts}
         for (key, prefix, p), row in zip(frontier, probs, strict=True):
-            ended = p * float(row[eos])
-            move = last_word(tokenizer.decode(prefix, skip_special_tokens=True), ("check", "bet", "call", "fold"))
-            if move in HISTORIES[key[0]]:
-                table[key][move] = table[key].get(move, 0.0) + ended
+            done = p * float(row[eos])
+            move = last_word(tokenizer.decode(prefix, skip_special_tokens=True), HISTORIES_MOVES)
+            if move in HISTORIES[history_of(key)]:
+                table[key][move] = table[key].get(move, 0.0) + done
+                if ended is not None:
+                    ended.setdefault(key, []).append((done, prefix))
             if depth + 1 == sampler.max_tokens:
                 continue  # a reply that goes on is cut at the budget: a forfeit
             row = row.clone()
@@ -640,9 +804,23 @@ def kuhn_greedy_moves(
         for i, k in enumerate(keys)
     ]
     table: dict[tuple[str, str], dict[str, float]] = {}
-    for key, answer in zip(keys, sampler.sample(requests), strict=True):
+    answers = dict(zip(keys, sampler.sample(requests), strict=True))
+    redo = {}  # player_0 facing check-bet sees its own opening reply: the greedy one, not the bare move
+    for (history, card), answer in answers.items():
+        ids = list(answer.token_ids or [])
+        if history or not ids or ids[-1] != sampler.tokenizer.eos_token_id:
+            continue
+        if last_word(sampler.tokenizer.decode(ids, skip_special_tokens=True), HISTORIES_MOVES) == "check":
+            redo[("check bet", card)] = after_own_reply(prompts, card, ids, sampler.tokenizer)
+    if redo:
+        again = [
+            TurnRequest(episode_index=i, turn=0, prompt_ids=ids, messages=[], max_tokens=None, request_id=f"c{i}/r")
+            for i, ids in enumerate(redo.values())
+        ]
+        answers.update(zip(redo, sampler.sample(again), strict=True))
+    for key, answer in answers.items():
         text = sampler.tokenizer.decode(answer.token_ids or [], skip_special_tokens=True)
-        move = last_word(text, ("check", "bet", "call", "fold"))  # the env's reading of a reply
+        move = last_word(text, HISTORIES_MOVES)  # the env's reading of a reply
         table[key] = {move: 1.0} if move in HISTORIES[key[0]] else {}
     return table
 
@@ -791,7 +969,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         with metrics_path.open("a") as out:
             out.write(json.dumps(entry) + "\n")
 
-    print(f"seed {args.seed}; {env_id} self-play; {args.steps} steps of {args.games} games; {args.estimator}")
+    population = ", ".join(f"{name} {share:.2f}" for name, share in args.opponents.items() if share)
+    print(f"seed {args.seed}; {env_id}; {args.steps} steps of {args.games} games ({population}); {args.estimator}")
     started = time.perf_counter()
     tokenizer = build_tiny_tokenizer(warmup_id)
     model = build_tiny_model(tokenizer, seed=args.seed, hidden_size=args.hidden, num_layers=args.layers)
@@ -810,7 +989,13 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
 
         # the same games for every block (played once); blocks end early once it names its card
         naming = warm_up_sequences(
-            tokenizer, engine, make_env, games=4 * args.warmup_batch, seed=10_000 * args.seed + 5_000, say_card=1.0
+            tokenizer,
+            engine,
+            make_env,
+            games=4 * args.warmup_batch,
+            seed=10_000 * args.seed + 5_000,
+            say_card=1.0,
+            aggression=args.warmup_aggression,
         )
     while len(said) < args.card_warmup_steps:  # until it names its card (the loss drops): a jump, not a slope
         said += imitate(
@@ -836,6 +1021,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         batch_size=args.warmup_batch,
         seed=10_000 * args.seed,
         say_card=args.card_mix if args.card_warmup_steps else 0.0,
+        aggression=args.warmup_aggression,
     )
     model.eval()
     print(f"warm-up: {len(losses)} steps on random legal moves, loss {losses[0]:.2f} -> {losses[-1]:.2f}", flush=True)
@@ -856,7 +1042,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                 table, unresolved = kuhn_greedy_moves(greedy, prompts), 0.0
             else:
                 with sampled.memoized():
-                    table, lost = kuhn_move_probabilities(sampled, prompts)
+                    table, lost = kuhn_sampled_table(sampled, prompts)
                 unresolved = max(lost.values())
             exact = {name: versus(table, reference) for name, reference in references.items()}
             rows = strategy_rows(table)
@@ -899,7 +1085,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     infoset = InfosetBaseline(alpha=args.infoset_alpha)
     envs = [make_env() for _ in range(args.games)]
     seats = envs[0].possible_agents
-    mixed = round(args.opponent_mix * args.games)  # games against the scripted player, the first ones of each step
+    split = split_games(args.opponents, args.games)  # the same games of each step against each opponent
+    against = {i: name for name, indices in split.items() for i in indices}
     for step in range(1, args.steps + 1):
         tick = time.perf_counter()
         first_seed = 1_000_000 * (args.seed + 1) + step * args.games
@@ -907,10 +1094,11 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
             MultiAgentJob(env, seed=first_seed + i // args.group, env_id=env_id, episode_id=f"rl{step}/game{i}")
             for i, env in enumerate(envs)
         ]
-        groups: list[tuple[list[int], Any]] = [(list(range(mixed, args.games)), sampled)]
-        for k, seat in enumerate(seats):  # the model takes each seat in half the games against the scripted player
-            policies = {a: sampled if a == seat else Scripted(opponents["scripted"]) for a in seats}
-            groups.append(([i for i in range(mixed) if i % len(seats) == k], policies))
+        groups: list[tuple[list[int], Any]] = [(split["self"], sampled)]
+        for name in OPPONENTS:  # the model takes each seat in half the games against a fixed player
+            for k, seat in enumerate(seats):
+                policies = {a: sampled if a == seat else Scripted(opponents[name]) for a in seats}
+                groups.append(([i for i in split[name] if i % len(seats) == k], policies))
         with sampled.memoized():
             results = _play_groups(engine, [([jobs[i] for i in idx], pol) for idx, pol in groups], args.request_timeout)
         order = [i for idx, _ in groups for i in idx]
@@ -919,7 +1107,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
             if result.error is None:
                 for seat, episode in result.episodes.items():
                     episodes.append(episode)
-                    roles.append(seat if i >= mixed else f"{seat} vs scripted")  # a baseline per seat and opponent
+                    # a baseline per seat and opponent: the same move earns more against the random player
+                    roles.append(seat if against[i] == "self" else f"{seat} vs {against[i]}")
         if args.estimator == "role_rebn":
             advantages = role_rebn_advantages(episodes, roles)
         elif args.estimator == "infoset":
@@ -931,14 +1120,14 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         sequences = [episode_to_sequence(e, advantages=a) for e, a in zip(episodes, advantages, strict=True)]
         loss = policy_gradient_step(model, optimizer, sequences, tokenizer.pad_token_id)
         turns = [t for e in episodes for t in e.turns]
-        selfplay = [r for i, r in zip(order, results, strict=True) if i >= mixed]
+        selfplay = [r for i, r in zip(order, results, strict=True) if against[i] == "self"]
         record(
             {
                 "kind": "train",
                 "step": step,
                 "loss": loss,
                 "games": len(results),
-                "games_vs_scripted": mixed,
+                "games_vs": {name: len(indices) for name, indices in split.items()},
                 "failed": sum(r.error is not None for r in results),
                 "trajectories": len(episodes),
                 "format_errors": sum(bool(t.info.get("format_error") or t.info.get("illegal_move")) for t in turns)

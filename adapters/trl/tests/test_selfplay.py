@@ -23,17 +23,20 @@ from gem_trl.selfplay import (
     OPPONENTS,
     BatchedSampler,
     InfosetBaseline,
+    after_own_reply,
     brief_kuhn,
     card_kuhn,
     evaluate,
     kuhn_greedy_moves,
     kuhn_infoset_prompts,
     kuhn_move_probabilities,
+    kuhn_sampled_table,
     main,
     parse_args,
     plot_selfplay,
     policy_gradient_step,
     selfplay_warm_up,
+    split_games,
     strategy_rows,
     warm_up_sequences,
     wilson_interval,
@@ -45,6 +48,7 @@ from hypothesis import strategies as st
 import gem_core
 from gem_core.episode import EpisodeEngine, Generation, TurnRequest
 from gem_core.errors import RLInputError
+from gem_core.multiagent.engine import play_multiagent
 from gem_core.rl.layouts import episode_to_sequence
 from gem_core.rl.types import Episode, Turn
 
@@ -61,6 +65,10 @@ def tiny() -> tuple[Any, Any]:
 
 def brief() -> Any:
     return brief_kuhn(gem_core.make(KUHN))
+
+
+def carded() -> Any:
+    return card_kuhn(gem_core.make(KUHN))
 
 
 @pytest.fixture(scope="module")
@@ -140,23 +148,54 @@ def test_the_exact_values_of_the_table_are_what_the_games_score(warmed: tuple[An
         table = (
             kuhn_greedy_moves(sampler, prompts)
             if mode == "greedy"
-            else kuhn_move_probabilities(sampler, prompts, keep=16)[0]
+            else kuhn_sampled_table(sampler, prompts, keep=16)[0]
         )
         numbers = evaluate(engine, brief, sampler, lambda env, a, news: players[a](env, a, news), games=800)
     exact = versus(table, scripted_strategy())
     for seat, played in numbers["per_seat"].items():
         low, high = played["return_ci95"]
         spread = (high - low) / 2
-        assert abs(played["mean_return"] - exact[f"chips_{seat}"]) <= 1.2 * spread, seat  # 1.2 x 95%: ~4.5 sigma
+        assert abs(played["mean_return"] - exact[f"chips_{seat}"]) <= 1.2 * spread + 1e-9, seat  # 1.2 x 95%
         low, high = played["ci95"]
         assert low - 0.03 <= exact[f"win_rate_{seat}"] <= high + 0.03, seat
     assert len(strategy_rows(table)) == 12
 
 
+@pytest.mark.parametrize("opening", ["check", "K check", "J Q check"], ids=["bare", "naming-card", "two-words"])
+def test_the_prompt_after_an_own_reply_is_what_the_game_shows(tiny: tuple[Any, Any], opening: str) -> None:
+    """``player_0`` facing ``check bet`` sees its own opening reply: the tables build that prompt as a game does."""
+    tokenizer, _ = tiny
+    engine = EpisodeEngine(tokenizer, max_turns=2, max_turn_tokens=8)
+    prompts = kuhn_infoset_prompts(engine, carded)
+    seen: list[list[int]] = []
+    reply = [*tokenizer.encode(opening, add_special_tokens=False), tokenizer.eos_token_id]
+
+    def play(request: TurnRequest) -> Generation:
+        seen.append(list(request.prompt_ids))
+        if len(seen) == 1:
+            return Generation(token_ids=reply)
+        return Generation(
+            token_ids=[
+                *tokenizer.encode("bet" if len(seen) == 2 else "fold", add_special_tokens=False),
+                tokenizer.eos_token_id,
+            ]
+        )
+
+    env = carded()
+    for seed in range(40):  # a deal where player_0 holds a K
+        env.reset(seed=seed)
+        if env.unwrapped.cards["player_0"] == "K":
+            break
+    play_multiagent(engine, env, play, seed=seed)
+    assert len(seen) == 3  # player_0 opened, player_1 bet, player_0 answers
+    assert after_own_reply(prompts, "K", reply, tokenizer) == seen[2]
+    assert (after_own_reply(prompts, "K", reply, tokenizer) == prompts[("check bet", "K")]) == (opening == "check")
+
+
 @pytest.mark.slow
 def test_a_few_selfplay_steps_write_metrics_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["--seed", "2", "--steps", "2", "--games", "4", "--group", "2", "--eval-games", "4", "--eval-every", "1"]
-    argv += ["--opponent-mix", "0.5"]
+    argv = ["--seed", "2", "--steps", "2", "--games", "8", "--group", "2", "--eval-games", "4", "--eval-every", "1"]
+    argv += ["--opponents", "self=2,scripted=1,random=1"]
     argv += ["--warmup-steps", "2", "--card-warmup-steps", "2", "--hidden", "32", "--layers", "1"]
     argv += ["--output-dir", str(tmp_path)]
     records = main(argv)
@@ -165,8 +204,8 @@ def test_a_few_selfplay_steps_write_metrics_and_plot(tmp_path: Path, capsys: pyt
     train = [r for r in written if r["kind"] == "train"]
     evals = [r for r in written if r["kind"] == "eval"]
     assert [r["step"] for r in train] == [1, 2]
-    assert all(r["games"] == 4 and r["trajectories"] + r["failed"] * 2 >= 4 for r in train)
-    assert all(r["games_vs_scripted"] == 2 for r in train)  # --opponent-mix 0.5 of 4 games
+    assert all(r["games"] == 8 and r["trajectories"] + r["failed"] * 2 >= 8 for r in train)  # a seat that acted
+    assert all(r["games_vs"] == {"self": 4, "scripted": 2, "random": 2} for r in train)
     tables = [r for r in written if r["kind"] == "strategy"]
     assert [(r["step"], r["mode"]) for r in tables] == [(s, m) for s in (0, 1, 2) for m in ("greedy", "sampled")]
     for r in tables:
@@ -362,6 +401,12 @@ def test_the_evaluation_counts_the_envs_outcomes_not_the_models_claims(tiny: tup
         ["--card-warmup-steps", "-1"],
         ["--infoset-alpha", "1"],
         ["--card-mix", "1.5"],
+        ["--opponents", "self=0.5,human=0.5"],
+        ["--opponents", "self=0.5,self=0.5"],
+        ["--opponents", "self=half"],
+        ["--opponents", "scripted=-1,random=2"],
+        ["--opponents", "self=0,random=0"],
+        ["--opponents", "random"],
     ],
     ids=[
         "games-not-multiple-of-group",
@@ -371,12 +416,34 @@ def test_the_evaluation_counts_the_envs_outcomes_not_the_models_claims(tiny: tup
         "negative-card-warm-up",
         "infoset-alpha-out-of-range",
         "card-mix-out-of-range",
+        "unknown-opponent",
+        "opponent-twice",
+        "share-not-a-number",
+        "negative-share",
+        "no-games-left",
+        "share-missing",
     ],
 )
 def test_bad_options_are_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         parse_args(argv)
     assert "error:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "games", "expected"),
+    [
+        ("self=0.5,scripted=0.25,random=0.25", 32, {"self": 16, "scripted": 8, "random": 8}),
+        ("self=1,scripted=1,random=1", 32, {"self": 11, "random": 11, "scripted": 10}),
+        ("scripted=1", 4, {"self": 0, "scripted": 4, "random": 0}),
+        ("self=0.5,scripted=0.5", 5, {"self": 3, "scripted": 2, "random": 0}),
+    ],
+    ids=["default", "thirds", "scripted-only", "odd-games"],
+)
+def test_the_opponents_shares_become_whole_games(text: str, games: int, expected: dict[str, int]) -> None:
+    split = split_games(parse_args(["--opponents", text]).opponents, games)
+    assert {name: len(indices) for name, indices in split.items()} == expected
+    assert sorted(i for indices in split.values() for i in indices) == list(range(games))  # each game once
 
 
 def test_plot_of_a_metrics_file(tmp_path: Path) -> None:
@@ -399,10 +466,6 @@ def test_plot_of_a_metrics_file(tmp_path: Path) -> None:
 
 
 # --- the card: restated in the prompt, said in the first warm-up, and a baseline per information set ---
-
-
-def carded() -> Any:
-    return card_kuhn(gem_core.make(KUHN))
 
 
 def test_the_card_prompt_restates_only_the_seats_own_card_at_each_decision(tiny: tuple[Any, Any]) -> None:
@@ -435,6 +498,23 @@ def test_the_card_prompt_keeps_the_envs_game(seed: int, moves: tuple[str, ...]) 
         if bare.episode_over:
             break
     assert wrapped.episode_over
+
+
+@pytest.mark.parametrize(
+    ("aggression", "made"),
+    [(0.0, {"check"}), (1.0, {"bet", "call"})],  # no one bets: no one calls or folds
+    ids=["never-aggressive", "always-aggressive"],
+)
+def test_the_warm_ups_aggression_decides_its_moves(tiny: tuple[Any, Any], aggression: float, made: set[str]) -> None:
+    tokenizer, _ = tiny
+    engine = EpisodeEngine(tokenizer, max_turns=2, max_turn_tokens=4)
+    sequences = warm_up_sequences(tokenizer, engine, carded, games=12, seed=3, say_card=0.5, aggression=aggression)
+    replies = {
+        tokenizer.decode([t for t, m in zip(s.input_ids, s.loss_mask, strict=True) if m], skip_special_tokens=False)
+        for s in sequences
+    }
+    moves = {last_word(r, ("check", "bet", "call", "fold")) for text in replies for r in text.split("<|im_end|>") if r}
+    assert moves == made
 
 
 @pytest.mark.parametrize("say_card", [0.0, 1.0, 0.5], ids=["move", "card-then-move", "half-and-half"])
