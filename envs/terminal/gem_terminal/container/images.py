@@ -90,6 +90,25 @@ BASE_FILES = {"etc/gitconfig": b"[user]\n\tname = agent\n\temail = agent@sandbox
 
 #: uv in every base image (the version Terminal-Bench's run-tests.sh installs).
 BASE_UV = "uv==0.7.13"
+#: What uv's official installer (``curl -LsSf https://astral.sh/uv/.../install.sh | sh``) leaves for root, in
+#: every base image: a task's Dockerfile that runs it and then links, calls or sources what it installed
+#: (``ln -s /root/.local/bin/uv /usr/local/bin/uv``, ``. $HOME/.local/bin/env``) builds where the installer's
+#: host is not reachable. The installer's ``env`` file puts its folder first on ``PATH`` once.
+UV_INSTALLER_ENV = (
+    b"#!/bin/sh\n"
+    b"# What uv's installer writes: its folder first on PATH, unless PATH has it already.\n"
+    b'case ":$PATH:" in\n'
+    b'  *":$HOME/.local/bin:"*) ;;\n'
+    b'  *) export PATH="$HOME/.local/bin:$PATH" ;;\n'
+    b"esac\n"
+)
+#: The uv layer's steps after its pip install: the images Terminal-Bench names have no uv in /usr/local/bin
+#: (a Dockerfile may link the installer's uv there), so gem's uv moves to /usr/bin; root's
+#: ``~/.local/bin`` gets uv, uvx and the ``env`` file as the installer would leave them.
+UV_LAYOUT = (
+    "mv /usr/local/bin/uv /usr/local/bin/uvx /usr/bin/ && mkdir -p /root/.local/bin"
+    " && ln -s /usr/bin/uv /root/.local/bin/uv && ln -s /usr/bin/uvx /root/.local/bin/uvx"
+)
 #: What the base images' configuration sets (``podman import --change``).
 BASE_CHANGES = (
     "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -115,7 +134,8 @@ class BaseImage:
 
     def tag(self, mirror: str) -> str:
         """The image's tag: the suite and a hash of the whole recipe."""
-        recipe = "\n".join([self.rootfs_key(mirror), *BASE_CHANGES, BASE_UV])
+        uv_env = hashlib.sha256(UV_INSTALLER_ENV).hexdigest()
+        recipe = "\n".join([self.rootfs_key(mirror), *BASE_CHANGES, BASE_UV, UV_LAYOUT, uv_env])
         return f"localhost/gem-base-{self.suite}:{hashlib.sha256(recipe.encode()).hexdigest()[:16]}"
 
 
@@ -198,7 +218,8 @@ def ensure_base_image(
 
     The root file system (:func:`base_rootfs`) is imported, then one layer adds uv (:data:`BASE_UV`)
     from PyPI: Terminal-Bench's stock ``run-tests.sh`` runs pytest through uv, and its installer's
-    host is not reachable everywhere PyPI is. ``ca_bundle`` is used for that download only.
+    host is not reachable everywhere PyPI is; root's ``~/.local/bin`` then holds what that installer
+    would leave (:data:`UV_LAYOUT`). ``ca_bundle`` is used for that download only.
 
     Returns:
         Its tag.
@@ -226,7 +247,9 @@ def ensure_base_image(
             pip = f"PIP_CERT=/tmp/gem-ca.pem python3 -m pip install --no-cache-dir {BASE_UV} && rm /tmp/gem-ca.pem"
         else:
             pip = f"python3 -m pip install --no-cache-dir {BASE_UV}"
-        lines.append(f"RUN {pip} && uv --version")
+        (work / "uv-env").write_bytes(UV_INSTALLER_ENV)
+        lines.append("COPY uv-env /root/.local/bin/env")
+        lines.append(f"RUN {pip} && {UV_LAYOUT} && uv --version && /root/.local/bin/uvx --version")
         (work / "Dockerfile").write_text("\n".join(lines) + "\n")
         runtime.call("build", "-t", tag, str(work), timeout_s=timeout_s)
     finally:
