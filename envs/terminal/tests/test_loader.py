@@ -431,6 +431,14 @@ CONTAINER_REFUSALS = [
         "its reference solution installs jq at run time",
         id="solution-apt",
     ),
+    pytest.param(
+        {
+            "solution.sh": "#!/bin/bash\npython3 - <<'PY'\nimport subprocess, sys\nPKGS = ['tomli-w==1.0.0']\n"
+            "subprocess.check_call([sys.executable, '-m', 'pip', 'install', *PKGS])\nPY\necho hello > /srv/out.txt\n"
+        },
+        "its reference solution installs tomli-w==1.0.0 at run time, which its image does not",
+        id="solution-installs-from-python",
+    ),
     pytest.param({"Dockerfile": None}, "no Dockerfile and no prebuilt image", id="no-dockerfile"),
 ]
 
