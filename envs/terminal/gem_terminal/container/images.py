@@ -33,6 +33,7 @@ __all__ = [
     "BASE_PACKAGES",
     "CHECKER_TOOLS_DIR",
     "IMAGE_MAP",
+    "STAND_IN_WORKDIRS",
     "BaseImage",
     "base_image_for",
     "build_task_image",
@@ -70,6 +71,13 @@ IMAGE_MAP: tuple[tuple[str, str], ...] = (
     (r"(docker\.io/)?(library/)?debian(:[\w.-]+)?", "trixie"),
     (r"(docker\.io/)?(library/)?ubuntu(:[\w.-]+)?", "trixie"),
 )
+#: ``FROM`` image (a regular expression over the whole name) -> the ``WORKDIR`` the original image sets,
+#: which its stand-in gets after the ``FROM`` line. Terminal-Bench's base images work in ``/app``; tasks
+#: built on them without a ``WORKDIR`` of their own rely on it (``COPY data .``, a checker that stops when
+#: ``$PWD`` is ``/``, a solution writing ``/app/x`` under ``set -e``).
+STAND_IN_WORKDIRS: tuple[tuple[str, str], ...] = ((r"ghcr\.io/laude-institute/t-bench/[\w.-]+(:[\w.-]+)?", "/app"),)
+#: How the base images built here are tagged (then the suite and a hash of the recipe).
+_BASE_PREFIX = "localhost/gem-base-"
 #: Debian's mirror for base images (``$GEM_DEBIAN_MIRROR``).
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 #: Environment of images built with ``ca_bundle``: every client reads the host's bundle.
@@ -136,7 +144,7 @@ class BaseImage:
         """The image's tag: the suite and a hash of the whole recipe."""
         uv_env = hashlib.sha256(UV_INSTALLER_ENV).hexdigest()
         recipe = "\n".join([self.rootfs_key(mirror), *BASE_CHANGES, BASE_UV, UV_LAYOUT, uv_env])
-        return f"localhost/gem-base-{self.suite}:{hashlib.sha256(recipe.encode()).hexdigest()[:16]}"
+        return f"{_BASE_PREFIX}{self.suite}:{hashlib.sha256(recipe.encode()).hexdigest()[:16]}"
 
 
 def base_image_for(image: str) -> BaseImage | None:
@@ -346,7 +354,7 @@ def rewrite_dockerfile(text: str, resolve: Any, *, ca_bundle: bytes | None = Non
             words = [w for w in rest.split() if not w.startswith("--platform")]
             if not words:
                 raise ToolError(f"Dockerfile: {line!r} names no image")
-            name = words[0]
+            name = original = words[0]
             if name.lower() not in stages and name != "scratch":
                 name = resolve(name)
                 images.append(name)
@@ -356,6 +364,10 @@ def rewrite_dockerfile(text: str, resolve: Any, *, ca_bundle: bytes | None = Non
             if ca_bundle is not None:
                 out.append(f"COPY .gem/ca.pem {_CA_PATH}")
                 out.append("ENV " + " ".join(f"{k}={v}" for k, v in CA_ENV.items()))
+            if name != original and name.startswith(_BASE_PREFIX):  # a stand-in, not the image named
+                workdir = next((w for pattern, w in STAND_IN_WORKDIRS if re.fullmatch(pattern, original)), None)
+                if workdir:
+                    out.append(f"WORKDIR {workdir}")
             continue
         bodies = _split_bodies(body)
         if not bodies:
