@@ -408,6 +408,12 @@ def test_a_harbor_task_that_cannot_run_is_refused_with_one_line(
         pytest.param(
             {"Dockerfile": BASE + "WORKDIR /build\nRUN make\nWORKDIR /srv\n"}, "setup_root", (True,), id="root-workdir"
         ),
+        pytest.param(
+            {"Dockerfile": BASE + "WORKDIR /srv\nRUN mkdir -p /data '/\\tests' && echo x > /data/x\n"},
+            "setup_root",
+            (True,),
+            id="root-top-level-folder",
+        ),
         pytest.param({"Dockerfile": MISSING_APT}, "setup", (), id="apt-for-the-builder"),
     ],
 )
