@@ -18,6 +18,8 @@ Play (reference solution, then a no-op, each in a fresh episode; one JSON line p
     python scripts/public_tasks.py play --runtime docker --ca-bundle /etc/ssl/certs/ca-certificates.crt \
         --jobs 3 --out played.jsonl TASK_FOLDER...
 
+``--runtime sandbox`` plays them in the episode sandbox instead (``--pythons`` as for ``count``).
+
 A task already in ``--out`` is not played again (the run can be stopped and resumed).
 """
 
@@ -116,16 +118,17 @@ def count(args: argparse.Namespace) -> None:
         Path(args.json).write_text(json.dumps(report, indent=1))
 
 
-def play_one(path: str, runtime: str, container: dict[str, Any], command_timeout_s: float) -> dict[str, Any]:
-    """Reference solution then a no-op on one task folder, each in a fresh episode (one container each)."""
+def play_one(
+    path: str, runtime: str, container: dict[str, Any], command_timeout_s: float, pythons: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Reference solution then a no-op on one task folder, each in a fresh episode (a container each, or a sandbox)."""
     from gem_terminal.env import TerminalEnv, reference_action
 
     row: dict[str, Any] = {"task": path}
     started = time.monotonic()
     try:
-        env = TerminalEnv(
-            tasks_dir=path, backend=runtime, container=container, command_timeout_s=command_timeout_s, max_turns=3
-        )
+        backend: dict[str, Any] = {"pythons": pythons or {}} if runtime == "sandbox" else {"container": container}
+        env = TerminalEnv(tasks_dir=path, backend=runtime, command_timeout_s=command_timeout_s, max_turns=3, **backend)
     except Exception as exc:  # a refusal at load is a result too
         row["load"] = f"{type(exc).__name__}: {str(exc)[-600:]}"
         return row
@@ -162,7 +165,8 @@ def play(args: argparse.Namespace) -> None:
         container["ca_bundle"] = args.ca_bundle
     print(f"{len(todo)} to play ({len(done)} already in {out}), {args.jobs} at once", flush=True)
     with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool, out.open("a") as sink:
-        futures = {pool.submit(play_one, p, args.runtime, container, args.command_timeout_s): p for p in todo}
+        pythons = _parse_pythons(args.pythons)
+        futures = {pool.submit(play_one, p, args.runtime, container, args.command_timeout_s, pythons): p for p in todo}
         for future in concurrent.futures.as_completed(futures):
             try:
                 row = future.result()
@@ -187,7 +191,10 @@ def main(argv: list[str] | None = None) -> None:
     counting.add_argument("--json", help="write the counts and the loaded folders here")
     playing = sub.add_parser("play", help="reference 1 and no-op 0, in fresh episodes, N at once")
     playing.add_argument("tasks", nargs="+", help="task folders")
-    playing.add_argument("--runtime", default="docker", choices=("docker", "podman"))
+    playing.add_argument("--runtime", default="docker", choices=("docker", "podman", "sandbox"))
+    playing.add_argument(
+        "--pythons", action="append", default=[], help="VERSION=PATH, a stand-in for the sandbox (repeatable)"
+    )
     playing.add_argument("--base-images", default="map", choices=("auto", "map", "pull"))
     playing.add_argument("--ca-bundle")
     playing.add_argument("--jobs", type=int, default=3)

@@ -654,9 +654,7 @@ def _needs_root(command: str, step: RunStep, workdir: str) -> bool:
     if step.workdir != "/" and not _writable_here(step.workdir, workdir):
         return True  # it works in a folder only root can create (``/`` itself is where a RUN starts, not a target)
     for _, segment in split_commands(command):
-        if re.search(r"(?:>>?|\btee(?:\s+-a)?)\s*(/\S+)", segment) and any(
-            _SYSTEM.match(m) for m in re.findall(r"(?:>>?|\btee(?:\s+-a)?)\s*(/\S+)", segment)
-        ):
+        if any(_root_only(m, workdir) for m in re.findall(r"(?:>>?|\btee(?:\s+-a)?)\s*(/\S+)", segment)):
             return True
         try:
             words = shlex.split(segment, comments=True)
@@ -673,7 +671,25 @@ def _needs_root(command: str, step: RunStep, workdir: str) -> bool:
                 targets = targets[-1:]
             if any(_SYSTEM.match(t) for t in targets):
                 return True
+            # Those that take only paths: a new folder or file at the top (/data, /tests) is root's to make too.
+            if head in _PATH_WRITERS and any(_root_only(t, workdir) for t in targets):
+                return True
     return False
+
+
+#: Writers whose operands are all paths (sed's, tar's, chmod's may be scripts, archives or modes).
+_PATH_WRITERS = frozenset({"cp", "mv", "ln", "install", "mkdir", "touch", "rm", "tee"})
+
+
+def _root_only(path: str, workdir: str) -> bool:
+    """Whether an absolute path is one only root may write.
+
+    A system folder, or anything outside the work dir, ``/tmp`` and ``/home/agent`` (a folder at the top,
+    ``/data``, is root's to make); devices and ``/proc`` are written through, not created.
+    """
+    if not path.startswith("/") or re.match(r"^/(?:dev|proc)(?:/|$)", path):
+        return False
+    return bool(_SYSTEM.match(path)) or not _writable_here(posixpath.normpath(path), workdir)
 
 
 def _copy(step: CopyStep, context: Path, workdir: str) -> list[tuple[str, str]] | tuple[str, bool] | str:

@@ -10,6 +10,7 @@ gem provides (``$GEM_PYTEST``); a line that truly downloads is reported with its
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import re
@@ -267,6 +268,74 @@ def missing_imports(
 _REQUIREMENT = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*(?:(==|>=|<=|~=|!=|>|<)\s*([^\s;,]+))?")
 
 
+_PYTHON_HEREDOC = re.compile(
+    r"^[^#\n]*\bpython(?:3(?:\.\d+)?)?\b[^\n]*?<<(-?)\s*(['\"]?)([A-Za-z_]\w*)\2[^\n]*\n(.*?)^\s*\3\s*$",
+    re.MULTILINE | re.DOTALL,
+)
+
+
+def _python_heredocs(text: str) -> list[str]:
+    """The bodies of heredocs that ``text`` feeds to a Python interpreter (``python3 - <<'PY'``)."""
+    return [match.group(4) for match in _PYTHON_HEREDOC.finditer(text)]
+
+
+#: Calls that run a command: ``os.system``, ``os.popen`` and ``subprocess``'s (a string elsewhere is text).
+_PROCESS_CALLS = frozenset({"system", "popen", "run", "call", "check_call", "check_output", "Popen"})
+
+
+def python_pip_installs(code: str) -> list[str]:
+    """What Python ``code`` installs by running pip: ``subprocess`` argument lists and shell strings.
+
+    ``[sys.executable, "-m", "pip", "install", "x==1", *pkgs]`` names ``x==1`` and the string items of a
+    list or tuple assigned to ``pkgs``; ``os.system("pip install x")`` and ``subprocess.run("pip install x",
+    shell=True)`` name ``x``. Code that does not parse installs nothing that can be told.
+    """
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return []
+    literals: dict[str, list[str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.List | ast.Tuple):
+            strings = [e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    literals[target.id] = strings
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        if func not in _PROCESS_CALLS:
+            continue
+        for arg in node.args:
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                for _, command in split_commands(arg.value):
+                    try:
+                        words = _drop_env_assignments(shlex.split(command))
+                    except ValueError:
+                        continue
+                    kind, found = _classify(words, command)
+                    if kind == "pip-install":
+                        names.extend(found)
+            elif isinstance(arg, ast.List | ast.Tuple):
+                words = []
+                for element in arg.elts:
+                    if isinstance(element, ast.Constant) and isinstance(element.value, str):
+                        words.append(element.value)
+                    elif isinstance(element, ast.Starred) and isinstance(element.value, ast.Name):
+                        words.extend(literals.get(element.value.id, []))
+                    else:
+                        words.append("-")  # sys.executable and the like: a word that names no package
+                at = next(
+                    (i for i in range(len(words) - 1) if words[i] in ("pip", "pip3") and words[i + 1] == "install"),
+                    None,
+                )
+                if at is not None:
+                    names.extend(_packages(words[at + 2 :], value_options=_PIP_VALUE_OPTIONS))
+    return list(dict.fromkeys(n for n in names if n != "-"))
+
+
 def _python_missing(requirements: list[str], python: str = SYSTEM_PYTHON) -> list[str]:
     """Those requirements (``numpy==1.26.4``, ``requests``) ``python`` does not satisfy."""
     _, dists, _ = python_facts(python)
@@ -509,6 +578,13 @@ def provision_script(
         trailing = command[len(command.rstrip()) :]
         text_now = command if replacement is None else prefix + replacement + trailing
         out.append(separator + text_now)
+    # pip run from a Python heredoc (`python3 - <<'PY'` ... `subprocess.check_call([..., "pip", "install", ...])`):
+    # its packages are installed at run time too.
+    for code in _python_heredocs(text):
+        wanted = [n for n in python_pip_installs(code) if not (checker and _is_pytest_package(n))]
+        installs.extend(wanted)
+        python_installs.extend(wanted)
+        missing.extend(f"Python package {name!r}" for name in _python_missing(wanted, python))
     script = "".join(out)
     if ran_pytest:
         script = _with_checked_pytest(script)

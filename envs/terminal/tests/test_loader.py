@@ -408,6 +408,12 @@ def test_a_harbor_task_that_cannot_run_is_refused_with_one_line(
         pytest.param(
             {"Dockerfile": BASE + "WORKDIR /build\nRUN make\nWORKDIR /srv\n"}, "setup_root", (True,), id="root-workdir"
         ),
+        pytest.param(
+            {"Dockerfile": BASE + "WORKDIR /srv\nRUN mkdir -p /data '/\\tests' && echo x > /data/x\n"},
+            "setup_root",
+            (True,),
+            id="root-top-level-folder",
+        ),
         pytest.param({"Dockerfile": MISSING_APT}, "setup", (), id="apt-for-the-builder"),
     ],
 )
@@ -430,6 +436,14 @@ CONTAINER_REFUSALS = [
         {"solution.sh": "#!/bin/bash\napt-get update && apt-get install -y jq\necho hello > /srv/out.txt\n"},
         "its reference solution installs jq at run time",
         id="solution-apt",
+    ),
+    pytest.param(
+        {
+            "solution.sh": "#!/bin/bash\npython3 - <<'PY'\nimport subprocess, sys\nPKGS = ['tomli-w==1.0.0']\n"
+            "subprocess.check_call([sys.executable, '-m', 'pip', 'install', *PKGS])\nPY\necho hello > /srv/out.txt\n"
+        },
+        "its reference solution installs tomli-w==1.0.0 at run time, which its image does not",
+        id="solution-installs-from-python",
     ),
     pytest.param({"Dockerfile": None}, "no Dockerfile and no prebuilt image", id="no-dockerfile"),
 ]

@@ -16,6 +16,7 @@ from gem_terminal.provision import (
     host_debian_packages,
     missing_imports,
     provision_script,
+    python_pip_installs,
     split_commands,
 )
 
@@ -128,6 +129,40 @@ def test_pip_installs_are_checked_against_the_system_python() -> None:
     assert requirements.missing == ("Python package 'gem-other>=2'",)
     unknown = provision_script("pip install -r /nowhere.txt\n", checker=False, read_file=lambda path: None)
     assert unknown.missing == ("the Python requirements in '/nowhere.txt'",)
+
+
+@pytest.mark.parametrize(
+    ("code", "names"),
+    [
+        pytest.param(
+            'import subprocess, sys\nPKGS = ("gem-a==1.0",)\n'
+            'subprocess.check_call([sys.executable, "-m", "pip", "install", "--no-cache-dir", *PKGS, "gem-b"])\n',
+            ["gem-a==1.0", "gem-b"],
+            id="argument-list-with-a-starred-tuple",
+        ),
+        pytest.param(
+            'import os\nos.system("pip3 install -i http://mirror gem-c && echo done")\n', ["gem-c"], id="shell-string"
+        ),
+        pytest.param(
+            'from subprocess import run\nrun(["pip", "download", "gem-d"])\nprint("pip install gem-e")\n',
+            [],
+            id="not-an-install-and-text",
+        ),
+        pytest.param("pip install gem-f\n", [], id="not-python"),
+    ],
+)
+def test_pip_run_from_python_code_is_read(code: str, names: list[str]) -> None:
+    assert python_pip_installs(code) == names
+
+
+def test_a_python_heredoc_s_pip_installs_count_as_the_script_s() -> None:
+    script = "#!/bin/bash\npython3 - <<'PY'\nimport os\nos.system('pip install gem-nope==1.0')\nPY\necho ok\n"
+    done = provision_script(script, checker=False)
+    assert done.python_installs == ("gem-nope==1.0",) and done.missing == ("Python package 'gem-nope==1.0'",)
+    written = provision_script(
+        "cat > /app/x.py <<'PY'\nimport os\nos.system('pip install gem-nope')\nPY\n", checker=False
+    )
+    assert written.python_installs == ()  # a file written, not run
 
 
 def test_missing_imports_leave_out_the_tasks_own_modules_and_optional_ones() -> None:

@@ -71,6 +71,28 @@ def test_workdir_lines_and_continuations_are_kept_in_order() -> None:
     assert out.text.splitlines() == ["FROM x", "WORKDIR /a", "RUN apt-get update && apt-get install -y jq", "WORKDIR b"]
 
 
+@pytest.mark.parametrize(
+    ("image", "resolved", "workdir"),
+    [
+        pytest.param(
+            "ghcr.io/laude-institute/t-bench/python-3-13:20250620", "stand-in", ["WORKDIR /app"], id="t-bench-stand-in"
+        ),
+        pytest.param(
+            "ghcr.io/laude-institute/t-bench/ubuntu-24-04", "stand-in", ["WORKDIR /app"], id="t-bench-untagged"
+        ),
+        pytest.param("ghcr.io/laude-institute/t-bench/python-3-13:20250620", "itself", [], id="t-bench-pulled"),
+        pytest.param("python:3.13-slim-bookworm", "stand-in", [], id="python-stand-in"),
+    ],
+)
+def test_a_stand_in_sets_the_workdir_its_original_image_sets(image: str, resolved: str, workdir: list[str]) -> None:
+    # Terminal-Bench's base images work in /app: a task's `COPY data .` without a WORKDIR of its own lands there.
+    def resolve(name: str) -> str:
+        return "localhost/gem-base-trixie:0" if resolved == "stand-in" else name
+
+    lines = rewrite_dockerfile(f"FROM {image}\nCOPY data .\n", resolve).text.splitlines()
+    assert lines[1:] == [*workdir, "COPY data ."]
+
+
 def test_ca_bundle_goes_into_every_stage() -> None:
     out = rewrite_dockerfile("FROM a AS one\nFROM b\n", _same, ca_bundle=b"PEM")
     assert out.files[".gem/ca.pem"] == b"PEM"

@@ -33,6 +33,7 @@ __all__ = [
     "BASE_PACKAGES",
     "CHECKER_TOOLS_DIR",
     "IMAGE_MAP",
+    "STAND_IN_WORKDIRS",
     "BaseImage",
     "base_image_for",
     "build_task_image",
@@ -70,6 +71,13 @@ IMAGE_MAP: tuple[tuple[str, str], ...] = (
     (r"(docker\.io/)?(library/)?debian(:[\w.-]+)?", "trixie"),
     (r"(docker\.io/)?(library/)?ubuntu(:[\w.-]+)?", "trixie"),
 )
+#: ``FROM`` image (a regular expression over the whole name) -> the ``WORKDIR`` the original image sets,
+#: which its stand-in gets after the ``FROM`` line. Terminal-Bench's base images work in ``/app``; tasks
+#: built on them without a ``WORKDIR`` of their own rely on it (``COPY data .``, a checker that stops when
+#: ``$PWD`` is ``/``, a solution writing ``/app/x`` under ``set -e``).
+STAND_IN_WORKDIRS: tuple[tuple[str, str], ...] = ((r"ghcr\.io/laude-institute/t-bench/[\w.-]+(:[\w.-]+)?", "/app"),)
+#: How the base images built here are tagged (then the suite and a hash of the recipe).
+_BASE_PREFIX = "localhost/gem-base-"
 #: Debian's mirror for base images (``$GEM_DEBIAN_MIRROR``).
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 #: Environment of images built with ``ca_bundle``: every client reads the host's bundle.
@@ -90,6 +98,25 @@ BASE_FILES = {"etc/gitconfig": b"[user]\n\tname = agent\n\temail = agent@sandbox
 
 #: uv in every base image (the version Terminal-Bench's run-tests.sh installs).
 BASE_UV = "uv==0.7.13"
+#: What uv's official installer (``curl -LsSf https://astral.sh/uv/.../install.sh | sh``) leaves for root, in
+#: every base image: a task's Dockerfile that runs it and then links, calls or sources what it installed
+#: (``ln -s /root/.local/bin/uv /usr/local/bin/uv``, ``. $HOME/.local/bin/env``) builds where the installer's
+#: host is not reachable. The installer's ``env`` file puts its folder first on ``PATH`` once.
+UV_INSTALLER_ENV = (
+    b"#!/bin/sh\n"
+    b"# What uv's installer writes: its folder first on PATH, unless PATH has it already.\n"
+    b'case ":$PATH:" in\n'
+    b'  *":$HOME/.local/bin:"*) ;;\n'
+    b'  *) export PATH="$HOME/.local/bin:$PATH" ;;\n'
+    b"esac\n"
+)
+#: The uv layer's steps after its pip install: the images Terminal-Bench names have no uv in /usr/local/bin
+#: (a Dockerfile may link the installer's uv there), so gem's uv moves to /usr/bin; root's
+#: ``~/.local/bin`` gets uv, uvx and the ``env`` file as the installer would leave them.
+UV_LAYOUT = (
+    "mv /usr/local/bin/uv /usr/local/bin/uvx /usr/bin/ && mkdir -p /root/.local/bin"
+    " && ln -s /usr/bin/uv /root/.local/bin/uv && ln -s /usr/bin/uvx /root/.local/bin/uvx"
+)
 #: What the base images' configuration sets (``podman import --change``).
 BASE_CHANGES = (
     "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -115,8 +142,9 @@ class BaseImage:
 
     def tag(self, mirror: str) -> str:
         """The image's tag: the suite and a hash of the whole recipe."""
-        recipe = "\n".join([self.rootfs_key(mirror), *BASE_CHANGES, BASE_UV])
-        return f"localhost/gem-base-{self.suite}:{hashlib.sha256(recipe.encode()).hexdigest()[:16]}"
+        uv_env = hashlib.sha256(UV_INSTALLER_ENV).hexdigest()
+        recipe = "\n".join([self.rootfs_key(mirror), *BASE_CHANGES, BASE_UV, UV_LAYOUT, uv_env])
+        return f"{_BASE_PREFIX}{self.suite}:{hashlib.sha256(recipe.encode()).hexdigest()[:16]}"
 
 
 def base_image_for(image: str) -> BaseImage | None:
@@ -198,7 +226,8 @@ def ensure_base_image(
 
     The root file system (:func:`base_rootfs`) is imported, then one layer adds uv (:data:`BASE_UV`)
     from PyPI: Terminal-Bench's stock ``run-tests.sh`` runs pytest through uv, and its installer's
-    host is not reachable everywhere PyPI is. ``ca_bundle`` is used for that download only.
+    host is not reachable everywhere PyPI is; root's ``~/.local/bin`` then holds what that installer
+    would leave (:data:`UV_LAYOUT`). ``ca_bundle`` is used for that download only.
 
     Returns:
         Its tag.
@@ -226,7 +255,9 @@ def ensure_base_image(
             pip = f"PIP_CERT=/tmp/gem-ca.pem python3 -m pip install --no-cache-dir {BASE_UV} && rm /tmp/gem-ca.pem"
         else:
             pip = f"python3 -m pip install --no-cache-dir {BASE_UV}"
-        lines.append(f"RUN {pip} && uv --version")
+        (work / "uv-env").write_bytes(UV_INSTALLER_ENV)
+        lines.append("COPY uv-env /root/.local/bin/env")
+        lines.append(f"RUN {pip} && {UV_LAYOUT} && uv --version && /root/.local/bin/uvx --version")
         (work / "Dockerfile").write_text("\n".join(lines) + "\n")
         runtime.call("build", "-t", tag, str(work), timeout_s=timeout_s)
     finally:
@@ -323,7 +354,7 @@ def rewrite_dockerfile(text: str, resolve: Any, *, ca_bundle: bytes | None = Non
             words = [w for w in rest.split() if not w.startswith("--platform")]
             if not words:
                 raise ToolError(f"Dockerfile: {line!r} names no image")
-            name = words[0]
+            name = original = words[0]
             if name.lower() not in stages and name != "scratch":
                 name = resolve(name)
                 images.append(name)
@@ -333,6 +364,10 @@ def rewrite_dockerfile(text: str, resolve: Any, *, ca_bundle: bytes | None = Non
             if ca_bundle is not None:
                 out.append(f"COPY .gem/ca.pem {_CA_PATH}")
                 out.append("ENV " + " ".join(f"{k}={v}" for k, v in CA_ENV.items()))
+            if name != original and name.startswith(_BASE_PREFIX):  # a stand-in, not the image named
+                workdir = next((w for pattern, w in STAND_IN_WORKDIRS if re.fullmatch(pattern, original)), None)
+                if workdir:
+                    out.append(f"WORKDIR {workdir}")
             continue
         bodies = _split_bodies(body)
         if not bodies:
