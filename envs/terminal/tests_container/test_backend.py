@@ -113,6 +113,26 @@ def test_forging_the_tools_on_the_image_s_path_scores_0(
     assert "changed files the checker relies on" in str(info["checker_output"])
 
 
+def test_a_checker_tool_linked_out_of_the_protected_paths_cannot_be_replaced(
+    fixture_env: TerminalEnv, no_leftovers: None
+) -> None:
+    """A root agent's uv where /usr/local/bin/uv points does not run in the checker.
+
+    apt-pip-heredoc links uv's installer copy (root's ~/.local/bin/uv) into /usr/local/bin, and its checker
+    calls that uv as root before reading the agent's answers: an agent that replaces the copy with a uv that
+    writes the answers first must not score.
+    """
+    fake = (
+        "rm -f /root/.local/bin/uv && printf '%s\\n' '#!/bin/sh'"
+        " 'echo \"ada lovelace\" > /app/name.txt'"
+        ' \'printf "[owner]\\nname = \\"ada lovelace\\"\\n" > /app/config.toml\''
+        " 'exec /usr/bin/uv \"$@\"' > /root/.local/bin/uv && chmod +x /root/.local/bin/uv"
+    )
+    reward, info = _play(fixture_env, "apt-pip-heredoc", _bash(fake))
+    assert reward == 0.0, info["checker_output"]
+    assert "where /usr/local/bin/uv points" in str(info["checker_output"])
+
+
 def test_episodes_run_on_the_runtime_chosen(fixture_env: TerminalEnv, runtime: Runtime) -> None:
     fixture_env.reset(options={"task": "env-path"})
     try:

@@ -19,7 +19,7 @@ from gem_terminal.container.images import (
     rewrite_dockerfile,
     task_dockerfile,
 )
-from gem_terminal.container.session import integrity_violations
+from gem_terminal.container.session import _tool_link_targets, integrity_violations
 from gem_terminal.loader import TerminalTask, load_task
 
 
@@ -269,6 +269,39 @@ def test_short_names_are_qualified_as_docker_reads_them(short: str, full: str) -
 def test_integrity_rule_on_the_image_s_path(diff: list[str], bad: list[str]) -> None:
     path = ("/opt/venv/bin", "/opt/tool/bin", "/root/.local/bin", "/usr/local/bin", "/usr/bin", "")
     assert integrity_violations(diff, {"python3", "pytest", "bash", "sh"}, path) == bad
+
+
+#: ``_TOOL_LINKS``'s output in a task image whose Dockerfile linked uv's installer copy into /usr/local/bin.
+TOOL_LINK_LISTING = (
+    "/usr/bin/python3\tpython3.13\n"  # inside the protected paths: checked as one already
+    "/usr/local/bin/uv\t/root/.local/bin/uv\n"
+    "/usr/local/bin/pytest\t../../../opt/venv/bin/pytest\n"
+    "no tab here\n"
+)
+
+
+def test_tool_links_out_of_the_protected_paths_are_read_absolute() -> None:
+    assert _tool_link_targets(TOOL_LINK_LISTING) == {
+        "/usr/local/bin/uv": "/root/.local/bin/uv",
+        "/usr/local/bin/pytest": "/opt/venv/bin/pytest",
+    }
+
+
+@pytest.mark.parametrize(
+    ("diff", "bad"),
+    [
+        (["C /root/.local/bin/uv"], ["C /root/.local/bin/uv (where /usr/local/bin/uv points)"]),
+        (["D /root/.local/bin/uv"], ["D /root/.local/bin/uv (where /usr/local/bin/uv points)"]),
+        (["D /root/.local"], ["D /root/.local (where /usr/local/bin/uv points)"]),
+        (["A /opt/venv"], ["A /opt/venv (where /usr/local/bin/pytest points)"]),
+        (["C /root/.local/bin", "A /root/.local/bin/notes.txt", "C /root"], []),
+        (["C /opt/venv/bin/pytest-extra"], []),
+    ],
+    ids=["target-replaced", "target-removed", "way-removed", "way-added", "beside", "prefix"],
+)
+def test_integrity_rule_on_links_of_the_checker_s_tools(diff: list[str], bad: list[str]) -> None:
+    links = _tool_link_targets(TOOL_LINK_LISTING)
+    assert integrity_violations(diff, {"python3", "pytest", "bash", "sh"}, (), links) == bad
 
 
 @pytest.mark.parametrize("name", ["bookworm.tar.123.partial", "trixie", "x.tar.gz.tmp"])

@@ -19,6 +19,7 @@ import base64
 import contextlib
 import json
 import os
+import posixpath
 import selectors
 import subprocess
 import threading
@@ -204,7 +205,10 @@ def _under(path: str, roots: tuple[str, ...]) -> bool:
 
 
 def integrity_violations(
-    diff_lines: list[str], image_programs: set[str], path_folders: tuple[str, ...] = ()
+    diff_lines: list[str],
+    image_programs: set[str],
+    path_folders: tuple[str, ...] = (),
+    tool_links: dict[str, str] | None = None,
 ) -> list[str]:
     """The changes of a container diff (``C|A|D path`` lines) that touch :data:`PROTECTED` paths.
 
@@ -212,7 +216,10 @@ def integrity_violations(
     ``A`` under :data:`ADDABLE` is allowed unless its name is one of ``image_programs``. In the other
     folders of the image's ``PATH`` (``path_folders``; the checker runs with that ``PATH``), a checker
     tool (:data:`CHECKER_TOOLS`, ``python*``) added, changed or removed, or an added program named like
-    one of ``image_programs``, is a violation too.
+    one of ``image_programs``, is a violation too. ``tool_links`` (a checker tool's link in a protected
+    folder -> where it points, :func:`_tool_link_targets`): a change of a target outside the protected
+    paths, or a folder on its way added or deleted, is one (``/usr/local/bin/uv`` linked to root's
+    ``~/.local/bin/uv`` runs whatever the agent put there).
     """
     entries = []
     for line in diff_lines:
@@ -241,7 +248,36 @@ def integrity_violations(
                 # a new folder inside /usr/local/bin is no program on PATH
                 continue
         bad.append(f"{kind} {path}")
+    for link, target in (tool_links or {}).items():
+        for kind, path in entries:
+            if path == target or (kind in ("A", "D") and target.startswith(path + "/")):
+                bad.append(f"{kind} {path} (where {link} points)")
     return bad
+
+
+#: Lists ``link<TAB>target`` for each link named like a checker tool in the protected program folders
+#: (``readlink`` without ``-f``: each hop the agent could have redirected is itself a path in the diff).
+_TOOL_LINKS = (
+    "for f in /bin/* /sbin/* /usr/bin/* /usr/sbin/* /usr/local/bin/* /usr/local/sbin/*; do"
+    ' [ -L "$f" ] || continue; n=${f##*/}; case "$n" in python*|' + "|".join(sorted(CHECKER_TOOLS)) + ")"
+    ' t=$(readlink "$f") && printf \'%s\\t%s\\n\' "$f" "$t";; esac; done; exit 0'
+)
+
+
+def _tool_link_targets(listing: str) -> dict[str, str]:
+    """``link -> target`` (absolute, normalised) from :data:`_TOOL_LINKS`'s output, outside the protected paths.
+
+    A target inside :data:`PROTECTED` is checked as a protected path already.
+    """
+    links = {}
+    for line in listing.splitlines():
+        link, sep, target = line.partition("\t")
+        if not sep or not link.startswith("/") or not target:
+            continue
+        resolved = posixpath.normpath(posixpath.join(posixpath.dirname(link), target))
+        if not _under(resolved, PROTECTED):
+            links[link] = resolved
+    return links
 
 
 class _AgentDisk(ToolError):
@@ -309,6 +345,8 @@ class ContainerEpisode:
         #: Why the checker must not run, by the agent's doing (``None``: it may); set by :meth:`begin_check`.
         self.refusal: str | None = None
         self._check_image: str | None = None
+        #: The checker's container's links named like its tools that point outside the protected paths.
+        self._tool_links: dict[str, str] = {}
         self._proc: subprocess.Popen[bytes] | None = None
         self._buffer = b""
         self._next_id = 0
@@ -646,7 +684,7 @@ class ContainerEpisode:
                     "the checker's container does not start from the agent's files (twice), while it does from"
                     f" the task's image: {again}"
                 )
-        violations = integrity_violations(diff.splitlines(), programs, path)
+        violations = integrity_violations(diff.splitlines(), programs, path, self._tool_links)
         self.integrity = IntegrityReport(violations)
         self._closed = False  # the checker's session is open
         return _changed(violations) if violations else None
@@ -668,6 +706,8 @@ class ContainerEpisode:
             timeout_s=CALL_BOUNDS_S["exec"],
         )
         programs = {line for line in listing.stdout.decode("utf-8", "replace").split() if not line.endswith(":")}
+        links = self.runtime.call("exec", self._container, "sh", "-c", _TOOL_LINKS, timeout_s=CALL_BOUNDS_S["exec"])
+        self._tool_links = _tool_link_targets(links.stdout.decode("utf-8", "replace"))
         self._open_session("0")
         prepare = CHECK_PREPARE
         reply = self._request("RUN", ["10", "256", str(len(prepare)), "0"], prepare + b"\n", CALL_BOUNDS_S["session"])
