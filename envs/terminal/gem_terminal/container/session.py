@@ -345,8 +345,6 @@ class ContainerEpisode:
         #: Why the checker must not run, by the agent's doing (``None``: it may); set by :meth:`begin_check`.
         self.refusal: str | None = None
         self._check_image: str | None = None
-        #: The checker's container's links named like its tools that point outside the protected paths.
-        self._tool_links: dict[str, str] = {}
         self._proc: subprocess.Popen[bytes] | None = None
         self._buffer = b""
         self._next_id = 0
@@ -664,7 +662,7 @@ class ContainerEpisode:
         self._call("end-agent", "commit", agent, self._check_image, disk_check=agent)
         self._call("end-agent", "rm", "-f", agent)
         try:
-            programs = self._open_checker(self._check_image)
+            programs, links = self._open_checker(self._check_image)
         except ToolError as first:
             self._drop_checker()
             try:  # the same steps on the task's own image: do they fail without the agent's files too?
@@ -678,36 +676,40 @@ class ContainerEpisode:
             finally:
                 self._drop_checker(self.name + "-pristine")
             try:
-                programs = self._open_checker(self._check_image)
+                programs, links = self._open_checker(self._check_image)
             except ToolError as again:
                 return (
                     "the checker's container does not start from the agent's files (twice), while it does from"
                     f" the task's image: {again}"
                 )
-        violations = integrity_violations(diff.splitlines(), programs, path, self._tool_links)
+        violations = integrity_violations(diff.splitlines(), programs, path, links)
         self.integrity = IntegrityReport(violations)
         self._closed = False  # the checker's session is open
         return _changed(violations) if violations else None
 
-    def _open_checker(self, image: str, name: str | None = None) -> set[str]:
-        """Start the checker's container of ``image`` with its root session and folders; the image's programs.
+    def _open_checker(self, image: str, name: str | None = None) -> tuple[set[str], dict[str, str]]:
+        """Start the checker's container of ``image`` with its root session and folders.
+
+        Returns:
+            The image's programs, and its checker tools' links out of the protected paths
+            (:func:`_tool_link_targets`).
 
         Raises:
             ToolError: a step failed (the caller tells the agent's doing from the runtime's).
         """
         self._container = self._start(name or self.name + "-check", image, network=self.checker_network)
-        # The image's programs, as the container sees them (its own /usr/bin and friends).
+        # The image's programs, as the container sees them (its own /usr/bin and friends), then the links
+        # named like the checker's tools (one exec: a NUL between the two listings).
         listing = self.runtime.call(
             "exec",
             self._container,
             "sh",
             "-c",
-            "ls /bin /sbin /usr/bin /usr/sbin 2>/dev/null; exit 0",
+            f"ls /bin /sbin /usr/bin /usr/sbin 2>/dev/null; printf '\\0'; {_TOOL_LINKS}",
             timeout_s=CALL_BOUNDS_S["exec"],
         )
-        programs = {line for line in listing.stdout.decode("utf-8", "replace").split() if not line.endswith(":")}
-        links = self.runtime.call("exec", self._container, "sh", "-c", _TOOL_LINKS, timeout_s=CALL_BOUNDS_S["exec"])
-        self._tool_links = _tool_link_targets(links.stdout.decode("utf-8", "replace"))
+        names, _, links = listing.stdout.decode("utf-8", "replace").partition("\0")
+        programs = {line for line in names.split() if not line.endswith(":")}
         self._open_session("0")
         prepare = CHECK_PREPARE
         reply = self._request("RUN", ["10", "256", str(len(prepare)), "0"], prepare + b"\n", CALL_BOUNDS_S["session"])
@@ -715,7 +717,7 @@ class ContainerEpisode:
             raise ToolError(f"{self.runtime.kind}: the checker's session in {self._container} ended while preparing")
         if reply[2] != "0":
             raise ToolError(f"could not prepare the checker's folders in {self._container} (exit {reply[2]})")
-        return programs
+        return programs, _tool_link_targets(links)
 
     def _drop_checker(self, name: str | None = None) -> None:
         """Remove a checker's container that did not start right (best effort: :meth:`close` tries again)."""
