@@ -103,16 +103,26 @@ def keeper(cfg: dict[str, Any], sock_fd: int, alive_fd: int, cgroup_fds: list[in
         _reply(sock, event="failed", error=str(exc))
         os._exit(3)
     me = os.getpid()
+    child = [0]
+    # The host's way to end an episode whose init does not see the socket close (stopped, starved): SIGTERM
+    # to the keeper, which kills init and goes on waiting, so ``alive_fd`` still closes only once the kernel
+    # has emptied the pid namespace. (Killing the keeper instead closes it while init is still dying.)
+    signal.signal(signal.SIGTERM, lambda *_: os.kill(child[0], signal.SIGKILL))
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # held until ``child`` names init
     pid = os.fork()
     if pid == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         os.close(alive_fd)
         try:
             init(cfg, sock, me)
         except BaseException as exc:
             _reply(sock, event="failed", error=f"{type(exc).__name__}: {exc}")
         os._exit(3)
+    child[0] = pid
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     sock.close()  # only init holds the socket: EOF on the host side means the episode is gone
-    _, status = os.waitpid(pid, 0)
+    _, status = os.waitpid(pid, 0)  # retried after the SIGTERM handler runs (PEP 475)
     os._exit(_worker._exit_code(status))
 
 

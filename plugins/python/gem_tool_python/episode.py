@@ -80,6 +80,10 @@ _PROCESS_RESERVE_MB = 32
 _BYTES_PER_INODE = 4096
 #: After a command exits, how long its pipes may still deliver output held by background children.
 _DRAIN_GRACE_S = 0.05
+#: How long a close waits for init to see the socket close before its keeper is told to kill it.
+CLOSE_GRACE_S = 5.0
+#: How long a close then waits for the kernel to empty the episode's pid namespace.
+CLOSE_KILL_WAIT_S = 30.0
 
 Status = Literal["ok", "exit", "timeout", "output_limit", "episode_limit", "killed", "closed"]
 
@@ -401,6 +405,7 @@ class EpisodeSandbox:
         self.budget = EpisodeBudget(self.config)
         self._closed = False
         self._keeper: int | None = None
+        self._keeper_fd: int | None = None
         self._alive: int | None = None
         self._pid_hits_seen = 0
         self._scratch = tempfile.mkdtemp(prefix="gem-episode-")
@@ -436,6 +441,8 @@ class EpisodeSandbox:
             reply = self._receive(deadline)
             if reply is not None and reply.get("event") == "keeper":
                 self._keeper = int(reply["pid"])
+                with contextlib.suppress(OSError):  # alive now: it holds the pipe until init is gone
+                    self._keeper_fd = os.pidfd_open(self._keeper)
                 reply = self._receive(deadline)
             if reply is None or reply.get("event") != "ready":
                 detail = reply.get("error") if reply else "no answer from the sandbox process (see its stderr)"
@@ -788,20 +795,49 @@ class EpisodeSandbox:
                 if held and lock is not None:
                     lock.release()
         alive = getattr(self, "_alive", None)
+        unended = None
         if alive is not None:
-            # The keeper holds the pipe's write end until init, and with it the pid namespace, is gone.
-            keeper = getattr(self, "_keeper", None)
-            if not select.select([alive], [], [], 5.0)[0] and keeper is not None:
-                with contextlib.suppress(OSError):
-                    os.kill(keeper, signal.SIGKILL)  # init dies with it (parent-death signal)
-                select.select([alive], [], [], 5.0)
+            unended = self._await_namespace_end(alive)
             os.close(alive)
             self._alive = None
+        keeper_fd = getattr(self, "_keeper_fd", None)
+        if keeper_fd is not None:
+            os.close(keeper_fd)
+            self._keeper_fd = None
         if self._groups is not None and self._group_name is not None:
             self._groups.remove(self._group_name)
             self._group_name = None
         with contextlib.suppress(OSError):
             os.rmdir(self._scratch)  # empty on the host: the tmpfs lived in the episode's mount namespace
+        if unended is not None:
+            raise ToolError(unended)
+
+    def _await_namespace_end(self, alive: int) -> str | None:
+        """Wait until the episode's pid namespace is empty (the keeper closes ``alive`` once init is reaped).
+
+        Init exits when it sees the socket close. One that does not (stopped, or starved on a loaded host)
+        is killed by its keeper on SIGTERM, and the keeper still waits for it, so the pipe closes only once
+        the kernel has killed and reaped every process of the namespace. Killing the keeper instead would
+        close the pipe at once, while init and the agent's processes were still dying.
+
+        Returns:
+            ``None`` once the namespace is empty; else why it is not (every bound passed).
+        """
+        if select.select([alive], [], [], CLOSE_GRACE_S)[0]:
+            return None
+        # The keeper is alive while the pipe is open (it holds the write end), so its pid is still its own.
+        keeper_fd = getattr(self, "_keeper_fd", None)
+        with contextlib.suppress(OSError):
+            if keeper_fd is not None:
+                signal.pidfd_send_signal(keeper_fd, signal.SIGTERM)
+            elif self._keeper is not None:
+                os.kill(self._keeper, signal.SIGTERM)
+        if select.select([alive], [], [], CLOSE_KILL_WAIT_S)[0]:
+            return None
+        return (
+            f"episode sandbox: its init did not end within {CLOSE_GRACE_S + CLOSE_KILL_WAIT_S:.0f} s of the "
+            f"close (keeper pid {self._keeper}); processes of uid {self.config.uid} may still be running"
+        )
 
     def __enter__(self) -> EpisodeSandbox:
         return self

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
+from gem_tool_python import episode as episode_module
 from gem_tool_python.episode import EpisodeConfig, EpisodeSandbox, episodes_available, prepare_layer, processes_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -177,6 +179,24 @@ def test_background_processes_and_everything_else_go_at_close() -> None:
     sandbox.close()
     assert_nothing_left(sandbox, group)
     assert sandbox.run("true").status == "closed"
+
+
+def test_a_close_whose_init_never_sees_it_still_ends_every_process_before_returning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A stopped init stands for one starved on a loaded host: it does not read the socket's end in the
+    # grace. The close must still return only once the namespace is empty (a close that killed the
+    # keeper returned while init and the agent's processes were still dying, and a leak check found them).
+    monkeypatch.setattr(episode_module, "CLOSE_GRACE_S", 0.2)
+    sandbox = EpisodeSandbox([], **LIMITS)
+    group = sandbox._group_name
+    assert sandbox.run("sleep 1000 & setsid sleep 999 & echo started").stdout == "started\n"
+    keeper = sandbox._keeper
+    (init,) = (int(p) for p in Path(f"/proc/{keeper}/task/{keeper}/children").read_text().split())
+    os.kill(init, signal.SIGSTOP)
+    sandbox.close()
+    assert_nothing_left(sandbox, group)
+    assert not Path(f"/proc/{init}").exists()  # reaped by its keeper before the pipe closed
 
 
 def test_episode_budgets_refuse_further_commands() -> None:
