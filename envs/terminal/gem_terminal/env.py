@@ -677,6 +677,15 @@ class TerminalEnv(Env):
             )
         if survivors:
             return f"{survivors} processes of the agent could not be killed; the tests did not run"
+        if self._task is not None and not self._task.checker_uses_as_agent:
+            # a checker written for a container runs as root there: it writes into the work dir and makes
+            # folders at the top, so the agent's files become the checker's uid's (the agent is gone now)
+            try:
+                refused = sandbox.hand_over_to_checker()
+            except ToolError as exc:
+                raise self._phase_error("checker-start", "hand_over_to_checker", str(exc)) from exc
+            if refused is not None:
+                return refused
         refused = self._write(
             "checker-start", f"{CHECKER_ENV['HOME']}/.gitconfig", _CHECKER_GITCONFIG, mode=0o600, owner="checker"
         )
@@ -685,6 +694,8 @@ class TerminalEnv(Env):
         try:
             sandbox.serve_agent()
         except ToolError as exc:
+            if "[Errno 28]" in str(exc) or "No space left" in str(exc):  # as-agent's program: the agent's disk
+                return f"the checker's files could not be written: the agent filled its disk ({exc})"
             raise self._phase_error("checker-start", "serve_agent", str(exc)) from exc
         return None
 

@@ -186,6 +186,15 @@ class TerminalTask:
         """Whether any set-up step must run as root."""
         return any(self.setup_root)
 
+    @property
+    def checker_uses_as_agent(self) -> bool:
+        """Whether the checker runs the agent's code through ``as-agent`` (gem's own tasks do).
+
+        A checker written for a container does not: it runs the agent's code itself and, as root there,
+        writes where it likes, so in the sandbox the agent's files are handed to it before it runs.
+        """
+        return b"as-agent" in self.checker.encode() or any(b"as-agent" in data for data in self.tests.values())
+
 
 @dataclass(frozen=True)
 class SkippedTask:

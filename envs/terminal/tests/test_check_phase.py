@@ -207,3 +207,33 @@ def test_a_vector_env_keeps_the_others_and_flags_the_error() -> None:
         assert infos[0]["env_error"]["type"] == "CheckPhaseError" and "env_error" not in infos[1]
     finally:
         vec.close()
+
+
+#: A checker written for a container (no as-agent): its tests overwrite a file of the work dir and make /db.
+WRITER = FIXTURES / "tb-checker-writes"
+#: A folder chain whose paths pass PATH_MAX (4,096 bytes): made with relative steps, as an agent may.
+DEEP_TREE = "<bash>d=$(printf 'x%.0s' $(seq 200)); for i in $(seq 25); do mkdir $d && cd $d; done</bash>"
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected", "says"),
+    [
+        ("", 1.0, "[exit code] 0"),
+        (None, 0.0, "No such file"),  # the no-op: no /app/count.py
+        (DEEP_TREE, 0.0, "could not be handed to the checker"),
+    ],
+    ids=["reference", "no-op", "agent-tree-past-path-max"],
+)
+def test_a_checker_written_for_a_container_writes_in_the_work_dir_and_at_the_top(
+    extra: str | None, expected: float, says: str
+) -> None:
+    task = load_task(WRITER)
+    assert isinstance(task, TerminalTask) and not task.checker_uses_as_agent
+    made = TerminalEnv(tasks_dir=str(WRITER))
+    try:
+        made.reset()
+        reply = "" if extra is None else reference_action(task) + extra
+        _, reward, terminated, _, info = made.step(reply + "<done></done>")
+        assert terminated and reward == expected and says in info["checker_output"], info["checker_output"]
+    finally:
+        made.close()

@@ -35,6 +35,7 @@ import os
 import select
 import signal
 import socket
+import stat
 import struct
 import sys
 import time
@@ -424,6 +425,11 @@ def _serve(state: _Init, request: dict[str, Any], fds: list[int]) -> None:
         elif op == "kill_all":
             with contextlib.suppress(OSError):
                 os.kill(-1, signal.SIGKILL)  # from pid 1: every process of the namespace but init itself
+        elif op == "hand_over":
+            try:
+                _reply(sock, event="handed", count=_hand_over(cfg, request), error=None)
+            except OSError as exc:
+                _reply(sock, event="handed", count=0, error=str(exc))
         elif op == "kill_agent":  # where no cgroup is available: by uid, inside the namespace
             _reply(sock, event="killed", left=state.kill_uid(cfg["uid"]))
         elif op == "serve_agent":
@@ -441,6 +447,51 @@ def _serve(state: _Init, request: dict[str, Any], fds: list[int]) -> None:
     finally:
         for fd in fds:
             os.close(fd)
+
+
+#: Top-level folders of the episode's root that are gem's, never handed to the checker.
+_NOT_HANDED = frozenset({"proc", "dev", "sys", ".old", "tests", "checker"})
+
+
+def _hand_over(cfg: dict[str, Any], request: dict[str, Any]) -> int:
+    """Give the checker's uid what the agent's owned, and a root it may make folders in; how many entries moved.
+
+    For checkers written for a container, where tests run as root: they write into the work dir
+    (``/app/input.csv``) and make folders at the top (``/db``, ``/data``). Called once the agent's
+    processes are gone. Only the episode's own writable file systems are walked (its tmpfs root and the
+    work dir's overlay), without recursion (a tree as deep as the agent likes), links are never followed
+    (``lchown``), and the kernel drops set-user-ID and set-group-ID bits of the files that change hands.
+    ``/`` becomes sticky and world-writable, like ``/tmp``: folders can be made there, nobody's removed.
+    Changing a file of the task's layers copies it up into the episode's tmpfs: the tmpfs first grows by
+    the layers' bytes and inodes (``request``), so the copies never take the agent's allowance. An
+    ``OSError`` here comes of the agent's files (a path past ``PATH_MAX``, a disk it filled); the caller
+    scores it 0.
+    """
+    agent, checker = cfg["uid"], cfg["checker_uid"]
+    size = cfg["disk_bytes"] + int(request.get("layer_bytes", 0))
+    inodes = cfg["max_inodes"] + int(request.get("layer_inodes", 0))
+    _worker._check(
+        _worker._libc.mount(None, b"/", None, _worker.MS_REMOUNT, f"size={size},nr_inodes={inodes}".encode()),
+        "grow the episode's tmpfs by its layers",
+    )
+    own = {os.stat("/").st_dev, os.stat(cfg["workdir"]).st_dev}
+    moved = 0
+    pending = ["/" + top for top in os.listdir("/") if top not in _NOT_HANDED]
+    while pending:
+        path = pending.pop()
+        info = os.lstat(path)
+        folder = stat.S_ISDIR(info.st_mode)
+        # A folder on another file system is a read-only bind of the host's: neither changed nor walked.
+        # (Only folders tell: overlayfs gives a file the device of the layer it lies in.)
+        if folder and info.st_dev not in own:
+            continue
+        if info.st_uid == agent:
+            os.lchown(path, checker, checker if info.st_gid == agent else -1)
+            moved += 1
+        if folder:
+            pending.extend(os.path.join(path, name) for name in os.listdir(path))
+    os.chmod("/", 0o1777)
+    return moved
 
 
 def _write(cfg: dict[str, Any], request: dict[str, Any]) -> None:

@@ -289,6 +289,25 @@ def prepare_layer(source: Path, target: Path, uid: int = EpisodeConfig.model_fie
     return target
 
 
+_layer_sizes: dict[str, tuple[int, int]] = {}
+
+
+def _layers_size(layers: tuple[str, ...]) -> tuple[int, int]:
+    """Bytes (rounded up to pages) and entries of the read-only layers, each walked once per process."""
+    total_bytes = total_inodes = 0
+    for layer in layers:
+        if layer not in _layer_sizes:
+            size = count = 0
+            for folder, dirs, files in os.walk(layer):
+                for name in [*dirs, *files]:
+                    with contextlib.suppress(OSError):
+                        size += -(-os.lstat(os.path.join(folder, name)).st_size // 4096) * 4096
+                    count += 1
+            _layer_sizes[layer] = (size, count + 1)
+        total_bytes, total_inodes = total_bytes + _layer_sizes[layer][0], total_inodes + _layer_sizes[layer][1]
+    return total_bytes, total_inodes
+
+
 class _Zygote:
     """This process's episode fork server (``_episode_worker.py``): one interpreter start-up for all episodes."""
 
@@ -395,6 +414,7 @@ class EpisodeSandbox:
                     f"episode sandbox: bind {source!r} -> {target!r} needs a host folder and an absolute path"
                 )
         resolved = [str(Path(p).resolve()) for p in layers]
+        self._layers = tuple(resolved)
         for path in [*resolved, tempfile.gettempdir()]:
             if any(c in path for c in ":,\\") or not os.path.isdir(path):
                 raise ToolError(
@@ -705,6 +725,40 @@ class EpisodeSandbox:
             if self._closed:
                 return 0
             return self._kill_agent()
+
+    def hand_over_to_checker(self) -> str | None:
+        """Give the checker's uid every file and folder the agent's uid owns, and a root it may write.
+
+        For checkers written for a container, where tests run as root and write into the work dir or
+        make folders at the top (``/db``, ``/data``): call once the agent's processes are gone
+        (:meth:`end_agent`), and only for checkers that do not run the agent's code through ``as-agent``
+        (its files are the checker's afterwards). The episode's own file systems alone are walked, links
+        are not followed, the kernel drops set-user-ID bits of files that change hands, and ``/`` becomes
+        sticky and world-writable (folders can be made there, nobody's removed).
+
+        Returns:
+            ``None`` once done; else why the agent's files could not be handed over (a path of theirs past
+            ``PATH_MAX``: the agent's doing).
+
+        Raises:
+            ToolError: the episode is closed or gone (nothing of the agent's doing).
+        """
+        with self._lock:
+            if self._closed:
+                raise ToolError("the episode's sandbox is closed; nothing was handed to the checker")
+            layer_bytes, layer_inodes = _layers_size(self._layers)
+            self._send({"op": "hand_over", "layer_bytes": layer_bytes, "layer_inodes": layer_inodes})
+            while True:
+                reply = self._receive(time.monotonic() + 60.0)
+                if reply is None:
+                    raise ToolError("the episode's sandbox is gone, or did not answer in 60 s; nothing was handed over")
+                if reply.get("event") == "handed":
+                    break
+        error = reply.get("error")
+        if error:
+            filled = "the agent filled its disk: " if "[Errno 28]" in error else ""
+            return f"{filled}the agent's files could not be handed to the checker: {error}"
+        return None
 
     def agent_processes(self) -> int:
         """How many processes the agent's part holds now (``-1`` where the episode has no cgroup)."""

@@ -544,6 +544,42 @@ def test_the_agent_sees_no_trace_of_the_tests_and_cannot_read_them() -> None:
         assert sandbox.config.checker != sandbox.config.uid
 
 
+def test_hand_over_gives_the_checker_the_agent_s_files_and_a_root_to_make_folders_in() -> None:
+    """Work dir, home and /tmp files change hands; links are not followed; set-uid bits go; / is sticky."""
+    with EpisodeSandbox(**LIMITS) as sandbox:
+        sandbox.write_file("/tests/expected.txt", b"the answer\n")
+        made = sandbox.run(
+            "mkdir -p deep/er && echo data > deep/er/f && echo mine > ~/notes && echo t > /tmp/t && "
+            "ln -s /tests/expected.txt link && cp /bin/true suid && chmod 4755 suid && chmod 700 deep"
+        )
+        assert made.ok, made
+        before = sandbox.run("echo x > /tests/../db; echo x > deep/er/f", checker=True)
+        assert "Permission denied" in before.stderr, before
+        assert sandbox.end_agent() == 0
+        assert sandbox.hand_over_to_checker() is None
+        checker = sandbox.config.checker
+        after = sandbox.run(
+            "echo x > deep/er/f && echo y > /home/agent/notes && echo z > /tmp/t && "
+            "mkdir /db && echo w > /db/in && stat -c '%n %u %a' . deep deep/er/f link suid /home/agent/notes /tmp/t / "
+            "/tests /tests/expected.txt && { rm -rf /checker 2>&1 | head -1; }",
+            checker=True,
+        )
+        lines = after.stdout.splitlines()
+        assert lines[:10] == [
+            f". {checker} 755",
+            f"deep {checker} 700",
+            f"deep/er/f {checker} 644",
+            f"link {checker} 777",  # the link itself: lchown, never its target
+            f"suid {checker} 755",  # the kernel drops set-uid when a file changes hands
+            f"/home/agent/notes {checker} 644",
+            f"/tmp/t {checker} 644",
+            "/ 0 1777",
+            f"/tests {checker} 700",
+            "/tests/expected.txt 0 644",
+        ], after
+        assert "Permission denied" in after.stdout  # sticky: root's /checker cannot be removed
+
+
 def test_as_agent_runs_a_program_as_the_agent_for_the_checker() -> None:
     """Its uid, stdin/stdout/stderr, exit status and folder pass; it cannot read /tests; what it leaves dies."""
     with EpisodeSandbox(**LIMITS) as sandbox:
@@ -625,3 +661,17 @@ def test_the_episode_budget_refuses_cuts_and_charges() -> None:
     budget.charge(5, 0)
     assert (budget.remaining_s, budget.spent(False), budget.spent(True)) == (0.0, "time", "closed")
     assert "10 s of command time" in str(budget.refusal().error)  # type: ignore[union-attr]
+
+
+def test_hand_over_copies_up_a_layer_larger_than_the_disk_left(tmp_path: Path) -> None:
+    """Files of the task's layer change hands by a copy into the tmpfs, which grows for them first."""
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "big.bin").write_bytes(os.urandom(3 << 20))
+    layer = prepare_layer(source, tmp_path / "layer", RUN_UID)
+    with EpisodeSandbox([layer], **{**LIMITS, "disk_mb": 2}) as sandbox:
+        assert sandbox.run("head -c 1500000 /dev/zero > filler").ok  # most of the agent's 2 MB
+        assert sandbox.end_agent() == 0
+        assert sandbox.hand_over_to_checker() is None
+        result = sandbox.run("stat -c '%u %s' big.bin && echo more >> big.bin", checker=True)
+        assert result.ok and result.stdout == f"{sandbox.config.checker} {3 << 20}\n", result
