@@ -747,13 +747,8 @@ class EpisodeSandbox:
             if self._closed:
                 raise ToolError("the episode's sandbox is closed; nothing was handed to the checker")
             layer_bytes, layer_inodes = _layers_size(self._layers)
-            self._send({"op": "hand_over", "layer_bytes": layer_bytes, "layer_inodes": layer_inodes})
-            while True:
-                reply = self._receive(time.monotonic() + 60.0)
-                if reply is None:
-                    raise ToolError("the episode's sandbox is gone, or did not answer in 60 s; nothing was handed over")
-                if reply.get("event") == "handed":
-                    break
+            request = {"op": "hand_over", "layer_bytes": layer_bytes, "layer_inodes": layer_inodes}
+            reply = self._ask(request, "handed", 60.0, "nothing was handed to the checker")
         error = reply.get("error")
         if error:
             filled = "the agent filled its disk: " if "[Errno 28]" in error else ""
@@ -780,15 +775,25 @@ class EpisodeSandbox:
         """
         self.write_file(AS_AGENT, _AS_AGENT_PROGRAM.encode(), mode=0o755)
         with self._lock:
-            self._send({"op": "serve_agent", "path": AS_AGENT_SOCKET})
-            while True:
-                reply = self._receive(time.monotonic() + 10.0)
-                if reply is None:
-                    raise ToolError("the episode's sandbox is gone; the checker's as-agent service did not start")
-                if reply.get("event") == "serving":
-                    break
+            request = {"op": "serve_agent", "path": AS_AGENT_SOCKET}
+            reply = self._ask(request, "serving", 10.0, "the checker's as-agent service did not start")
             if reply.get("error"):
                 raise ToolError(f"the checker's as-agent service did not start: {reply['error']}")
+
+    def _ask(self, request: dict[str, Any], event: str, timeout_s: float, undone: str) -> dict[str, Any]:
+        """Send ``request`` to init and wait for its ``event`` reply (hold ``_lock``).
+
+        Raises:
+            ToolError: the sandbox ended or did not answer within ``timeout_s`` (``undone`` says what that left).
+        """
+        self._send(request)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            reply = self._receive(deadline)
+            if reply is None:
+                raise ToolError(f"the episode's sandbox is gone, or did not answer in {timeout_s:g} s; {undone}")
+            if reply.get("event") == event:
+                return reply
 
     def _send(self, message: dict[str, Any]) -> None:
         with contextlib.suppress(OSError):
