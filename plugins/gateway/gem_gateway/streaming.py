@@ -11,6 +11,8 @@ before every step, so a client that goes away ends its request after at most one
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import inspect
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -19,6 +21,9 @@ from typing import Any
 from gem_core.episode import Generation, TurnRequest
 from gem_gateway.capture import TokenDelta
 from gem_gateway.errors import BadRequest, GenerateFailed
+
+#: How long a finished stream waits for its sampling thread to count itself out.
+_THREAD_END_S = 10.0
 
 __all__ = ["TransformersStreamer"]
 
@@ -94,10 +99,11 @@ class TransformersStreamer:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[TokenDelta | BaseException] = asyncio.Queue()
         cancelled = threading.Event()
+        ended = asyncio.Event()
 
-        def put(item: TokenDelta | BaseException) -> None:
-            if not loop.is_closed():
-                loop.call_soon_threadsafe(queue.put_nowait, item)
+        def put(item: TokenDelta | BaseException | None) -> None:
+            if not loop.is_closed():  # None: the thread is done (``running`` counts it out)
+                loop.call_soon_threadsafe(ended.set if item is None else functools.partial(queue.put_nowait, item))
 
         with self._lock:
             self.running += 1
@@ -113,9 +119,14 @@ class TransformersStreamer:
                 item = await queue.get()
                 if isinstance(item, BaseException):
                     raise GenerateFailed(f"the model failed while sampling: {type(item).__name__}: {item}") from item
-                yield item
                 if item.finish_reason is not None:
+                    # The last id is put just before the thread ends: wait for that, so a finished stream
+                    # leaves no sampling thread (bounded: nothing is left for it to do but count itself out).
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(ended.wait(), _THREAD_END_S)
+                    yield item
                     return
+                yield item
         finally:
             cancelled.set()  # the thread stops before its next step
 
@@ -125,7 +136,7 @@ class TransformersStreamer:
         limit: int,
         seed: int,
         cancelled: threading.Event,
-        put: Callable[[TokenDelta | BaseException], None],
+        put: Callable[[TokenDelta | BaseException | None], None],
     ) -> None:
         torch = self._torch
         try:
@@ -149,6 +160,7 @@ class TransformersStreamer:
         finally:
             with self._lock:
                 self.running -= 1
+            put(None)
 
     def _draw(self, logits: Any, generator: Any) -> tuple[int, float]:
         torch = self._torch
