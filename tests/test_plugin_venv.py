@@ -11,6 +11,7 @@ the same kinds of breakage in-process.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,10 +28,19 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("plugin-venv")]
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("plugin-venv") / "venv"
+    folder = tmp_path_factory.mktemp("plugin-venv")
+    path = folder / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+    # Built from copies: setuptools builds in the source tree (build/, *.egg-info), where another build of the
+    # same tree (another tox env's install, a developer's) can change files mid-build (one such failed with
+    # ENOENT while copying build/lib of gem-core).
+    source = folder / "gem-core"
+    shutil.copytree(ROOT / "gem_core", source / "gem_core", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, source / name)
+    plugins = [shutil.copytree(PACKAGES / name, folder / name) for name in ("gem-demo-plugin", "gem-broken-plugin")]
     pip = [str(path / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    dists = [str(ROOT), str(PACKAGES / "gem-demo-plugin"), str(PACKAGES / "gem-broken-plugin")]
+    dists = [str(source), *map(str, plugins)]
     subprocess.run([*pip, *dists], check=True)
     return path
 
