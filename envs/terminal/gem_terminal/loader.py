@@ -831,7 +831,9 @@ def _finish(path: Path, fields: dict[str, Any], **given: Any) -> TerminalTask:
     given.update(
         checker=checker.text,
         tests=tests,
-        solution=solution.text,
+        solution=_as_script_file(solution.text)
+        if given["format"] == "harbor" and solution.text.strip()
+        else solution.text,
         checker_apt=tuple(dict.fromkeys(checker_apt)),
         checker_python=tuple(dict.fromkeys(checker_python)),
         checker_pytest=checker.ran_pytest
@@ -867,6 +869,23 @@ def _with_solution_files(solve: str, files: dict[str, bytes]) -> str:
         )
     body = re.sub(r"(?<![\w.-])/solution(?=/|\b)", SOLUTION_DIR_HERE, solve)
     return "\n".join(lines) + "\n" + body
+
+
+def _as_script_file(solve: str) -> str:
+    """A reply that writes ``solve`` to ``solve.sh`` in :data:`SOLUTION_DIR_HERE` and runs that file with bash.
+
+    Harbor runs ``bash /solution/solve.sh``: a solution that finds the files beside it through its own path
+    (``$(dirname "${BASH_SOURCE[0]}")``, ``$0``) finds them there, where a ``bash -c`` of its text finds the
+    work dir. The text stays readable in the reply (a quoted here-document, written as is).
+    """
+    delimiter = "GEM_SOLVE_SH"
+    while delimiter in solve.splitlines():
+        delimiter += "_"
+    target = f"{SOLUTION_DIR_HERE}/solve.sh"
+    return (
+        f"mkdir -p {SOLUTION_DIR_HERE} && cat > {target} <<'{delimiter}'\n{solve.rstrip(chr(10))}\n{delimiter}\n"
+        f"bash {target}"
+    )
 
 
 def _task_modules(path: Path, limit: int = 5000) -> frozenset[str]:
