@@ -665,6 +665,9 @@ def _needs_root(command: str, step: RunStep, workdir: str) -> bool:
         head = words[0].rsplit("/", 1)[-1]
         if head in _ROOT_COMMANDS:
             return True
+        venv = _venv_folder(head, words)
+        if venv is not None and _root_only(venv, workdir):
+            return True
         if head in _WRITERS:
             targets = [w for w in words[1:] if not w.startswith("-")]
             if head in ("cp", "mv", "ln", "install"):
@@ -675,6 +678,22 @@ def _needs_root(command: str, step: RunStep, workdir: str) -> bool:
             if head in _PATH_WRITERS and any(_root_only(t, workdir) for t in targets):
                 return True
     return False
+
+
+def _venv_folder(head: str, words: list[str]) -> str | None:
+    """The folder a command makes a virtual environment in, else ``None``.
+
+    ``python3 -m venv DIR``, ``virtualenv DIR``, ``uv venv DIR``: a verifier's venv in ``/opt`` is a folder
+    only root may make.
+    """
+    if re.fullmatch(r"python[\d.]*", head) and words[1:3] == ["-m", "venv"]:
+        rest = words[3:]
+    elif head == "virtualenv" or (head == "uv" and words[1:2] == ["venv"]):
+        rest = words[1:] if head == "virtualenv" else words[2:]
+    else:
+        return None
+    operands = [word for word in rest if not word.startswith("-")]
+    return operands[-1] if operands else None
 
 
 #: Writers whose operands are all paths (sed's, tar's, chmod's may be scripts, archives or modes).

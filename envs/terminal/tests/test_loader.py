@@ -430,6 +430,16 @@ def test_a_harbor_task_that_cannot_run_is_refused_with_one_line(
             (True,),
             id="root-top-level-folder",
         ),
+        pytest.param(
+            {
+                "Dockerfile": BASE + "WORKDIR /app\nRUN python3 -m venv /opt/verifier-venv\nRUN /usr/bin/python3.11"
+                " -m venv --clear /srv/venv\nRUN virtualenv -p python3 /usr/local/venv\nRUN python3 -m venv .venv\n"
+                "RUN python3 -m venv /app/venv\n"
+            },
+            "setup_root",
+            (True, True, True, False, False),
+            id="root-venv-folder",
+        ),
         pytest.param({"Dockerfile": MISSING_APT}, "setup", (), id="apt-for-the-builder"),
     ],
 )
