@@ -674,6 +674,9 @@ def _needs_root(command: str, step: RunStep, workdir: str) -> bool:
         head = words[0].rsplit("/", 1)[-1]
         if head in _ROOT_COMMANDS:
             return True
+        venv = _venv_folder(head, words)
+        if venv is not None and _root_only(venv, workdir):
+            return True
         if head in _WRITERS:
             targets = [w for w in words[1:] if not w.startswith("-")]
             if head in ("cp", "mv", "ln", "install"):
@@ -684,6 +687,22 @@ def _needs_root(command: str, step: RunStep, workdir: str) -> bool:
             if head in _PATH_WRITERS and any(_root_only(t, workdir) for t in targets):
                 return True
     return False
+
+
+def _venv_folder(head: str, words: list[str]) -> str | None:
+    """The folder a command makes a virtual environment in, else ``None``.
+
+    ``python3 -m venv DIR``, ``virtualenv DIR``, ``uv venv DIR``: a verifier's venv in ``/opt`` is a folder
+    only root may make.
+    """
+    if re.fullmatch(r"python[\d.]*", head) and words[1:3] == ["-m", "venv"]:
+        rest = words[3:]
+    elif head == "virtualenv" or (head == "uv" and words[1:2] == ["venv"]):
+        rest = words[1:] if head == "virtualenv" else words[2:]
+    else:
+        return None
+    operands = [word for word in rest if not word.startswith("-")]
+    return operands[-1] if operands else None
 
 
 #: Writers whose operands are all paths (sed's, tar's, chmod's may be scripts, archives or modes).
@@ -840,7 +859,9 @@ def _finish(path: Path, fields: dict[str, Any], **given: Any) -> TerminalTask:
     given.update(
         checker=checker.text,
         tests=tests,
-        solution=solution.text,
+        solution=_as_script_file(solution.text)
+        if given["format"] == "harbor" and solution.text.strip()
+        else solution.text,
         checker_apt=tuple(dict.fromkeys(checker_apt)),
         checker_python=tuple(dict.fromkeys(checker_python)),
         checker_pytest=checker.ran_pytest
@@ -876,6 +897,23 @@ def _with_solution_files(solve: str, files: dict[str, bytes]) -> str:
         )
     body = re.sub(r"(?<![\w.-])/solution(?=/|\b)", SOLUTION_DIR_HERE, solve)
     return "\n".join(lines) + "\n" + body
+
+
+def _as_script_file(solve: str) -> str:
+    """A reply that writes ``solve`` to ``solve.sh`` in :data:`SOLUTION_DIR_HERE` and runs that file with bash.
+
+    Harbor runs ``bash /solution/solve.sh``: a solution that finds the files beside it through its own path
+    (``$(dirname "${BASH_SOURCE[0]}")``, ``$0``) finds them there, where a ``bash -c`` of its text finds the
+    work dir. The text stays readable in the reply (a quoted here-document, written as is).
+    """
+    delimiter = "GEM_SOLVE_SH"
+    while delimiter in solve.splitlines():
+        delimiter += "_"
+    target = f"{SOLUTION_DIR_HERE}/solve.sh"
+    return (
+        f"mkdir -p {SOLUTION_DIR_HERE} && cat > {target} <<'{delimiter}'\n{solve.rstrip(chr(10))}\n{delimiter}\n"
+        f"bash {target}"
+    )
 
 
 def _task_modules(path: Path, limit: int = 5000) -> frozenset[str]:

@@ -147,6 +147,22 @@ def play(folder: Path, *replies: str) -> tuple[float, dict]:
         env.close()
 
 
+@pytest.mark.parametrize(
+    "solve",
+    ["echo a\nGEM_SOLVE_SH\necho b\n", "GEM_SOLVE_SH\r\nGEM_SOLVE_SH_\r\n", "cat <<'EOF'\nx\nEOF\n"],
+    ids=["delimiter-line", "crlf-and-two-delimiter-lines", "its-own-heredoc"],
+)
+def test_a_harbor_solution_is_written_whole_to_a_file_and_run_from_there(tmp_path: Path, solve: str) -> None:
+    # Harbor runs `bash /solution/solve.sh`: the reference run writes solve.sh beside its files and runs it.
+    task = load_task(write_harbor(tmp_path / "t", **{"solution/solve.sh": solve}))
+    assert isinstance(task, TerminalTask), task
+    first, rest = task.solution.split("\n", 1)
+    delimiter = first.rsplit("<<", 1)[1].strip("'")
+    text = solve.replace("\r\n", "\n")  # read as text: CR LF line ends become LF
+    assert delimiter not in text.splitlines()
+    assert rest == f"{text.rstrip(chr(10))}\n{delimiter}\nbash /tmp/gem-solution/solve.sh"
+
+
 FIXTURE_NAMES = sorted(path.name for path in FIXTURES.iterdir() if path.is_dir())
 
 
@@ -413,6 +429,16 @@ def test_a_harbor_task_that_cannot_run_is_refused_with_one_line(
             "setup_root",
             (True,),
             id="root-top-level-folder",
+        ),
+        pytest.param(
+            {
+                "Dockerfile": BASE + "WORKDIR /app\nRUN python3 -m venv /opt/verifier-venv\nRUN /usr/bin/python3.11"
+                " -m venv --clear /srv/venv\nRUN virtualenv -p python3 /usr/local/venv\nRUN python3 -m venv .venv\n"
+                "RUN python3 -m venv /app/venv\n"
+            },
+            "setup_root",
+            (True, True, True, False, False),
+            id="root-venv-folder",
         ),
         pytest.param({"Dockerfile": MISSING_APT}, "setup", (), id="apt-for-the-builder"),
     ],

@@ -41,8 +41,16 @@ def _same(name: str) -> str:
         ("ubuntu:24.04", "trixie"),
         ("postgres:16", None),
         ("ghcr.io/someone/else:1", None),
+        # Docker Hub's official images as ECR Public and Google's mirror serve them, a tag pinned by its digest.
+        ("public.ecr.aws/docker/library/debian:bookworm-slim", "bookworm"),
+        (f"public.ecr.aws/docker/library/debian:bookworm-slim@sha256:{'ab' * 32}", "bookworm"),
+        (f"python:3.12-slim@sha256:{'0f' * 32}", "trixie"),
+        ("mirror.gcr.io/library/ubuntu:24.04", "trixie"),
+        ("public.ecr.aws/docker/library/golang:1.22", None),
+        ("public.ecr.aws/someone/debian:12", None),
+        (f"debian@sha256:{'ab' * 32}", None),  # a digest alone names no version
     ],
-    ids=lambda v: str(v),
+    ids=lambda v: str(v)[:60],
 )
 def test_image_map(image: str, suite: str | None) -> None:
     base = base_image_for(image)

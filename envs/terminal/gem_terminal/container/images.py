@@ -32,6 +32,7 @@ from gem_terminal.loader import TerminalTask
 __all__ = [
     "BASE_PACKAGES",
     "CHECKER_TOOLS_DIR",
+    "HUB_MIRRORS",
     "IMAGE_MAP",
     "STAND_IN_WORKDIRS",
     "BaseImage",
@@ -39,6 +40,7 @@ __all__ = [
     "build_task_image",
     "checker_tools_script",
     "ensure_base_image",
+    "hub_name",
     "mmdebstrap_command",
     "rewrite_dockerfile",
     "task_dockerfile",
@@ -76,6 +78,9 @@ IMAGE_MAP: tuple[tuple[str, str], ...] = (
 #: built on them without a ``WORKDIR`` of their own rely on it (``COPY data .``, a checker that stops when
 #: ``$PWD`` is ``/``, a solution writing ``/app/x`` under ``set -e``).
 STAND_IN_WORKDIRS: tuple[tuple[str, str], ...] = ((r"ghcr\.io/laude-institute/t-bench/[\w.-]+(:[\w.-]+)?", "/app"),)
+#: Registries that serve Docker Hub's official images under a name of their own (``FROM`` lines of Terminal-Bench
+#: 2.1 tasks name ECR Public's copy): the image map reads such a name as Docker Hub's (:func:`hub_name`).
+HUB_MIRRORS = ("public.ecr.aws/docker/library/", "mirror.gcr.io/library/")
 #: How the base images built here are tagged (then the suite and a hash of the recipe).
 _BASE_PREFIX = "localhost/gem-base-"
 #: Debian's mirror for base images (``$GEM_DEBIAN_MIRROR``).
@@ -147,10 +152,26 @@ class BaseImage:
         return f"{_BASE_PREFIX}{self.suite}:{hashlib.sha256(recipe.encode()).hexdigest()[:16]}"
 
 
+def hub_name(image: str) -> str:
+    """The name the image map reads ``image`` by: a Docker Hub mirror's prefix and a tag's digest dropped.
+
+    ``public.ecr.aws/docker/library/debian:bookworm-slim@sha256:...`` is ``docker.io/library/debian:bookworm-slim``:
+    ECR Public and Google's mirror serve Docker Hub's official images under their own names, and a digest after
+    a tag pins one build of that tag, whose stand-in is the tag's. A digest without a tag names no version, so
+    it is kept (and matches no stand-in).
+    """
+    name = re.sub(r"(:[\w.-]+)@sha256:[0-9a-f]{64}", r"\1", image)
+    for mirror in HUB_MIRRORS:
+        if name.startswith(mirror):
+            return "docker.io/library/" + name[len(mirror) :]
+    return name
+
+
 def base_image_for(image: str) -> BaseImage | None:
     """The local stand-in of ``image`` from :data:`IMAGE_MAP`, or ``None`` when it has none."""
+    name = hub_name(image)
     for pattern, suite in IMAGE_MAP:
-        if re.fullmatch(pattern, image):
+        if re.fullmatch(pattern, name):
             return BaseImage(suite)
     return None
 
@@ -365,7 +386,7 @@ def rewrite_dockerfile(text: str, resolve: Any, *, ca_bundle: bytes | None = Non
                 out.append(f"COPY .gem/ca.pem {_CA_PATH}")
                 out.append("ENV " + " ".join(f"{k}={v}" for k, v in CA_ENV.items()))
             if name != original and name.startswith(_BASE_PREFIX):  # a stand-in, not the image named
-                workdir = next((w for pattern, w in STAND_IN_WORKDIRS if re.fullmatch(pattern, original)), None)
+                workdir = next((w for p, w in STAND_IN_WORKDIRS if re.fullmatch(p, hub_name(original))), None)
                 if workdir:
                     out.append(f"WORKDIR {workdir}")
             continue

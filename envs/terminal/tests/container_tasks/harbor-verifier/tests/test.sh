@@ -1,4 +1,6 @@
 #!/bin/bash
+# More output than one command of the agent's may print (16 KiB): a verifier's own output is not capped.
+seq 1 5000
 apt-get update
 apt-get install -y curl
 curl -LsSf https://astral.sh/uv/0.9.5/install.sh | sh
