@@ -602,9 +602,7 @@ class TerminalEnv(Env):
                 refused = self._write("reward", path, b"", owner="checker")
                 if refused is not None:
                     return 0.0, refused
-        result = self.run_checker(
-            output_to_file(command, self._sandbox.config.max_output_bytes // 2), task.test_timeout_s
-        )
+        result = self.run_checker(output_tail(command, self._sandbox.config.max_output_bytes // 2), task.test_timeout_s)
         if result.status == "closed":
             raise self._phase_error("checker", "run", result.error or "the sandbox ended during the checker")
         # pytest's "2 passed in 0.03s" would make info differ between identical episodes.
@@ -744,19 +742,15 @@ class TerminalEnv(Env):
         return self.py_random.choice(["<bash>ls</bash>", "<bash>pwd</bash>", "<bash>echo hi</bash>", "<done></done>"])
 
 
-def output_to_file(command: str, tail_bytes: int) -> str:
-    """``command`` (a checker) with its output in a file of its own, of which the last ``tail_bytes`` are printed.
+def output_tail(command: str, tail_bytes: int) -> str:
+    """``command`` (a checker, run by bash) with only the last ``tail_bytes`` of its output printed; its exit code.
 
     A verifier's output is not the agent's, and Harbor does not limit it: through the per-command output cap
     (a pipe whose reader stops there), a verifier printing more (``pytest -rA`` over a large suite, an
-    ``apt-get`` in ``test.sh``) would die of SIGPIPE before writing its reward. The file is in a folder of
-    the checker's own (mode 700: the agent's programs it runs cannot reach it); the exit code is ``command``'s.
+    ``apt-get`` in ``test.sh``) would die of SIGPIPE before writing its reward. ``tail`` reads all of it and
+    keeps the end in memory: no file, no disk, and nothing the agent's programs could reach.
     """
-    return (
-        'gem_out=$(mktemp -d 2>/dev/null) || { gem_out=/tmp/.gem-checker-$$ && mkdir -m 700 "$gem_out"; } || exit 97\n'
-        f'( {command}\n) > "$gem_out/output" 2>&1 < /dev/null\n'
-        f'gem_rc=$?; tail -c {max(tail_bytes, 64)} "$gem_out/output"; rm -rf "$gem_out"; exit "$gem_rc"'
-    )
+    return f'( {command}\n) 2>&1 < /dev/null | tail -c {max(tail_bytes, 64)}\nexit "${{PIPESTATUS[0]}}"'
 
 
 def _host_memory_mb() -> int | None:
