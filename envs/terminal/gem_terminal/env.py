@@ -563,8 +563,9 @@ class TerminalEnv(Env):
         except ToolError as exc:
             # The sandbox's scratch (its tmpfs: files and inodes) is the agent's to fill; the checker's
             # files go there too. Past its allowance, a container's disk is the agent's doing as well.
-            if "[Errno 28]" in str(exc) or "No space left" in str(exc):
-                return f"the checker's files could not be written: the agent filled its disk ({exc})"
+            full = _disk_full(exc)
+            if full is not None:
+                return full
             raise self._phase_error(phase, "write_file", str(exc)) from exc
         return None
 
@@ -694,8 +695,9 @@ class TerminalEnv(Env):
         try:
             sandbox.serve_agent()
         except ToolError as exc:
-            if "[Errno 28]" in str(exc) or "No space left" in str(exc):  # as-agent's program: the agent's disk
-                return f"the checker's files could not be written: the agent filled its disk ({exc})"
+            full = _disk_full(exc)  # writing as-agent's program: the agent's disk
+            if full is not None:
+                return full
             raise self._phase_error("checker-start", "serve_agent", str(exc)) from exc
         return None
 
@@ -740,6 +742,17 @@ class TerminalEnv(Env):
 
     def sample_random_action(self) -> str:
         return self.py_random.choice(["<bash>ls</bash>", "<bash>pwd</bash>", "<bash>echo hi</bash>", "<done></done>"])
+
+
+def _disk_full(exc: ToolError) -> str | None:
+    """Why the checker cannot run when ``exc`` (a write of the check's files) ran out of disk, else ``None``.
+
+    The sandbox's scratch (its tmpfs: files and inodes) is the agent's to fill, and the checker's files go
+    there too: a full disk is the agent's doing, a reward of 0, not gem's failure.
+    """
+    if "[Errno 28]" in str(exc) or "No space left" in str(exc):
+        return f"the checker's files could not be written: the agent filled its disk ({exc})"
+    return None
 
 
 def output_tail(command: str, tail_bytes: int) -> str:
