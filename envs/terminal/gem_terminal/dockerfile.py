@@ -12,6 +12,7 @@ import json
 import posixpath
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 __all__ = ["CopyStep", "DockerImage", "DockerfileError", "Instruction", "RunStep", "parse_dockerfile", "read_image"]
@@ -76,7 +77,7 @@ class DockerImage:
         base_image: The last ``FROM`` image, variables substituted, ``--platform`` removed.
         platform: The ``--platform`` flag of that ``FROM`` (``""`` when none).
         stages: How many ``FROM`` lines the file has (above 1: a multi-stage build).
-        workdir: The ``WORKDIR`` in effect at the end (``""`` when the file sets none).
+        workdir: The ``WORKDIR`` in effect at the end (``""`` when neither the file nor its base image sets one).
         user: The ``USER`` in effect at the end (``""``: the image's, root for the usual bases).
         env: ``ENV`` in effect at the end.
         steps: ``RunStep`` and ``CopyStep`` of the last stage, in file order.
@@ -214,12 +215,16 @@ def _assignments(rest: str, variables: dict[str, str], keyword: str) -> dict[str
     return pairs
 
 
-def read_image(text: str, build_args: dict[str, str] | None = None) -> DockerImage:
+def read_image(
+    text: str, build_args: dict[str, str] | None = None, base_workdir: Callable[[str], str] | None = None
+) -> DockerImage:
     """Walk a Dockerfile's instructions keeping the builder's state (stage, WORKDIR, USER, ARG, ENV).
 
     Args:
         text: The Dockerfile.
         build_args: ``ARG`` values given to the build (compose ``build: args:``).
+        base_workdir: The ``WORKDIR`` a ``FROM`` image sets (``""``: unknown, so ``/``). Lines before the
+            file's own ``WORKDIR`` run there, as the builder runs them.
 
     Raises:
         DockerfileError: No ``FROM``, a line that cannot be split, a heredoc without its end.
@@ -242,8 +247,9 @@ def read_image(text: str, build_args: dict[str, str] | None = None) -> DockerIma
                 raise DockerfileError(f"line {ins.line}: FROM names no image")
             stages += 1
             base, platform = words[0], substitute(ins.flags.get("platform", ""), {**global_args, **build_args})
-            # Each stage starts from its image's state; ours is unknown, so from nothing.
-            workdir, user, args, env, steps, others = "", "", {}, {}, [], []
+            # Each stage starts from its image's state: its WORKDIR where known, the rest unknown, so nothing.
+            workdir = base_workdir(base) if base_workdir else ""
+            user, args, env, steps, others = "", {}, {}, [], []
         elif ins.keyword == "ARG":
             pairs = _assignments(ins.rest, variables, "ARG")
             resolved = {name: build_args.get(name, value) for name, value in pairs.items()}

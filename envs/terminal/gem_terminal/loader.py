@@ -48,6 +48,8 @@ from gem_terminal.provision import (
     missing_imports,
     provision_script,
     python_facts,
+    python_pip_installs,
+    remote_fetches,
     remote_urls,
     split_commands,
     starts_process,
@@ -55,9 +57,11 @@ from gem_terminal.provision import (
 
 __all__ = [
     "BASE_IMAGES",
+    "BASE_WORKDIRS",
     "REWARD_FILES",
     "SkippedTask",
     "TerminalTask",
+    "base_workdir",
     "image_python_version",
     "load_task",
     "load_tasks",
@@ -67,6 +71,10 @@ __all__ = [
 #: Base images whose OS the sandbox's host system directories stand in for: Terminal-Bench's own
 #: (``ghcr.io/laude-institute/t-bench/NAME:TAG``) and the public Debian, Ubuntu and Python images.
 BASE_IMAGES = ("ubuntu-24-04", "python-3-13", "debian", "ubuntu", "python")
+#: ``FROM`` image (a regular expression over the whole name) -> the ``WORKDIR`` that image sets. Terminal-Bench's
+#: base images work in ``/app``: a task built on one runs its lines before any ``WORKDIR`` of its own there
+#: (``RUN echo x > ready``, ``COPY data .``), and its checker may stop when ``$PWD`` is ``/``.
+BASE_WORKDIRS: tuple[tuple[str, str], ...] = ((r"ghcr\.io/laude-institute/t-bench/[\w.-]+(:[\w.-]+)?", "/app"),)
 #: Harbor's verifier contract: the reward file ``tests/test.sh`` writes (the JSON one wins when both exist).
 REWARD_FILES = ("/logs/verifier/reward.json", "/logs/verifier/reward.txt")
 #: Where Terminal-Bench and Harbor put the tests for the checker.
@@ -516,6 +524,11 @@ def image_python_version(image: str) -> str:
     return f"{match.group(1)}.{match.group(2)}" if match else ""
 
 
+def base_workdir(image: str) -> str:
+    """The ``WORKDIR`` a ``FROM`` image sets, from :data:`BASE_WORKDIRS` (``""``: none known, so ``/``)."""
+    return next((workdir for pattern, workdir in BASE_WORKDIRS if re.fullmatch(pattern, image)), "")
+
+
 def _is_base_os(image: str) -> bool:
     """Whether an image is a base OS the host's system directories stand in for (any ``python-X-Y`` too)."""
     name = image.rsplit("/", 1)[-1].split(":")[0].split("@")[0]
@@ -550,7 +563,7 @@ def _image_fields(build: _Build, task_path: Path, pythons: dict[str, str]) -> di
         fields["image_installs"] = frozenset()
         return fields
     args = {str(k): str(v) for k, v in (build.compose.get("args") or {}).items()}
-    image = read_image(_text(build.dockerfile), args)
+    image = read_image(_text(build.dockerfile), args, base_workdir)
     workdir = build.workdir or image.workdir or "/app"
     fields.update(
         dockerfile=build.dockerfile,
@@ -648,45 +661,105 @@ _WRITERS = {
 }
 
 
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
 def _writable_here(folder: str, workdir: str) -> bool:
-    return any(folder == root or folder.startswith(root.rstrip("/") + "/") for root in (workdir, "/tmp", "/home/agent"))
+    """Whether the agent may write ``folder`` in the sandbox: its work dir (unless that is ``/``), /tmp, its home."""
+    return any(_inside(folder, root) for root in (workdir, "/tmp", "/home/agent") if root != "/")
 
 
 def _needs_root(command: str, step: RunStep, workdir: str) -> bool:
     """Whether a RUN step writes where only root may (system folders, users) or works outside the work dir.
 
     Docker runs every RUN as root unless ``USER`` says otherwise; the sandbox runs set-up as the agent
-    unless told this, so a step that needs root says so (a read of ``/usr`` does not count).
+    unless told this, so a step that needs root says so (a read of ``/usr`` does not count). Relative
+    paths are read from the step's folder, followed through its ``cd`` lines; where that folder cannot be
+    told (``cd "$X"``, a subshell), relative paths are not judged.
     """
     if step.user not in ("", "root", "0"):
         return False
     if step.workdir != "/" and not _writable_here(step.workdir, workdir):
         return True  # it works in a folder only root can create (``/`` itself is where a RUN starts, not a target)
-    for _, segment in split_commands(command):
-        if any(_root_only(m, workdir) for m in re.findall(r"(?:>>?|\btee(?:\s+-a)?)\s*(/\S+)", segment)):
-            return True
-        try:
-            words = shlex.split(segment, comments=True)
-        except ValueError:
+    cwd: str | None = step.workdir
+    for _, segment in split_commands(command):  # a heredoc's body is data, not a segment
+        tokens = _shell_tokens(segment)
+        if tokens is None:
             continue
-        if not words:
-            continue
-        head = words[0].rsplit("/", 1)[-1]
-        if head in _ROOT_COMMANDS:
-            return True
-        venv = _venv_folder(head, words)
-        if venv is not None and _root_only(venv, workdir):
-            return True
-        if head in _WRITERS:
-            targets = [w for w in words[1:] if not w.startswith("-")]
-            if head in ("cp", "mv", "ln", "install"):
-                targets = targets[-1:]
-            if any(_SYSTEM.match(t) for t in targets):
+        for words in _pipeline_stages(tokens):
+            head = words[0].rsplit("/", 1)[-1] if words else ""
+            if head in ("cd", "pushd", "popd"):
+                cwd = _changed_dir(cwd, words[1:] if head != "popd" else ["-"], in_subshell=segment.lstrip()[:1] == "(")
+                continue
+            paths = [_absolute(t, cwd) for t in _redirect_targets(words)]
+            plain = [w for w in words if w not in _REDIRECTIONS]
+            if head in _ROOT_COMMANDS:
                 return True
-            # Those that take only paths: a new folder or file at the top (/data, /tests) is root's to make too.
-            if head in _PATH_WRITERS and any(_root_only(t, workdir) for t in targets):
+            venv = _venv_folder(head, plain)
+            if venv is not None:
+                paths.append(_absolute(venv, cwd))
+            if head in _WRITERS:
+                targets = [w for w in plain[1:] if not w.startswith("-")]
+                if head in ("cp", "mv", "ln", "install"):
+                    targets = targets[-1:]
+                if any(_SYSTEM.match(t) and not _inside(t, workdir) for t in targets):
+                    return True
+                # Those that take only paths: a new folder or file at the top (/data, /tests) is root's to make too.
+                if head in _PATH_WRITERS:
+                    paths.extend(_absolute(t, cwd) for t in targets)
+            if any(path is not None and _root_only(path, workdir) for path in paths):
                 return True
     return False
+
+
+_REDIRECTIONS = frozenset({">", ">>", "&>", "&>>", ">|", ">&", "<", "<<", "<<-", "<<<", "<&", "<>"})
+
+
+def _shell_tokens(segment: str) -> list[str] | None:
+    """A command's words with redirections and pipes as tokens of their own (``None``: unbalanced quotes)."""
+    lexer = shlex.shlex(segment, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        return list(lexer)
+    except ValueError:
+        return None
+
+
+def _pipeline_stages(tokens: list[str]) -> list[list[str]]:
+    """The commands of a pipeline (``a | tee x``), each without the parentheses of a subshell."""
+    stages: list[list[str]] = [[]]
+    for token in tokens:
+        if token in ("|", "|&", "&", ";"):
+            stages.append([])
+        elif token not in ("(", ")"):
+            stages[-1].append(token)
+    return [stage for stage in stages if stage]
+
+
+def _redirect_targets(words: list[str]) -> list[str]:
+    """The files a command's output redirections and ``tee`` write (``2>&1``'s ``1`` is no file)."""
+    targets = [words[i + 1] for i, w in enumerate(words[:-1]) if w in (">", ">>", "&>", "&>>", ">|", "<>")]
+    if words and words[0].rsplit("/", 1)[-1] == "tee":
+        targets.extend(w for w in words[1:] if not w.startswith("-") and w not in _REDIRECTIONS)
+    return targets
+
+
+def _changed_dir(cwd: str | None, args: list[str], *, in_subshell: bool) -> str | None:
+    """The folder after ``cd ARGS`` from ``cwd``; ``None`` when it cannot be told (a variable, ``-``, no operand)."""
+    operands = [a for a in args if not a.startswith("-") or a == "-"]
+    if in_subshell or len(operands) != 1 or re.search(r"[$`~*?]", operands[0]) or operands[0] == "-":
+        return None
+    return _absolute(operands[0], cwd)
+
+
+def _absolute(path: str, cwd: str | None) -> str | None:
+    """``path`` made absolute from ``cwd``; ``None`` when it names a variable's folder or ``cwd`` is unknown."""
+    if path.startswith("/"):
+        return posixpath.normpath(path)
+    if cwd is None or re.match(r"[$`~]", path):
+        return None
+    return posixpath.normpath(posixpath.join(cwd, path))
 
 
 def _venv_folder(head: str, words: list[str]) -> str | None:
@@ -712,12 +785,13 @@ _PATH_WRITERS = frozenset({"cp", "mv", "ln", "install", "mkdir", "touch", "rm", 
 def _root_only(path: str, workdir: str) -> bool:
     """Whether an absolute path is one only root may write.
 
-    A system folder, or anything outside the work dir, ``/tmp`` and ``/home/agent`` (a folder at the top,
-    ``/data``, is root's to make); devices and ``/proc`` are written through, not created.
+    Anything outside the work dir, ``/tmp`` and ``/home/agent``: a system folder, a folder at the top
+    (``/data`` is root's to make); a work dir under a system folder (``/srv/app``) is the agent's all the
+    same. Devices and ``/proc`` are written through, not created.
     """
     if not path.startswith("/") or re.match(r"^/(?:dev|proc)(?:/|$)", path):
         return False
-    return bool(_SYSTEM.match(path)) or not _writable_here(posixpath.normpath(path), workdir)
+    return not _writable_here(posixpath.normpath(path), workdir)
 
 
 def _copy(step: CopyStep, context: Path, workdir: str) -> list[tuple[str, str]] | tuple[str, bool] | str:
@@ -827,6 +901,18 @@ def _finish(path: Path, fields: dict[str, Any], **given: Any) -> TerminalTask:
         urls = remote_urls(text)
         if urls:
             raise _Refused(f"tests/{relative} reaches {urls[0][:80]} at check time; no network here")
+        # A shell command in a Python test (os.popen, subprocess): a shell script's are read as downloads.
+        fetched = remote_fetches(text)
+        if fetched:
+            raise _Refused(f"tests/{relative} fetches {fetched[0][:80]} at check time; no network here")
+        # pip run by a test itself (``subprocess.run([sys.executable, "-m", "pip", "install", ...])``) reaches
+        # an index unless the image has the package already.
+        lacking = [n for n in python_pip_installs(text) if _requirement_name(n) not in image_installs | _IMAGE_TOOLS]
+        if lacking:
+            raise _Refused(
+                f"tests/{relative} installs {', '.join(lacking[:3])} at check time, which its image does not;"
+                " no network here"
+            )
     # Every process of the agent ends before the check (so none can forge it): a server the agent was to
     # leave running is gone by then, unless the tests start one themselves or a gem-probe.sh observes it.
     scripts = [given["checker"], *(d.decode("utf-8", "replace") for r, d in given["tests"].items() if r[-3:] != ".py")]

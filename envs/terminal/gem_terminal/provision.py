@@ -31,6 +31,7 @@ __all__ = [
     "missing_imports",
     "provision_script",
     "python_facts",
+    "remote_fetches",
     "remote_urls",
     "split_commands",
 ]
@@ -108,17 +109,30 @@ class Provisioned:
     python_installs: tuple[str, ...] = ()
 
 
+_SHELLS = frozenset({"bash", "sh", "dash", "zsh", "su", "sudo", "runuser", "chroot", "env"})
+_HEREDOC_OPENER = re.compile(r"""(?<!<)<<(?!<)(-?)\s*(['"]?)([A-Za-z_][\w.-]*)\2""")
+
+
 def split_commands(text: str) -> list[tuple[str, str]]:
     """Top-level commands of shell text as ``(separator before it, command)``; quotes and escapes respected.
 
     Separators are ``&&``, ``||``, ``;`` and newlines (not inside quotes, ``$(...)`` or after a backslash);
-    a pipeline stays one command.
+    a pipeline stays one command. A heredoc's body is data, not commands: it is part of the separator
+    after the line that opens it (``separator + command`` of every piece still makes up ``text``).
     """
     pieces: list[tuple[str, str]] = []
     current: list[str] = []
     separator = ""
     quote = ""
     depth = 0
+    pending: list[tuple[bool, str]] = []  # heredocs opened on this line: (tabs stripped, end word)
+
+    def close(piece: str) -> None:
+        pieces.append((separator, piece))
+        head = (piece.split() or [""])[0].rsplit("/", 1)[-1]
+        if head not in _SHELLS:  # `bash <<EOF` runs its body: those lines stay commands
+            pending.extend((dash == "-", word) for dash, _, word in _HEREDOC_OPENER.findall(piece))
+
     i = 0
     while i < len(text):
         char = text[i]
@@ -147,16 +161,29 @@ def split_commands(text: str) -> list[tuple[str, str]]:
             depth = max(0, depth - 1)
             current.append(char)
         elif depth == 0 and (text.startswith("&&", i) or text.startswith("||", i)):
-            pieces.append((separator, "".join(current)))
+            close("".join(current))
             separator, current = text[i : i + 2], []
             i += 1
         elif depth == 0 and char in ";\n" and not text.startswith(";;", i):
-            pieces.append((separator, "".join(current)))
+            close("".join(current))
             separator, current = char, []
+            if char == "\n" and pending:  # the bodies of the heredocs this line opened, each to its end word
+                end = i + 1
+                for dash, word in pending:
+                    while end < len(text):
+                        line_end = text.find("\n", end)
+                        line_end = len(text) if line_end < 0 else line_end
+                        line = text[end:line_end]
+                        end = line_end + 1
+                        if (line.lstrip("\t") if dash else line) == word:
+                            break
+                pending.clear()
+                separator = text[i : min(end, len(text))]
+                i = min(end, len(text)) - 1
         else:
             current.append(char)
         i += 1
-    pieces.append((separator, "".join(current)))
+    close("".join(current))
     return pieces
 
 
@@ -509,6 +536,7 @@ def provision_script(
     checker: bool,
     read_file: Callable[[str], str | None] | None = None,
     python: str = SYSTEM_PYTHON,
+    _depth: int = 0,
 ) -> Provisioned:
     """Resolve what ``text`` installs against this host; point pytest runs at gem's pytest when ``checker``.
 
@@ -544,7 +572,8 @@ def provision_script(
             missing.extend(f"Debian package {name!r}" for name in lacking)
             replacement = "true"
         elif kind == "uv-bootstrap":
-            replacement = "true"
+            replacement = None if checker else _host_venv(words)
+            replacement = replacement or "true"
         elif kind in ("pip-install", "pip-requirements"):
             wanted: list[str] = []
             for name in names:
@@ -573,8 +602,24 @@ def provision_script(
             ran_pytest = True
         elif kind == "other" and _downloads(words):
             downloads.append(body.strip()[:120])
+        elif kind == "other" and read_file is not None and _depth < 3:
+            # A script of the build context the line runs (`bash /app/setup.sh`): what it downloads or
+            # installs counts as the line's (its text runs as written).
+            script = _script_run(words)
+            inner_text = read_file(script) if script else None
+            if inner_text is not None:
+                inner = provision_script(
+                    inner_text, checker=checker, read_file=read_file, python=python, _depth=_depth + 1
+                )
+                downloads.extend(inner.downloads)
+                missing.extend(inner.missing)
+                installs.extend(inner.installs)
+                apt_installs.extend(inner.apt_installs)
+                python_installs.extend(inner.python_installs)
         if kind == "other" and words[:2] == ["uv", "run"]:
             replacement = shlex.join(words[2:])
+        elif kind == "other" and not checker:
+            replacement = _host_venv(words)
         trailing = command[len(command.rstrip()) :]
         text_now = command if replacement is None else prefix + replacement + trailing
         out.append(separator + text_now)
@@ -598,6 +643,63 @@ def provision_script(
         tuple(dict.fromkeys(apt_installs)),
         tuple(dict.fromkeys(python_installs)),
     )
+
+
+def _script_run(words: list[str]) -> str | None:
+    """The script file a command runs (``bash x.sh``, ``sh -e /app/setup.sh``, ``. ./env.sh``, ``./run.sh``).
+
+    ``None`` when it runs none (``bash -c TEXT``, a program).
+    """
+    if not words:
+        return None
+    head = words[0].rsplit("/", 1)[-1]
+    if head in ("bash", "sh", "dash", "source", "."):
+        operands = [w for w in words[1:] if not w.startswith("-")]
+        return operands[0] if operands and words[1:2] != ["-c"] and "-c" not in words[1:] else None
+    if "/" in words[0] and words[0].endswith(".sh"):
+        return words[0]
+    return None
+
+
+def _host_venv(words: list[str]) -> str | None:
+    """A venv an image or solution makes, seeing its Python's packages; ``None``: no venv made.
+
+    What a task installs into its venv resolves against the host's packages (the install is dropped), so
+    the venv must see them: ``python3 -m venv DIR`` gets ``--system-site-packages``, and ``uv venv [DIR]``
+    and ``virtualenv DIR`` (neither need be here) become the same, so a later ``DIR/bin/python`` exists.
+    """
+    if not words:
+        return None
+    head = words[0].rsplit("/", 1)[-1]
+    if re.fullmatch(r"python[\d.]*", head) and words[1:3] == ["-m", "venv"]:
+        options, rest = words[:3], words[3:]
+    elif head == "uv" and words[1:2] == ["venv"]:
+        options, rest = ["python3", "-m", "venv", "--clear"], words[2:]
+    elif head == "virtualenv":
+        options, rest = ["python3", "-m", "venv"], words[1:]
+    else:
+        return None
+    operands: list[str] = []
+    value_options = {"--python", "-p", "--prompt", "--index-url", "--extra-index-url", "--cache-dir"}
+    if head == "uv" and "--seed" not in rest:
+        options.append("--without-pip")  # uv's venvs have no pip unless seeded
+    skip = False
+    for word in rest:
+        if skip:
+            skip = False
+        elif word in value_options:
+            skip = True
+        elif word in ("--clear", "--symlinks", "--copies", "--without-pip") and head != "virtualenv":
+            options.append(word)
+        elif not word.startswith("-"):
+            operands.append(word)
+    if head == "uv" and not operands:
+        operands = [".venv"]  # uv's default
+    if not operands:
+        return None
+    if "--system-site-packages" not in options:
+        options.append("--system-site-packages")
+    return shlex.join([*dict.fromkeys(options), *operands])
 
 
 def _with_checked_pytest(script: str) -> str:
@@ -639,6 +741,30 @@ def remote_urls(python_source: str) -> list[str]:
     if not _NETWORK_MODULES.search(python_source):
         return []
     return [url for url in _URL.findall(python_source) if not _LOOPBACK_URL.match(url.split("://", 1)[1])]
+
+
+_FETCH = re.compile(r"""(?<![\w.-])(?:curl|wget)(?![\w.-])([^\n]*)""")
+_FETCH_VALUE_OPTIONS = (
+    "-o", "-O", "-X", "-H", "-d", "-w", "-u", "-A", "-e", "-T", "-P", "-m", "--output", "--header", "--data",
+    "--user", "--request", "--output-document", "--max-time", "--connect-timeout", "--retry", "--user-agent",
+)  # fmt: skip
+_HOST = re.compile(r"^(?:[a-z]+://)?(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,}(?::\d+)?(?:/\S*)?$|^[a-z]+://\S+$")
+
+
+def remote_fetches(source: str) -> list[str]:
+    """The non-loopback hosts a test fetches with ``curl`` or ``wget`` (``os.popen("curl example.com")``).
+
+    Shell or Python text alike: the first operand after the command, quotes and list commas aside. Such
+    a test needs the network at check time, which no backend here gives the checker.
+    """
+    hosts: list[str] = []
+    for match in _FETCH.finditer(source):
+        words = [w for w in re.split(r"""[\s'",\[\]]+""", match.group(1)) if w]
+        operands = _packages(words, value_options=_FETCH_VALUE_OPTIONS)
+        target = operands[0].rstrip(");") if operands else ""
+        if _HOST.match(target) and not _LOOPBACK_URL.match(target):
+            hosts.append(target)
+    return hosts
 
 
 _NETWORK_OR_SOCKET = re.compile(

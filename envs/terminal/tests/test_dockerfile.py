@@ -42,6 +42,20 @@ def test_workdir_applies_from_its_line_on(text: str, workdirs: list[str]) -> Non
     assert [step.workdir for step in runs(text)] == workdirs
 
 
+def test_lines_before_the_files_own_workdir_run_in_the_base_images() -> None:
+    text = "FROM tbench AS build\nRUN a\nCOPY x .\nFROM other\nRUN b\nFROM tbench\nRUN c\nWORKDIR src\nRUN d\n"
+    known = {"tbench": "/app"}
+    image = read_image(text, base_workdir=lambda name: known.get(name, ""))
+    # Each stage starts in its own base's folder: the last (tbench) in /app, a relative WORKDIR from there.
+    assert [(s.command, s.workdir) for s in image.steps if isinstance(s, RunStep)] == [("c", "/app"), ("d", "/app/src")]
+    assert image.workdir == "/app/src"
+    first = read_image(text.split("FROM other")[0], base_workdir=lambda name: known.get(name, ""))
+    run, copy = first.steps
+    assert isinstance(run, RunStep) and isinstance(copy, CopyStep)
+    assert (run.workdir, copy.dest) == ("/app", "/app/")  # COPY x . lands in /app
+    assert read_image("FROM other\nRUN b\n", base_workdir=lambda name: "").steps[0].workdir == "/"
+
+
 def test_the_final_workdir_user_and_env_are_those_in_effect_at_the_end() -> None:
     image = read_image('FROM x\nWORKDIR /a\nUSER agent\nENV A=1 B="two words"\nENV C three words\nWORKDIR b\n')
     assert (image.workdir, image.user) == ("/a/b", "agent")

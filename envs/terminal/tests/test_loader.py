@@ -452,6 +452,68 @@ def test_a_container_backend_gets_what_only_the_sandbox_cannot_run(
     assert isinstance(load_task(tmp_path / "t"), SkippedTask)
 
 
+SETUP_FOLDERS = [
+    pytest.param(
+        BASE + "RUN echo ok > ready && mkdir -p data && cp ready data/\nCOPY data.txt .\n", False, id="t-bench-app"
+    ),
+    pytest.param("FROM ubuntu:24.04\nRUN echo ok > ready\nWORKDIR /app\n", True, id="relative-write-at-the-top"),
+    pytest.param("FROM debian:bookworm\nRUN mkdir data\nWORKDIR /app\n", True, id="relative-mkdir-at-the-top"),
+    pytest.param("FROM debian:bookworm\nRUN python3 -m venv .venv\nWORKDIR /app\n", True, id="venv-at-the-top"),
+    pytest.param("FROM debian:bookworm\nRUN uv venv /opt/uv\nWORKDIR /app\n", True, id="uv-venv-in-opt"),
+    pytest.param("FROM debian:bookworm\nRUN cd /tmp && echo ok > ready\nWORKDIR /app\n", False, id="cd-followed"),
+    pytest.param("FROM debian:bookworm\nWORKDIR /app\nRUN cd .. && touch x\n", True, id="cd-up-to-the-top"),
+    pytest.param('FROM debian:bookworm\nRUN cd "$X" && touch x\nWORKDIR /app\n', False, id="cd-unknown-unjudged"),
+    pytest.param(
+        "FROM debian:bookworm\nWORKDIR /srv/app\nRUN echo x > /srv/app/x && mkdir -p /srv/app/d && sed -i s/x/y/ "
+        "/srv/app/x\n",
+        False,
+        id="work-dir-under-a-system-folder",
+    ),
+    pytest.param(
+        BASE + 'RUN python3 -c "print(1>2)" 2>&1 | tee -a log.txt\n', False, id="quoted-and-duplicated-redirections"
+    ),
+    pytest.param("FROM debian:bookworm\nWORKDIR /app\nRUN echo x | tee /opt/x\n", True, id="tee-in-a-pipeline"),
+    pytest.param(
+        "FROM debian:bookworm\nWORKDIR /app\nRUN cat > notes.txt <<'EOF'\nx > /etc/y\nEOF\n",
+        False,
+        id="heredoc-is-data",
+    ),
+]
+
+
+@pytest.mark.parametrize(("dockerfile", "root"), SETUP_FOLDERS)
+def test_set_up_paths_are_read_from_the_folder_each_line_runs_in(tmp_path: Path, dockerfile: str, root: bool) -> None:
+    # Docker runs a line before any WORKDIR in the base image's folder (/app for Terminal-Bench's), relative
+    # paths from there: what only root may write is refused by the sandbox at load, never failing at reset.
+    write_task(tmp_path / "t", Dockerfile=dockerfile, **{"run-tests.sh": "#!/bin/bash\ntrue\n"})
+    task = load_task(tmp_path / "t", backend="container")
+    assert isinstance(task, TerminalTask), task
+    assert task.setup_root == (root,), task.setup
+    in_sandbox = load_task(tmp_path / "t")
+    if root:
+        assert isinstance(in_sandbox, SkippedTask) and "its set-up needs root" in in_sandbox.reason
+    else:
+        assert isinstance(in_sandbox, TerminalTask), in_sandbox
+
+
+@needs_episodes
+def test_set_up_before_any_workdir_runs_in_app_and_its_venvs_see_the_hosts_packages(tmp_path: Path) -> None:
+    dockerfile = BASE + "COPY data.txt .\nRUN echo prepared > ready && uv venv && python3 -m venv tools\n"
+    write_task(tmp_path / "tasks" / "app", Dockerfile=dockerfile, **{"run-tests.sh": "#!/bin/bash\ntrue\n"})
+    env = TerminalEnv(tasks_dir=str(tmp_path / "tasks"))
+    try:
+        obs, _ = env.reset(seed=0)
+        assert "in /app" in obs
+        out = env.step(
+            "<bash>pwd; cat ready data.txt; grep -h system-site .venv/pyvenv.cfg tools/pyvenv.cfg;"
+            " .venv/bin/python -c 'import sys; print(sys.prefix)'</bash>"
+        )[0]
+        assert "/app\nprepared\ndata\n" in out
+        assert out.count("include-system-site-packages = true") == 2 and "/app/.venv" in out, out
+    finally:
+        env.close()
+
+
 CONTAINER_REFUSALS = [
     pytest.param(
         {"solution.sh": "#!/bin/bash\npip install tomli-w==1.0.0\necho hello > /srv/out.txt\n"},
@@ -472,6 +534,22 @@ CONTAINER_REFUSALS = [
         id="solution-installs-from-python",
     ),
     pytest.param({"Dockerfile": None}, "no Dockerfile and no prebuilt image", id="no-dockerfile"),
+    pytest.param(
+        {
+            "tests/test_outputs.py": "import os\n\ndef test_page():\n"
+            "    os.popen('/usr/bin/curl example.com > /srv/p').read()\n    assert open('/srv/p').read()\n"
+        },
+        "tests/test_outputs.py fetches example.com at check time; no network here",
+        id="test-runs-curl",
+    ),
+    pytest.param(
+        {
+            "tests/test_outputs.py": "import subprocess, sys\n\ndef test_pip():\n"
+            "    assert subprocess.run([sys.executable, '-m', 'pip', 'install', 'six']).returncode == 0\n"
+        },
+        "tests/test_outputs.py installs six at check time, which its image does not",
+        id="test-runs-pip",
+    ),
 ]
 
 

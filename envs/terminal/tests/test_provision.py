@@ -17,6 +17,7 @@ from gem_terminal.provision import (
     missing_imports,
     provision_script,
     python_pip_installs,
+    remote_fetches,
     split_commands,
 )
 
@@ -215,3 +216,71 @@ def test_resolving_installs_never_breaks_the_scripts_syntax(parts: list[tuple[st
     assert bash_parses(done.text), done.text
     # The checked-pytest function a checker's pytest run brings is defined ahead of the script's own commands.
     assert len(split_commands(done.text.replace(CHECKED_PYTEST, "", 1))) == len(split_commands(text))
+
+
+@pytest.mark.parametrize(
+    ("line", "made"),
+    [
+        pytest.param("python3 -m venv .venv", "python3 -m venv --system-site-packages .venv", id="venv"),
+        pytest.param(
+            "python3.11 -m venv --upgrade-deps --prompt x /opt/v",
+            "python3.11 -m venv --system-site-packages /opt/v",
+            id="venv-options",
+        ),
+        pytest.param("uv venv", "python3 -m venv --clear --without-pip --system-site-packages .venv", id="uv-default"),
+        pytest.param(
+            "uv venv --python 3.12 --seed /opt/uv",
+            "python3 -m venv --clear --system-site-packages /opt/uv",
+            id="uv-seed",
+        ),
+        pytest.param("virtualenv -p python3 env", "python3 -m venv --system-site-packages env", id="virtualenv"),
+    ],
+)
+def test_a_venv_the_image_makes_exists_and_sees_the_packages_resolved_away(line: str, made: str) -> None:
+    # Installs into the venv resolve against the host (dropped), so the venv must see its packages; a uv
+    # venv must exist for a later DIR/bin/python. A checker's venv stays as written or goes (gem's pytest).
+    image = provision_script(f"{line} && DIR=x pip install pyyaml", checker=False)
+    assert image.text == f"{made} && true"
+    assert "system-site" not in provision_script(line, checker=True).text
+
+
+@pytest.mark.parametrize(
+    ("source", "hosts"),
+    [
+        pytest.param('os.popen("/usr/bin/curl example.com > /app/x.html").read()', ["example.com"], id="popen"),
+        pytest.param(
+            'subprocess.run(["wget", "-q", "-O", "x", "https://pypi.org/simple"])',
+            ["https://pypi.org/simple"],
+            id="argv-list",
+        ),
+        pytest.param("curl -sk https://localhost:8443/index.html", [], id="loopback"),
+        pytest.param("curl http://127.0.0.1:5000/x", [], id="loopback-ip"),
+        pytest.param("if command -v curl &> /dev/null; then", [], id="command-v"),
+        pytest.param("apt-get install -y curl expect git", [], id="installing-curl"),
+        pytest.param('"""Test that curl can download the page."""', [], id="prose"),
+        pytest.param("wget $URL", [], id="variable"),
+    ],
+)
+def test_a_test_fetching_from_the_network_is_told_from_loopback_and_prose(source: str, hosts: list[str]) -> None:
+    assert remote_fetches(source) == hosts
+
+
+def test_a_heredoc_s_body_is_data_not_commands_unless_a_shell_reads_it() -> None:
+    text = "cat > /x/f << 'EOF' && chmod +x /x/f\ncurl -X POST https://h.com/u\nEOF\necho next\nbash <<X\ncurl https://h.com\nX\n"
+    pieces = split_commands(text)
+    assert "".join(separator + command for separator, command in pieces) == text
+    assert [command.strip() for _, command in pieces] == [
+        "cat > /x/f << 'EOF'", "chmod +x /x/f", "echo next", "bash <<X", "curl https://h.com", "X", ""
+    ]  # fmt: skip
+    assert provision_script(text.split("echo next")[0], checker=False).downloads == ()
+    assert provision_script(text, checker=False).downloads == ("curl https://h.com",)
+
+
+def test_a_script_of_the_build_context_a_line_runs_counts_as_the_line() -> None:
+    scripts = {
+        "/app/setup.sh": "set -e\ngit clone https://github.com/o/r.git\n",
+        "ok.sh": "cat > a <<E\nwget x.io\nE\n",
+    }
+    assert provision_script("bash /app/setup.sh && rm /app/setup.sh", checker=False, read_file=scripts.get).downloads
+    assert not provision_script("sh -e ok.sh", checker=False, read_file=scripts.get).downloads
+    assert not provision_script("bash -c 'echo /app/setup.sh'", checker=False, read_file=scripts.get).downloads

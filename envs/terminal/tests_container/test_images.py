@@ -80,6 +80,27 @@ def test_workdir_lines_and_continuations_are_kept_in_order() -> None:
 
 
 @pytest.mark.parametrize(
+    ("line", "rewritten"),
+    [
+        pytest.param("COPY a.c b.c /app", "COPY a.c b.c /app/", id="two-sources"),
+        pytest.param("COPY --chown=1:1 deps/* /app", "COPY --chown=1:1 deps/* /app/", id="wildcard-of-several"),
+        pytest.param("COPY one* /app/one.txt", "COPY one* /app/one.txt", id="wildcard-of-one"),
+        pytest.param("ADD a.c /app/a.c", "ADD a.c /app/a.c", id="one-source"),
+        pytest.param('COPY ["a.c", "b.c", "/app/"]', 'COPY ["a.c", "b.c", "/app/"]', id="exec-form"),
+    ],
+)
+def test_a_copy_of_several_files_gets_the_folder_slash_the_classic_builder_needs(
+    tmp_path: Path, line: str, rewritten: str
+) -> None:
+    # BuildKit copies several sources into /app; docker's classic builder and buildah refuse without the slash.
+    for name in ("deps/x.c", "deps/y.c", "one.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    out = rewrite_dockerfile(f"FROM x\n{line}\n", _same, context=tmp_path)
+    assert out.text.splitlines() == ["FROM x", rewritten]
+
+
+@pytest.mark.parametrize(
     ("image", "resolved", "workdir"),
     [
         pytest.param(

@@ -16,7 +16,7 @@ from gem_terminal.container.images import build_task_image
 from gem_terminal.container.runtime import Runtime
 from gem_terminal.container.session import ContainerEpisode
 from gem_terminal.loader import TerminalTask, load_task
-from gem_tool_python.episode import EpisodeConfig
+from gem_tool_python.episode import OUTPUT_CUT, EpisodeConfig
 
 from .conftest import FIXTURES
 
@@ -50,9 +50,22 @@ def test_timeout_kills_the_command_s_process_group(episode: ContainerEpisode) ->
     assert episode.run("ps -eo stat= | grep -c '^Z' || true").stdout == "0\n"
 
 
-def test_output_cap_stops_the_command(episode: ContainerEpisode) -> None:
-    result = episode.run("yes")
-    assert result.status == "output_limit" and len(result.stdout) == 4096
+def test_a_command_writing_past_the_cap_runs_to_its_end_and_keeps_both_ends(episode: ContainerEpisode) -> None:
+    # As in the sandbox: a build or a solution printing its progress must not die of it.
+    result = episode.run("echo first; seq 1 40000; echo last; seq 1 30000 >&2; echo done > /tmp/finished; exit 3")
+    assert (result.status, result.exit_code) == ("exit", 3), result
+    cut = OUTPUT_CUT.format(cap=4096)
+    assert result.stdout.startswith("first\n1\n2\n") and result.stdout.endswith("40000\nlast\n")
+    assert cut in result.stdout and len(result.stdout) == 4096 + len(cut)
+    assert result.stderr.startswith("1\n2\n") and result.stderr.endswith("\n30000\n") and cut in result.stderr
+    assert episode.run("cat /tmp/finished").stdout == "done\n"
+    exact = episode.run("head -c 4096 /dev/zero | tr '\\0' a")  # at the cap: all of it, nothing cut
+    assert exact.ok and exact.stdout == "a" * 4096
+    endless = episode.run("yes")  # read and dropped to its timeout
+    assert endless.status == "timeout" and endless.stdout.startswith("y\ny\n") and cut in endless.stdout
+    # What a command wrote before it returned is kept when a background job still holds its output.
+    held = episode.run("echo started; (sleep 1; echo late) &")
+    assert held.ok and held.stdout.startswith("started\n"), held
     assert episode.run("echo next").stdout == "next\n"
 
 

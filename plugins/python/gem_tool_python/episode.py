@@ -38,11 +38,13 @@ from gem_tool_python.cgroups import CallCgroups
 from gem_tool_python.cgroups import detect as detect_cgroups
 
 __all__ = [
+    "OUTPUT_CUT",
     "CommandResult",
     "EpisodeBudget",
     "EpisodeConfig",
     "EpisodeSandbox",
     "episodes_available",
+    "keep_ends",
     "prepare_layer",
     "processes_of",
 ]
@@ -85,7 +87,7 @@ CLOSE_GRACE_S = 5.0
 #: How long a close then waits for the kernel to empty the episode's pid namespace.
 CLOSE_KILL_WAIT_S = 30.0
 
-Status = Literal["ok", "exit", "timeout", "output_limit", "episode_limit", "killed", "closed"]
+Status = Literal["ok", "exit", "timeout", "episode_limit", "killed", "closed"]
 
 
 class EpisodeConfig(BaseModel):
@@ -94,7 +96,8 @@ class EpisodeConfig(BaseModel):
     Attributes:
         command_timeout_s: Wall clock of one command; its session is killed at it.
         episode_timeout_s: Wall clock of all commands of the episode together; past it commands are refused.
-        max_output_bytes: Captured stdout (and, separately, stderr) of one command; past it the command is killed.
+        max_output_bytes: Captured stdout (and, separately, stderr) of one command. A command writing more
+            runs on; its first and last bytes are kept, with a line saying the middle was left out.
         max_episode_output_bytes: Output of all commands together; past it commands are refused.
         cpu_s: CPU seconds per process.
         memory_mb: Address space per process.
@@ -162,15 +165,33 @@ class EpisodeConfig(BaseModel):
         return max((self.episode_memory_mb << 20) // 4 // _BYTES_PER_INODE, 1024)
 
 
+#: The line between the start and the end of an output that ran past ``max_output_bytes``.
+OUTPUT_CUT = "\n...[the output ran past {cap} bytes: its middle was left out]...\n"
+
+
+def keep_ends(head: bytes, ending: bytes, cap: int) -> bytes:
+    """A command's output within ``cap`` bytes and one line.
+
+    Args:
+        head: The stream's first bytes: all of it when it is at most ``cap`` long, else at least ``cap + 1``.
+        ending: Its last bytes (at least ``cap - cap // 2`` when it ran past ``cap``).
+        cap: ``max_output_bytes``.
+    """
+    if len(head) <= cap:
+        return head
+    keep = cap - cap // 2
+    return head[: cap // 2] + OUTPUT_CUT.format(cap=cap).encode() + ending[-keep:]
+
+
 @dataclass
 class CommandResult:
     """What one command did.
 
     Attributes:
         status: ``ok`` (exit code 0); ``exit`` (non-zero exit code); ``timeout`` (command wall clock);
-            ``output_limit``; ``episode_limit`` (the episode's time or output budget is spent: not run);
+            ``episode_limit`` (the episode's time or output budget is spent: not run);
             ``killed`` (a signal, such as the CPU or memory limit); ``closed`` (the episode is gone).
-        stdout: Captured standard output (at most ``max_output_bytes``).
+        stdout: Captured standard output (at most ``max_output_bytes`` and the line of :func:`keep_ends`).
         stderr: Captured standard error (same cap).
         exit_code: The shell's exit code (``128 + signal`` when killed), if it ended by itself.
         elapsed_s: Wall-clock seconds of the command.
@@ -604,7 +625,8 @@ class EpisodeSandbox:
             os.close(out_w)
             os.close(err_w)
         cap = self.config.max_output_bytes
-        captured = {out_r: bytearray(), err_r: bytearray()}
+        captured = {out_r: bytearray(), err_r: bytearray()}  # the first `cap` bytes of each stream
+        endings = {out_r: bytearray(), err_r: bytearray()}  # its last `cap - cap // 2`, shown if it runs past
         open_fds = [out_r, err_r]
         sock_fd = self._sock.fileno()
         deadline = time.monotonic() + budget
@@ -616,7 +638,7 @@ class EpisodeSandbox:
                 now = time.monotonic()
                 if exited_at is not None and (not open_fds or now > exited_at + _DRAIN_GRACE_S):
                     break
-                if status in ("timeout", "output_limit") and exited_at is None and now > deadline + 5:
+                if status == "timeout" and exited_at is None and now > deadline + 5:
                     self._closed = True  # init never confirmed the kill: the episode cannot be trusted
                     break
                 wait = (
@@ -641,15 +663,21 @@ class EpisodeSandbox:
                     if not chunk:
                         open_fds.remove(fd)
                         continue
-                    room = cap - len(captured[fd])
-                    captured[fd] += chunk[: max(room, 0)]
-                    if len(chunk) > room and status is None:
-                        status = "output_limit"
-                        self._send({"op": "kill", "id": request})
+                    # Past the cap the command runs on (a build's log, a solution's progress); the
+                    # stream's start and end are kept, its middle is read and dropped.
+                    room = cap + 1 - len(captured[fd])  # one byte past the cap tells that it ran past
+                    if room > 0:
+                        captured[fd] += chunk[:room]
+                    ending = endings[fd]
+                    ending += chunk
+                    del ending[: -(cap - cap // 2)]
         finally:
             os.close(out_r)
             os.close(err_r)
-        stdout, stderr = (clean_text(bytes(captured[fd]).decode("utf-8", "replace")) for fd in (out_r, err_r))
+        stdout, stderr = (
+            clean_text(keep_ends(bytes(captured[fd]), bytes(endings[fd]), cap).decode("utf-8", "replace"))
+            for fd in (out_r, err_r)
+        )
         return self._result(status, exit_code, stdout, stderr, budget)
 
     def _result(
@@ -658,14 +686,6 @@ class EpisodeSandbox:
         if status == "timeout":
             return CommandResult(
                 "timeout", stdout, stderr, None, error=f"the command ran past {budget:.3g} s and was killed"
-            )
-        if status == "output_limit":
-            return CommandResult(
-                "output_limit",
-                stdout,
-                stderr,
-                None,
-                error=f"the command wrote more than {self.config.max_output_bytes} bytes and was killed",
             )
         if status == "closed":
             return CommandResult("closed", stdout, stderr, code, error="the episode's sandbox ended during the command")

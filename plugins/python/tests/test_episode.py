@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 from gem_tool_python import episode as episode_module
-from gem_tool_python.episode import EpisodeConfig, EpisodeSandbox, episodes_available, prepare_layer, processes_of
+from gem_tool_python.episode import (
+    OUTPUT_CUT,
+    EpisodeConfig,
+    EpisodeSandbox,
+    episodes_available,
+    prepare_layer,
+    processes_of,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -109,7 +116,7 @@ def test_write_file_puts_root_owned_files_the_agent_can_read(layer: Path) -> Non
     ("command", "status", "error"),
     [
         pytest.param("sleep 60", "timeout", "ran past", id="hang"),
-        pytest.param("yes", "output_limit", "more than 4096 bytes", id="huge-output"),
+        pytest.param("yes", "timeout", "ran past", id="endless-output"),  # read and dropped to its timeout
         # In the background: it may hit the limit only after its command returned, then the next one says so.
         pytest.param(":(){ :|:& };:", "killed-or-next", "hit the limit of 32", id="fork-bomb"),
         pytest.param("f(){ f | f; }; f", "killed", "hit the limit of 32", id="fork-bomb-foreground"),
@@ -142,6 +149,22 @@ def test_hostile_command_ends_only_its_own_turn(layer: Path, command: str, statu
             assert result.error is not None and error in result.error
         assert after.status == "ok" and after.stdout == "before\n", after
     assert_nothing_left(sandbox, group)
+
+
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_a_command_writing_past_the_cap_runs_to_its_end_and_keeps_both_ends(layer: Path, stream: str) -> None:
+    # A build or a solution printing its progress must not die of it (a terminal never kills for output).
+    redirect = "" if stream == "stdout" else " >&2"
+    command = f"{{ echo first; seq 1 40000; echo last; }}{redirect}; echo done > finished; exit 3"
+    with EpisodeSandbox([layer], **LIMITS) as sandbox:
+        result = sandbox.run(command)
+        assert (result.status, result.exit_code) == ("exit", 3), result
+        text = getattr(result, stream)
+        assert text.startswith("first\n1\n2\n") and text.endswith("40000\nlast\n")
+        assert OUTPUT_CUT.format(cap=4096) in text and len(text) == 4096 + len(OUTPUT_CUT.format(cap=4096))
+        assert sandbox.run("cat finished").stdout == "done\n"
+        exact = sandbox.run("head -c 4096 /dev/zero | tr '\\0' a")  # at the cap: all of it, nothing cut
+        assert exact.ok and exact.stdout == "a" * 4096
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ build context; ``FROM --platform=...`` drops the platform (the host's architectu
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import io
 import os
@@ -27,7 +28,7 @@ from typing import Any, Literal
 
 from gem_core.errors import ToolError
 from gem_terminal.container.runtime import Runtime, state_dir
-from gem_terminal.loader import TerminalTask
+from gem_terminal.loader import BASE_WORKDIRS, TerminalTask
 
 __all__ = [
     "BASE_PACKAGES",
@@ -47,11 +48,13 @@ __all__ = [
     "unresolvable_images",
 ]
 
-#: What every locally built base image has: a shell, Python with venv and pip (``python`` too), tmux
-#: (Terminal-Bench drives agents through it), git, curl, ps, and the CA store.
+#: What every locally built base image has: a shell, Python with venv, pip and its C headers (``python``
+#: too; the official Python images, Terminal-Bench's among them, ship ``Python.h``: a test building a C
+#: extension needs it), tmux (Terminal-Bench drives agents through it), git, curl, ps, and the CA store.
 BASE_PACKAGES = (
     "ca-certificates",
     "python3",
+    "python3-dev",
     "python3-venv",
     "python3-pip",
     "python-is-python3",
@@ -74,10 +77,8 @@ IMAGE_MAP: tuple[tuple[str, str], ...] = (
     (r"(docker\.io/)?(library/)?ubuntu(:[\w.-]+)?", "trixie"),
 )
 #: ``FROM`` image (a regular expression over the whole name) -> the ``WORKDIR`` the original image sets,
-#: which its stand-in gets after the ``FROM`` line. Terminal-Bench's base images work in ``/app``; tasks
-#: built on them without a ``WORKDIR`` of their own rely on it (``COPY data .``, a checker that stops when
-#: ``$PWD`` is ``/``, a solution writing ``/app/x`` under ``set -e``).
-STAND_IN_WORKDIRS: tuple[tuple[str, str], ...] = ((r"ghcr\.io/laude-institute/t-bench/[\w.-]+(:[\w.-]+)?", "/app"),)
+#: which its stand-in gets after the ``FROM`` line (the loader reads set-up lines by the same table).
+STAND_IN_WORKDIRS: tuple[tuple[str, str], ...] = BASE_WORKDIRS
 #: Registries that serve Docker Hub's official images under a name of their own (``FROM`` lines of Terminal-Bench
 #: 2.1 tasks name ECR Public's copy): the image map reads such a name as Docker Hub's (:func:`hub_name`).
 HUB_MIRRORS = ("public.ecr.aws/docker/library/", "mirror.gcr.io/library/")
@@ -348,13 +349,37 @@ def _split_bodies(body: list[str]) -> list[list[str]]:
     return parts[:-1]
 
 
-def rewrite_dockerfile(text: str, resolve: Any, *, ca_bundle: bytes | None = None) -> _Rewrite:
+def _copy_into_folder(keyword: str, rest: str, context: Path | None) -> str:
+    """A ``COPY``/``ADD`` of several files with ``/`` after its destination, which the classic builder needs.
+
+    BuildKit copies ``COPY a b /app`` (or a wildcard matching several files) into the folder ``/app``;
+    Docker's classic builder and buildah refuse it unless the destination ends with ``/``.
+    """
+    words = rest.split()
+    if rest.startswith("[") or len(words) < 2:
+        return f"{keyword} {rest}"
+    flags = [w for w in words if w.startswith("--")]
+    operands = [w for w in words if not w.startswith("--")]
+    sources, dest = operands[:-1], operands[-1]
+    several = len(sources) > 1 or (
+        context is not None
+        and any(glob.has_magic(source) and len(glob.glob(str(context / source))) > 1 for source in sources)
+    )
+    if several and not dest.endswith("/"):
+        dest += "/"
+    return " ".join([keyword, *flags, *sources, dest])
+
+
+def rewrite_dockerfile(
+    text: str, resolve: Any, *, ca_bundle: bytes | None = None, context: Path | None = None
+) -> _Rewrite:
     """Rewrite a Dockerfile for builders without heredocs, with base images resolved by ``resolve(name)``.
 
     Args:
         text: The Dockerfile.
         resolve: ``image name -> image to build FROM`` (the stand-in, or the name itself).
         ca_bundle: The host's CA bundle, copied into every stage with the clients' variables set.
+        context: The build context, where ``COPY`` wildcards are matched (``None``: not matched).
 
     Returns:
         The new Dockerfile, the files it needs in the build context under ``.gem/``, the resolved images.
@@ -392,7 +417,7 @@ def rewrite_dockerfile(text: str, resolve: Any, *, ca_bundle: bytes | None = Non
             continue
         bodies = _split_bodies(body)
         if not bodies:
-            out.append(line)
+            out.append(_copy_into_folder(keyword, rest, context) if keyword in ("COPY", "ADD") else line)
             continue
         if keyword == "RUN":
             # The shell runs the instruction with its heredocs as written (quoting, <<-, expansion);
@@ -569,7 +594,8 @@ def build_task_image(
     """
     text, context_dir = task_dockerfile(task)
     ca = Path(ca_bundle).read_bytes() if ca_bundle is not None else None
-    rewrite = rewrite_dockerfile(text, _resolver(runtime, base_images, mirror, ca_bundle, timeout_s), ca_bundle=ca)
+    resolver = _resolver(runtime, base_images, mirror, ca_bundle, timeout_s)
+    rewrite = rewrite_dockerfile(text, resolver, ca_bundle=ca, context=context_dir)
     dockerfile = rewrite.text
     files = dict(rewrite.files)
     tools = checker_tools_script(task)

@@ -4,8 +4,9 @@ The session runs a small bash driver (:data:`DRIVER`) that reads one request per
 one line per request, so a command costs a few forks inside the container instead of a new
 ``exec`` (130-290 ms each here). Each command runs as ``bash -c COMMAND`` in a process group of its
 own under ``timeout`` (at the wall clock the whole group is killed: TERM, then KILL a second
-later), with its stdout and stderr read through FIFOs by ``head -c`` (past the cap the reader exits
-and the command gets SIGPIPE). Background jobs (``&``) outlive their command, as in the sandbox.
+later), with its stdout and stderr read through FIFOs to their end (past the cap a stream's start and
+end are kept, its middle dropped; the command runs on). Background jobs (``&``) outlive their command,
+as in the sandbox.
 
 Before the checker runs (:meth:`ContainerEpisode.begin_check`), the episode's container is stopped
 (every process in it is killed through its cgroup), its file system is committed to an image, and
@@ -31,13 +32,14 @@ from typing import Any
 
 from gem_core.errors import CheckPhaseError, ToolError
 from gem_terminal.container.runtime import Runtime
-from gem_tool_python.episode import CommandResult, EpisodeBudget, EpisodeConfig
+from gem_tool_python.episode import CommandResult, EpisodeBudget, EpisodeConfig, keep_ends
 
 __all__ = ["CALL_BOUNDS_S", "DRIVER", "OWNER_LABEL", "ContainerEpisode", "IntegrityReport", "integrity_violations"]
 
 #: The session's driver. A request is a header line and raw bytes: ``RUN id timeout_s cap n_cmd n_cwd n_env``
 #: then the command, its folder (empty: the session's) and ``b64(NUL-separated KEY=VALUE)`` (empty: none);
-#: ``PUT id mode n_path n_data`` then the path and ``b64(data)``. Answer: ``GEM id exit_code b64(out) b64(err)``.
+#: ``PUT id mode n_path n_data`` then the path and ``b64(data)``. Answer: ``GEM id exit_code b64(out) b64(err)
+#: b64(out's end) b64(err's end)`` (the ends: the last half cap of a stream that ran past the cap).
 #: Few forks per command (they cost milliseconds each in a loaded container): FIFOs are made 32 at a time.
 DRIVER = r"""
 set +e
@@ -59,12 +61,18 @@ while IFS=' ' read -r op id a b c e; do
   [ "$e" -gt 0 ] && IFS= read -r -N "$e" cwd
   read -r envb
   if [ $((n % 32)) = 0 ]; then
-    rm -f "$d"/[oeOE]*
+    rm -f "$d"/[oeOEPQ]*
     fifos=(); for i in $(seq "$n" $((n + 31))); do fifos+=("$d/o$i" "$d/e$i"); done
     mkfifo "${fifos[@]}"
   fi
-  head -c $((b + 1)) < "$d/o$n" > "$d/O$n" & ho=$!
-  head -c $((b + 1)) < "$d/e$n" > "$d/E$n" & he=$!
+  # Each stream's reader: its first cap+1 bytes (dd of one byte at a time: unbuffered, so what was read
+  # is on disk if the reader is stopped, and nothing is read past them), then the last half cap of the
+  # rest. It reads to the end, so a command writing past the cap runs on. Its own process group (set -m),
+  # so stopping it stops dd too.
+  set -m
+  { dd bs=1 count=$((b + 1)) status=none > "$d/O$n"; exec tail -c $((b - b / 2)) > "$d/P$n"; } < "$d/o$n" & ho=$!
+  { dd bs=1 count=$((b + 1)) status=none > "$d/E$n"; exec tail -c $((b - b / 2)) > "$d/Q$n"; } < "$d/e$n" & he=$!
+  set +m
   (
     if [ "$gem_lc" = __unset__ ]; then unset LC_ALL; else LC_ALL=$gem_lc; fi
     [ -n "$cwd" ] && { cd "$cwd" 2>/dev/null || cd /; }
@@ -81,8 +89,9 @@ while IFS=' ' read -r op id a b c e; do
     kill -0 $ho 2>/dev/null || kill -0 $he 2>/dev/null || break
     read -t 0.005 -u 9
   done
-  kill $ho $he 2>/dev/null; wait $ho $he 2>/dev/null
-  printf 'GEM %s %s ' "$id" "$rc"; base64 -w0 "$d/O$n"; printf ' '; base64 -w0 "$d/E$n"; printf '\n'
+  kill -- -$ho -$he 2>/dev/null; wait $ho $he 2>/dev/null
+  printf 'GEM %s %s ' "$id" "$rc"; base64 -w0 "$d/O$n"; printf ' '; base64 -w0 "$d/E$n"; printf ' '
+  base64 -w0 "$d/P$n" 2>/dev/null; printf ' '; base64 -w0 "$d/Q$n" 2>/dev/null; printf '\n'
   n=$((n + 1))
 done
 """
@@ -443,7 +452,7 @@ class ContainerEpisode:
                 while b"\n" in self._buffer:
                     line, _, self._buffer = self._buffer.partition(b"\n")
                     parts = line.decode("ascii", "replace").split(" ")
-                    if len(parts) == 5 and parts[0] == "GEM" and parts[1] == ident:
+                    if len(parts) in (5, 7) and parts[0] == "GEM" and parts[1] == ident:
                         return parts
                 left = deadline - time.monotonic()
                 if left <= 0 or not selector.select(left):
@@ -535,18 +544,15 @@ class ContainerEpisode:
                     )
                 return CommandResult("closed", elapsed_s=elapsed, error="the episode's container session ended")
             code = int(reply[2]) if reply[2].lstrip("-").isdigit() else None
-            out, err = base64.b64decode(reply[3]), base64.b64decode(reply[4])
+            out, err, out_end, err_end = (base64.b64decode(field) for field in (*reply[3:7], "", "")[:4])
             result = CommandResult("ok" if code == 0 else "exit", exit_code=code, elapsed_s=elapsed)
             if code in (124, 137) and elapsed >= budget - 0.05:
                 result.status, result.exit_code = "timeout", None
                 result.error = f"the command ran past {budget:g} s; its process group was killed"
-            elif len(out) > cap or len(err) > cap:
-                result.status, result.exit_code = "output_limit", None
-                result.error = f"the command wrote more than {cap} bytes; it was stopped"
             elif code == 137:
                 result.error = "killed by SIGKILL (the episode's memory or process limit?)"
-            result.stdout = out[:cap].decode("utf-8", "replace")
-            result.stderr = err[:cap].decode("utf-8", "replace")
+            result.stdout = keep_ends(out, out_end, cap).decode("utf-8", "replace")
+            result.stderr = keep_ends(err, err_end, cap).decode("utf-8", "replace")
             if charge_episode:
                 self.budget.charge(elapsed, len(result.stdout) + len(result.stderr))
             return result
