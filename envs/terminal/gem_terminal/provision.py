@@ -757,14 +757,18 @@ def remote_fetches(source: str) -> list[str]:
     Shell or Python text alike: the first operand after the command, quotes and list commas aside. Such
     a test needs the network at check time, which no backend here gives the checker.
     """
-    hosts: list[str] = []
+    return [t for t in _fetch_targets(source) if _HOST.match(t) and not _LOOPBACK_URL.match(t)]
+
+
+def _fetch_targets(source: str) -> list[str]:
+    """What each ``curl``/``wget`` in ``source`` fetches: its first operand, quotes and list commas aside."""
+    targets: list[str] = []
     for match in _FETCH.finditer(source):
         words = [w for w in re.split(r"""[\s'",\[\]]+""", match.group(1)) if w]
         operands = _packages(words, value_options=_FETCH_VALUE_OPTIONS)
-        target = operands[0].rstrip(");") if operands else ""
-        if _HOST.match(target) and not _LOOPBACK_URL.match(target):
-            hosts.append(target)
-    return hosts
+        if operands:
+            targets.append(operands[0].rstrip(");"))
+    return targets
 
 
 _NETWORK_OR_SOCKET = re.compile(
@@ -784,13 +788,16 @@ _STARTS_PROCESS = re.compile(
 
 
 def loopback_servers(python_source: str) -> list[str]:
-    """The loopback ``host:port`` addresses a Python file that imports an HTTP client or ``socket`` names.
+    """The loopback servers a Python test queries.
 
-    A test that queries one talks to a server some process must keep running through the check.
+    ``host:port`` in a file importing an HTTP client or ``socket``, and what a ``curl``/``wget`` it runs
+    fetches from a loopback address. A test that queries one talks to a server some process must keep
+    running through the check.
     """
+    fetched = [t for t in _fetch_targets(python_source) if _LOOPBACK_URL.match(t)]
     if not _NETWORK_OR_SOCKET.search(python_source):
-        return []
-    return _LOOPBACK_PORT.findall(python_source)
+        return fetched
+    return _LOOPBACK_PORT.findall(python_source) + fetched
 
 
 def starts_process(text: str) -> bool:

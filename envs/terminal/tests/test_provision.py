@@ -14,6 +14,7 @@ from gem_terminal.provision import (
     PYTEST_COMMAND,
     does_nothing,
     host_debian_packages,
+    loopback_servers,
     missing_imports,
     provision_script,
     python_pip_installs,
@@ -263,6 +264,14 @@ def test_a_venv_the_image_makes_exists_and_sees_the_packages_resolved_away(line:
 )
 def test_a_test_fetching_from_the_network_is_told_from_loopback_and_prose(source: str, hosts: list[str]) -> None:
     assert remote_fetches(source) == hosts
+
+
+def test_a_loopback_server_a_test_curls_from_a_shell_string_is_one_the_agent_must_leave_running() -> None:
+    source = (
+        'open("v.sh", "w").write("""\nMAIN=$(curl -sk https://localhost:8443/index.html)\n""")\nos.popen("bash v.sh")\n'
+    )
+    assert loopback_servers(source) == ["https://localhost:8443/index.html"]
+    assert loopback_servers("import os\nprint('curl can fetch pages')\n") == []
 
 
 def test_a_heredoc_s_body_is_data_not_commands_unless_a_shell_reads_it() -> None:
