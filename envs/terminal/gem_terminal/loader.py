@@ -561,6 +561,7 @@ def _image_fields(build: _Build, task_path: Path, pythons: dict[str, str]) -> di
         fields["sandbox_reasons"] = reasons
         fields["copies"], fields["setup"], fields["setup_root"] = (), (), ()
         fields["image_installs"] = frozenset()
+        fields["image_project_installs"] = ()
         return fields
     args = {str(k): str(v) for k, v in (build.compose.get("args") or {}).items()}
     image = read_image(_text(build.dockerfile), args, base_workdir)
@@ -585,6 +586,7 @@ def _image_fields(build: _Build, task_path: Path, pythons: dict[str, str]) -> di
     setup: list[str] = []
     setup_root: list[bool] = []
     installed: set[str] = set()
+    project: list[str] = []
     for step in image.steps:
         if isinstance(step, RunStep):
             done = provision_script(
@@ -594,6 +596,7 @@ def _image_fields(build: _Build, task_path: Path, pythons: dict[str, str]) -> di
                 python=fields["python"],
             )
             installed.update(_requirement_name(n) for n in (*done.apt_installs, *done.python_installs))
+            project.extend(done.project_installs)
             if done.downloads:
                 raise _Refused(f"its image build downloads ({done.downloads[0][:80]!r}); no network here")
             if done.missing:
@@ -614,6 +617,7 @@ def _image_fields(build: _Build, task_path: Path, pythons: dict[str, str]) -> di
             setup_root.append(root)
     fields.update(copies=tuple(copies), setup=tuple(setup), setup_root=tuple(setup_root), sandbox_reasons=reasons)
     fields["image_installs"] = frozenset(installed)
+    fields["image_project_installs"] = tuple(dict.fromkeys(project))
     return fields
 
 
@@ -847,6 +851,7 @@ def _finish(path: Path, fields: dict[str, Any], **given: Any) -> TerminalTask:
     """Resolve the checker and solution against this host and build the task (or refuse it)."""
     reasons: list[str] = fields.pop("sandbox_reasons")
     image_installs: frozenset[str] = fields.pop("image_installs")
+    image_project_installs: tuple[str, ...] = fields.pop("image_project_installs")
     container_reasons: list[str] = fields.pop("container_reasons", [])
     solution_files: dict[str, bytes] = given["solution_files"]
     python = fields["python"]
@@ -896,6 +901,13 @@ def _finish(path: Path, fields: dict[str, Any], **given: Any) -> TerminalTask:
             script = provision_script(data.decode("utf-8", "replace"), checker=True, python=python)
             checker_apt += script.apt_installs
             checker_python += script.python_installs
+    runs_pytest = checker.ran_pytest or any(
+        r.endswith(".sh") and PYTEST_COMMAND.encode() in d for r, d in tests.items()
+    )
+    if runs_pytest:
+        # `uv run pytest` ran in the uv project the image made (`uv add numpy` at build): gem's pytest runs
+        # on the image's python3 instead, so the checker's tools get that project's packages.
+        checker_python += image_project_installs
     python_tests = {rel: data.decode("utf-8", "replace") for rel, data in tests.items() if rel.endswith(".py")}
     for relative, text in python_tests.items():
         urls = remote_urls(text)
@@ -950,8 +962,7 @@ def _finish(path: Path, fields: dict[str, Any], **given: Any) -> TerminalTask:
         else solution.text,
         checker_apt=tuple(dict.fromkeys(checker_apt)),
         checker_python=tuple(dict.fromkeys(checker_python)),
-        checker_pytest=checker.ran_pytest
-        or any(rel.endswith(".sh") and PYTEST_COMMAND.encode() in d for rel, d in tests.items()),
+        checker_pytest=runs_pytest,
         container_reason=container_reasons[0] if container_reasons else "",
     )
     task = TerminalTask(name=path.name, path=path, **given, **fields)

@@ -97,6 +97,8 @@ class Provisioned:
         apt_installs: The Debian packages among ``installs``.
         python_installs: The Python requirements among ``installs`` (pytest and its report plugins
             left out), with the packages a pytest runner adds (``uvx -w PKG``).
+        project_installs: Those of ``python_installs`` that uv puts into a project's venv (``uv add``,
+            ``uv pip install`` without ``--system``): the venv ``uv run pytest`` would run in.
     """
 
     text: str
@@ -107,6 +109,7 @@ class Provisioned:
     pytest_args: tuple[str, ...] = ()
     apt_installs: tuple[str, ...] = ()
     python_installs: tuple[str, ...] = ()
+    project_installs: tuple[str, ...] = ()
 
 
 _SHELLS = frozenset({"bash", "sh", "dash", "zsh", "su", "sudo", "runuser", "chroot", "env"})
@@ -553,6 +556,7 @@ def provision_script(
     installs: list[str] = []
     apt_installs: list[str] = []
     python_installs: list[str] = []
+    project_installs: list[str] = []
     ran_pytest = False
     pytest_args: list[str] = []
     for separator, command in split_commands(text):
@@ -589,6 +593,8 @@ def provision_script(
             wanted = [n for n in wanted if not _is_pytest_package(n)]
             installs.extend(wanted)
             python_installs.extend(wanted)
+            if words[0].rsplit("/", 1)[-1] == "uv" and "--system" not in words:
+                project_installs.extend(wanted)
             missing.extend(f"Python package {name!r}" for name in _python_missing(wanted, python))
             replacement = "true"
         elif kind == "pytest" and checker:
@@ -616,6 +622,7 @@ def provision_script(
                 installs.extend(inner.installs)
                 apt_installs.extend(inner.apt_installs)
                 python_installs.extend(inner.python_installs)
+                project_installs.extend(inner.project_installs)
         if kind == "other" and words[:2] == ["uv", "run"]:
             replacement = shlex.join(words[2:])
         elif kind == "other" and not checker:
@@ -642,6 +649,7 @@ def provision_script(
         tuple(pytest_args),
         tuple(dict.fromkeys(apt_installs)),
         tuple(dict.fromkeys(python_installs)),
+        tuple(dict.fromkeys(project_installs)),
     )
 
 

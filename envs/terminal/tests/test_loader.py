@@ -593,6 +593,27 @@ def test_what_the_checker_installs_is_kept_for_the_containers_image(tmp_path: Pa
     assert (plain.checker_apt, plain.checker_python, plain.checker_pytest) == ((), (), False)
 
 
+def test_the_uv_project_the_image_makes_is_what_the_checkers_pytest_sees(tmp_path: Path) -> None:
+    # path-tracing's shape: a build script makes the uv project `uv run pytest` would run in; gem's pytest
+    # runs on the image's python3, so the checker's tools get that project's packages.
+    install = "uv init\nuv add pytest==8.4.1\nuv pip install pillow==11.2.1 numpy==2.3.1\n"
+    dockerfile = (
+        BASE + "WORKDIR /app\nCOPY install.sh /app\nRUN bash /app/install.sh\nRUN uv pip install --system rich\n"
+    )
+    checker = "#!/bin/bash\nsource $TEST_DIR/setup-uv-pytest.sh\nbash $TEST_DIR/run-uv-pytest.sh\n"
+    files = {
+        "Dockerfile": dockerfile,
+        "install.sh": install,
+        "run-tests.sh": checker,
+        "tests/setup-uv-pytest.sh": "uv init\nuv add pytest==8.4.1\n",
+        "tests/run-uv-pytest.sh": "uv run pytest $TEST_DIR/test_outputs.py -rA\n",
+        "tests/test_outputs.py": "def test_a():\n    import numpy\n",
+    }
+    task = load_task(write_task(tmp_path / "t", **files), backend="container")
+    assert isinstance(task, TerminalTask), task
+    assert task.checker_pytest and task.checker_python == ("pillow==11.2.1", "numpy==2.3.1")
+
+
 def test_a_folder_that_is_no_task_says_so(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     found = load_task(tmp_path / "empty")
