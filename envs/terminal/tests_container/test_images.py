@@ -35,7 +35,11 @@ def _same(name: str) -> str:
         ("ghcr.io/laude-institute/t-bench/ubuntu-24-04:latest", "trixie"),
         ("python:3.11-slim", "bookworm"),
         ("python:3.13-slim-bookworm", "trixie"),
-        ("docker.io/library/python:3.12", "trixie"),
+        ("docker.io/library/python:3.12", "trixie"),  # 3.13 in its place: no Debian suite has 3.12
+        ("python:3.8-slim-bookworm", None),  # what it pins needs its Python: no 3.13 in its place
+        ("python:3.10-slim", None),
+        ("python:3.13.5-slim", "trixie"),
+        ("python:3-slim", "trixie"),
         ("debian:bookworm-slim", "bookworm"),
         ("debian:trixie", "trixie"),
         ("ubuntu:24.04", "trixie"),

@@ -65,13 +65,16 @@ BASE_PACKAGES = (
 )
 
 #: ``FROM`` image (a regular expression over the whole name) -> the Debian suite its stand-in is built
-#: from. First match wins. Python 3.13 only comes with trixie; Ubuntu's mirror is not used (trixie is the
-#: nearest Debian to Ubuntu 24.04's toolchain). A name that matches none is pulled.
+#: from. First match wins. Python 3.13 only comes with trixie (3.12 runs there too), 3.11 with bookworm;
+#: a Python image of 3.10 or older has no stand-in (what it pins needs that Python). Ubuntu's mirror is not used
+#: (trixie is the nearest Debian to Ubuntu 24.04's toolchain). A name that matches none is pulled.
 IMAGE_MAP: tuple[tuple[str, str], ...] = (
     (r"ghcr\.io/laude-institute/t-bench/python-3-13(:[\w.-]+)?", "trixie"),
     (r"ghcr\.io/laude-institute/t-bench/ubuntu-24-04(:[\w.-]+)?", "trixie"),
     (r"(docker\.io/)?(library/)?python:3\.11([\w.-]*)", "bookworm"),
-    (r"(docker\.io/)?(library/)?python:3(\.\d+)?([\w.-]*)", "trixie"),
+    # 3.12 and 3.13 (3.12's tasks ran on 3.13: purple29th's 10 of 10); not 3.10 and older, whose pinned
+    # wheels have no 3.13 build (a python:3.8 image's pandas 1.3 did not build).
+    (r"(docker\.io/)?(library/)?python:3(\.1[23](\.\d+)?)?(-[\w.-]+)?", "trixie"),
     (r"(docker\.io/)?(library/)?debian:(bookworm|12)([\w.-]*)", "bookworm"),
     (r"(docker\.io/)?(library/)?debian(:[\w.-]+)?", "trixie"),
     (r"(docker\.io/)?(library/)?ubuntu(:[\w.-]+)?", "trixie"),
