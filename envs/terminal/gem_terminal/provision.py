@@ -31,6 +31,7 @@ __all__ = [
     "missing_imports",
     "provision_script",
     "python_facts",
+    "python_fetches",
     "remote_fetches",
     "remote_urls",
     "split_commands",
@@ -613,6 +614,11 @@ def provision_script(
             # installs counts as the line's (its text runs as written).
             script = _script_run(words)
             inner_text = read_file(script) if script else None
+            program = _python_program(words)
+            code = read_file(program) if program else None
+            fetched = python_fetches(code) if code is not None else []
+            if fetched:
+                downloads.append(f"{body.strip()[:60]} ({program} fetches {fetched[0][:60]})")
             if inner_text is not None:
                 inner = provision_script(
                     inner_text, checker=checker, read_file=read_file, python=python, _depth=_depth + 1
@@ -667,6 +673,23 @@ def _script_run(words: list[str]) -> str | None:
     if "/" in words[0] and words[0].endswith(".sh"):
         return words[0]
     return None
+
+
+def _python_program(words: list[str]) -> str | None:
+    """The ``.py`` file a command runs with Python (``python3 setup.py``, ``python -u gen.py ARGS``), else ``None``."""
+    if not words or not re.fullmatch(r"python[\d.]*", words[0].rsplit("/", 1)[-1]):
+        return None
+    operands = [w for w in words[1:] if not w.startswith("-")]
+    return operands[0] if operands and operands[0].endswith(".py") and "-c" not in words and "-m" not in words else None
+
+
+#: Calls that fetch a model or a dataset from the Hugging Face hub (no network here).
+_HUB_CALLS = re.compile(r"\b(?:load_dataset|from_pretrained|hf_hub_download|snapshot_download|load_model)\s*\(")
+
+
+def python_fetches(source: str) -> list[str]:
+    """What a Python program fetches from the network: a non-loopback URL through an HTTP client, a hub call."""
+    return remote_urls(source) + [m.group(0).rstrip("( ") for m in _HUB_CALLS.finditer(source)]
 
 
 def _host_venv(words: list[str]) -> str | None:

@@ -293,3 +293,12 @@ def test_a_script_of_the_build_context_a_line_runs_counts_as_the_line() -> None:
     assert provision_script("bash /app/setup.sh && rm /app/setup.sh", checker=False, read_file=scripts.get).downloads
     assert not provision_script("sh -e ok.sh", checker=False, read_file=scripts.get).downloads
     assert not provision_script("bash -c 'echo /app/setup.sh'", checker=False, read_file=scripts.get).downloads
+    # A Python program of the build context that fetches a dataset or a URL (reshard-c4-data's setup.py).
+    programs = {
+        "setup.py": "from datasets import load_dataset\nds = load_dataset('allenai/c4', split='train')\n",
+        "get.py": "import requests\nrequests.get('https://example.com/data.json')\n",
+        "gen.py": "import random\nprint(random.random())  # from_pretrained is a word here, not a call\n",
+    }
+    for program, fetches in (("setup.py", True), ("get.py", True), ("gen.py", False)):
+        done = provision_script(f"python3 -u {program} --out x", checker=False, read_file=programs.get)
+        assert bool(done.downloads) is fetches, (program, done.downloads)
