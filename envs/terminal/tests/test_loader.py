@@ -309,6 +309,11 @@ TB_REFUSALS = [
     pytest.param({"docker-compose.yaml": "services:\n  client:\n    build: nowhere\n"}, "not a folder", id="ctx"),
     pytest.param({"solution.sh": None}, "no reference solution", id="no-solution"),
     pytest.param(
+        {"solution.sh": "#!/bin/bash\n# This is a template solution script.\n\n# UNKNOWN\n"},
+        "its reference solution runs no command",
+        id="template-solution",
+    ),
+    pytest.param(
         {"solution.sh": "git clone https://github.com/example/x\n"},
         "its reference solution downloads at run time",
         id="solution-network",
