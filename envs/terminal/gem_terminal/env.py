@@ -416,6 +416,10 @@ class TerminalEnv(Env):
             return self._reset_container(task, episode_s)
         settings = self.sandbox_config.model_dump()
         settings["episode_memory_mb"], settings["disk_mb"], _ = self.limits(task)  # no CPU controller here
+        if "max_file_mb" not in self.sandbox_config.model_fields_set:
+            # A container has no per-file limit, only its disk: a set-up writing an 80 MB file (Terminal-Bench's
+            # extract-safely) must not die of one here.
+            settings["max_file_mb"] = max(settings["max_file_mb"], settings["disk_mb"])
         pytest_copy = pytest_folder()
         binds = tuple(self.sandbox_config.binds) + (((str(pytest_copy), PYTEST_IN_SANDBOX),) if pytest_copy else ())
         env = {**task.env, **self.sandbox_config.env}

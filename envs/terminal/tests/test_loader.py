@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gem_core.errors import ConfigError
+from gem_core.errors import ConfigError, ToolError
 from gem_core.testing import check_env
 from gem_terminal.env import TerminalEnv, reference_action
 from gem_terminal.loader import SkippedTask, TerminalTask, _host_has_pytest, load_task, load_tasks, read_reward
@@ -499,6 +499,25 @@ def test_set_up_paths_are_read_from_the_folder_each_line_runs_in(tmp_path: Path,
         assert isinstance(in_sandbox, SkippedTask) and "its set-up needs root" in in_sandbox.reason
     else:
         assert isinstance(in_sandbox, TerminalTask), in_sandbox
+
+
+@needs_episodes
+def test_a_set_up_file_larger_than_the_default_file_limit_is_written_as_a_container_would(tmp_path: Path) -> None:
+    # extract-safely's shape (an 80 MB file made at build): a container's only bound is its disk.
+    dockerfile = BASE + "WORKDIR /app\nRUN truncate -s 70M big.dat\n"
+    write_task(tmp_path / "tasks" / "big", Dockerfile=dockerfile, **{"run-tests.sh": "#!/bin/bash\ntrue\n"})
+    env = TerminalEnv(tasks_dir=str(tmp_path / "tasks"))
+    try:
+        env.reset(seed=0)
+        assert "73400320" in env.step("<bash>stat -c %s big.dat</bash>")[0]
+    finally:
+        env.close()
+    small = TerminalEnv(tasks_dir=str(tmp_path / "tasks"), sandbox={"max_file_mb": 8})  # a user's own limit holds
+    try:
+        with pytest.raises(ToolError, match="SIGXFSZ"):
+            small.reset(seed=0)
+    finally:
+        small.close()
 
 
 @needs_episodes
