@@ -875,8 +875,12 @@ def _finish(path: Path, fields: dict[str, Any], **given: Any) -> TerminalTask:
             rel == match.group(1) or rel.startswith(match.group(1).rstrip("/") + "/") for rel in tests
         ):
             raise _Refused(f"its checker runs tests/{match.group(1)}, which the task does not have")
-    if does_nothing(given["solution"]):  # comments alone: a template never filled in (polyglot-rust-c's)
-        raise _Refused("its reference solution runs no command, so nothing shows the task can be solved")
+    if given["solution"].strip() and does_nothing(given["solution"]):
+        # Comments alone: a template never filled in (polyglot-rust-c's). Harbor's solution is optional
+        # (a task without one trains all the same); Terminal-Bench v1 requires one.
+        if given["format"] != "harbor":
+            raise _Refused("its reference solution runs no command, so nothing shows the task can be solved")
+        given["solution"] = ""
     if solution_files:
         given["solution"] = _with_solution_files(given["solution"], solution_files)
     solution = provision_script(given["solution"], checker=False, python=python)

@@ -647,6 +647,8 @@ def test_a_folder_that_is_no_task_says_so(tmp_path: Path) -> None:
 def test_a_harbor_task_without_a_solution_loads_with_an_empty_one(tmp_path: Path) -> None:
     task = load_task(write_harbor(tmp_path / "t", **{"solution/solve.sh": None}))
     assert isinstance(task, TerminalTask) and task.solution == "" and task.solution_path is None
+    template = load_task(write_harbor(tmp_path / "u", **{"solution/solve.sh": "#!/bin/bash\n# TODO\n"}))
+    assert isinstance(template, TerminalTask) and template.solution == "", template
 
 
 # --- Playing loaded tasks ----------------------------------------------------------------------------------
