@@ -3,24 +3,29 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from gem_core.errors import ToolError
+from gem_terminal.container import backend
 from gem_terminal.container.images import (
+    BASE_PACKAGES,
     CA_ENV,
     BaseImage,
     base_image_for,
     checker_tools_script,
     mmdebstrap_command,
+    module_downloads,
+    no_stand_in_note,
     qualified,
     rewrite_dockerfile,
     task_dockerfile,
 )
 from gem_terminal.container.session import _tool_link_targets, integrity_violations
-from gem_terminal.loader import TerminalTask, load_task
+from gem_terminal.loader import SkippedTask, TerminalTask, load_task
 
 
 def _same(name: str) -> str:
@@ -47,6 +52,19 @@ def _same(name: str) -> str:
         (f"python:3.12-slim@sha256:{'0f' * 32}", "trixie"),
         ("mirror.gcr.io/library/ubuntu:24.04", "trixie"),
         ("public.ecr.aws/docker/library/golang:1.22", None),
+        # Go and Rust: a stand-in only where a Debian package has the same minor version (trixie: 1.24, 1.85).
+        (f"public.ecr.aws/docker/library/golang:1.24-bookworm@sha256:{'cd' * 32}", "trixie"),
+        ("golang:1.24", "trixie"),
+        ("golang:1.24.9-trixie", "trixie"),
+        (f"public.ecr.aws/docker/library/rust:1.85-slim@sha256:{'ef' * 32}", "trixie"),
+        ("docker.io/library/rust:1.85.1-slim-bookworm", "trixie"),
+        ("golang:1.23-bookworm", None),
+        ("golang:1.24-alpine", None),
+        ("golang:latest", None),
+        ("golang", None),
+        ("rust:1.84-slim", None),
+        ("rust:1.85-alpine3.20", None),
+        ("rust:1", None),
         ("public.ecr.aws/someone/debian:12", None),
         (f"debian@sha256:{'ab' * 32}", None),  # a digest alone names no version
     ],
@@ -62,6 +80,42 @@ def test_base_image_tags_change_with_the_recipe() -> None:
     assert trixie is not None and bookworm is not None
     assert trixie.tag("http://a") != bookworm.tag("http://a") != trixie.tag("http://b")
     assert trixie.tag("http://a") == base_image_for("ubuntu:24.04").tag("http://a")  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("image", "package", "setup"),
+    [
+        pytest.param("golang:1.24-bookworm", "golang-1.24-go", "ln -s /usr/lib/go-1.24 /usr/local/go", id="golang"),
+        pytest.param("rust:1.85-slim", "cargo", "/usr/local/cargo/bin", id="rust"),
+    ],
+)
+def test_a_language_stand_in_is_trixie_with_its_toolchain(image: str, package: str, setup: str) -> None:
+    base = base_image_for(image)
+    plain = base_image_for("debian:trixie")
+    assert base is not None and plain is not None
+    assert package in base.packages and set(BASE_PACKAGES) <= set(base.packages) and setup in base.setup
+    # Its own tag: the toolchain's packages and setup are in the recipe.
+    assert base.rootfs_key("http://a") != plain.rootfs_key("http://a") and base.tag("http://a") != plain.tag("http://a")
+
+
+@pytest.mark.parametrize(
+    ("image", "note"),
+    [
+        pytest.param(
+            f"public.ecr.aws/docker/library/golang:1.22-bookworm@sha256:{'ab' * 32}",
+            "same minor version; stand-ins exist for golang:1.24 (Debian trixie's golang-1.24-go)",
+            id="golang-1.22",
+        ),
+        pytest.param("rust:1.84-slim", "stand-ins exist for rust:1.85 (Debian trixie's rustc)", id="rust-1.84"),
+        pytest.param("golang:1.24-alpine", "Alpine and Windows variants have none", id="golang-alpine"),
+        pytest.param("golang:latest", "stand-ins exist for golang:1.24", id="golang-latest"),
+        pytest.param("golang:1.24", "", id="golang-1.24-has-one"),
+        pytest.param("postgres:16", "", id="not-a-language"),
+    ],
+)
+def test_a_go_or_rust_image_without_a_stand_in_says_which_versions_have_one(image: str, note: str) -> None:
+    found = no_stand_in_note(image)
+    assert (note in found) if note else found == ""
 
 
 def test_from_platform_is_dropped_and_the_image_resolved_but_stage_names_kept() -> None:
@@ -90,6 +144,20 @@ def test_workdir_lines_and_continuations_are_kept_in_order() -> None:
         ),
         pytest.param("ghcr.io/laude-institute/t-bench/python-3-13:20250620", "itself", [], id="t-bench-pulled"),
         pytest.param("python:3.13-slim-bookworm", "stand-in", [], id="python-stand-in"),
+        # docker-library/golang sets these ENV and WORKDIR; rust-lang/docker-rust its ENV and no WORKDIR.
+        pytest.param(
+            f"public.ecr.aws/docker/library/golang:1.24-bookworm@sha256:{'cd' * 32}",
+            "stand-in",
+            ["ENV GOTOOLCHAIN=local GOPATH=/go PATH=/go/bin:/usr/local/go/bin:$PATH", "WORKDIR /go"],
+            id="golang-stand-in",
+        ),
+        pytest.param(
+            "rust:1.85-slim",
+            "stand-in",
+            ["ENV RUSTUP_HOME=/usr/local/rustup CARGO_HOME=/usr/local/cargo PATH=/usr/local/cargo/bin:$PATH"],
+            id="rust-stand-in",
+        ),
+        pytest.param("golang:1.24", "itself", [], id="golang-pulled"),
     ],
 )
 def test_a_stand_in_sets_the_workdir_its_original_image_sets(image: str, resolved: str, workdir: list[str]) -> None:
@@ -318,3 +386,96 @@ def test_mmdebstrap_writes_a_tar_whatever_the_output_is_named(name: str, tmp_pat
     # base image (one not cached yet) could not be built.
     command = mmdebstrap_command(BaseImage("bookworm"), "http://deb.debian.org/debian", tmp_path / name)
     assert "--format=tar" in command and command[-2:] == [str(tmp_path / name), "http://deb.debian.org/debian"]
+
+
+_GO_MOD = "module example.com/app\n\ngo 1.24\n"
+_GO_REQUIRE = _GO_MOD + "\nrequire github.com/google/uuid v1.6.0\n"
+_CARGO = '[package]\nname = "app"\nversion = "0.1.0"\nedition = "2021"\n'
+
+
+@pytest.mark.parametrize(
+    ("files", "run", "hosts"),
+    [
+        pytest.param(
+            {"go.mod": _GO_REQUIRE}, "go build -o /usr/local/bin/app .", ["proxy.golang.org"], id="go-require"
+        ),
+        pytest.param({"go.mod": _GO_REQUIRE}, "go mod download", ["proxy.golang.org"], id="go-mod-download"),
+        pytest.param(
+            {"go.mod": _GO_REQUIRE, "vendor/modules.txt": "# github.com/google/uuid v1.6.0\n"},
+            "go build .",
+            [],
+            id="go-vendored",
+        ),
+        pytest.param({"go.mod": _GO_REQUIRE}, "go build -mod=vendor .", [], id="go-mod-vendor-flag"),
+        pytest.param({"go.mod": _GO_MOD}, "go build .", [], id="go-std-only"),
+        pytest.param({"go.mod": _GO_REQUIRE}, "echo no build", [], id="go-not-built"),
+        pytest.param(
+            {}, "go install golang.org/x/tools/cmd/goimports@latest", ["proxy.golang.org"], id="go-install-at"
+        ),
+        pytest.param(
+            {"Cargo.toml": _CARGO + '[dependencies]\nserde = "1"\n'}, "cargo build", ["index.crates.io"], id="cargo-dep"
+        ),
+        pytest.param(
+            {"Cargo.toml": _CARGO + '[dependencies.serde]\nversion = "1"\n'},
+            "cargo build --release",
+            ["index.crates.io"],
+            id="cargo-dotted-dep",
+        ),
+        pytest.param(
+            {"Cargo.toml": _CARGO + '[dependencies]\nlocal = { path = "local" }\n'},
+            "cargo build",
+            [],
+            id="cargo-path-dep",
+        ),
+        pytest.param({"Cargo.toml": _CARGO + "[dependencies]\n"}, "cargo build", [], id="cargo-std-only"),
+        pytest.param(
+            {
+                "Cargo.toml": _CARGO + '[dependencies]\nserde = "1"\n',
+                ".cargo/config.toml": '[source.crates-io]\nreplace-with = "vendored"\n',
+            },
+            "cargo build",
+            [],
+            id="cargo-vendored",
+        ),
+        pytest.param(
+            {"Cargo.toml": _CARGO + '[dependencies]\nserde = "1"\n'}, "cargo build --offline", [], id="offline"
+        ),
+        pytest.param({}, "cargo install ripgrep", ["index.crates.io"], id="cargo-install-crate"),
+        pytest.param({"Cargo.toml": _CARGO}, "cargo install --path .", [], id="cargo-install-path"),
+    ],
+)
+def test_module_downloads_of_a_build(files: dict[str, str], run: str, hosts: list[str], tmp_path: Path) -> None:
+    # proxy.golang.org and crates.io are not reachable everywhere: a build that needs them is named at load.
+    task = _harbor(tmp_path, "echo 1 > /logs/verifier/reward.txt\n")
+    for name, text in files.items():
+        (tmp_path / "environment" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "environment" / name).write_text(text)
+    (tmp_path / "environment" / "Dockerfile").write_text(f"FROM golang:1.24\nCOPY . /src\nWORKDIR /src\nRUN {run}\n")
+    assert [host for host, _ in module_downloads(task)] == hosts
+
+
+def test_a_build_that_downloads_modules_from_a_host_that_does_not_answer_is_refused_at_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _harbor(tmp_path, "echo 1 > /logs/verifier/reward.txt\n")
+    (tmp_path / "environment" / "go.mod").write_text(_GO_REQUIRE)
+    (tmp_path / "environment" / "Dockerfile").write_text("FROM golang:1.24\nCOPY . /src\nRUN cd /src && go build .\n")
+    runtime = SimpleNamespace(kind="docker")  # a stand-in covers the image: no runtime is asked
+    monkeypatch.setattr(backend, "host_answers", lambda host: host != "proxy.golang.org")
+    found = backend.load_for_container(tmp_path, runtime, backend.ContainerConfig())  # type: ignore[arg-type]
+    assert isinstance(found, SkippedTask)
+    assert "downloads modules from proxy.golang.org, which does not answer here: go.mod requires" in found.reason
+    monkeypatch.setattr(backend, "host_answers", lambda host: True)
+    assert isinstance(backend.load_for_container(tmp_path, runtime, backend.ContainerConfig()), TerminalTask)  # type: ignore[arg-type]
+
+
+def test_a_go_image_without_a_stand_in_is_refused_at_load_naming_the_versions_that_have_one(tmp_path: Path) -> None:
+    _harbor(tmp_path, "echo 1 > /logs/verifier/reward.txt\n")
+    image = f"public.ecr.aws/docker/library/golang:1.22-bookworm@sha256:{'ab' * 32}"
+    (tmp_path / "environment" / "Dockerfile").write_text(f"FROM {image}\n")
+    runtime = SimpleNamespace(kind="docker", image_exists=lambda name: False, argv=("stub",))
+    runtime.call = lambda *args, **kw: SimpleNamespace(returncode=1)  # no registry answers
+    found = backend.load_for_container(tmp_path, runtime, backend.ContainerConfig())  # type: ignore[arg-type]
+    assert isinstance(found, SkippedTask)
+    assert f"FROM {image}, which is not here" in found.reason
+    assert "stand-ins exist for golang:1.24 (Debian trixie's golang-1.24-go)" in found.reason
