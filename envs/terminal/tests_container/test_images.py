@@ -85,7 +85,7 @@ def test_base_image_tags_change_with_the_recipe() -> None:
 @pytest.mark.parametrize(
     ("image", "package", "setup"),
     [
-        pytest.param("golang:1.24-bookworm", "golang-1.24-go", "ln -s /usr/lib/go-1.24 /usr/local/go", id="golang"),
+        pytest.param("golang:1.24-bookworm", "golang-1.24-go", "/usr/lib/go-1.24 /usr/local/go", id="golang"),
         pytest.param("rust:1.85-slim", "cargo", "/usr/local/cargo/bin", id="rust"),
     ],
 )
@@ -96,6 +96,10 @@ def test_a_language_stand_in_is_trixie_with_its_toolchain(image: str, package: s
     assert package in base.packages and set(BASE_PACKAGES) <= set(base.packages) and setup in base.setup
     # Its own tag: the toolchain's packages and setup are in the recipe.
     assert base.rootfs_key("http://a") != plain.rootfs_key("http://a") and base.tag("http://a") != plain.tag("http://a")
+    # The setup runs in the root file system mmdebstrap makes (a layer on top would store what it moves twice).
+    command = mmdebstrap_command(base, "http://a", Path("/tmp/out.tar"))
+    assert command[command.index(f"--include={','.join(base.packages)}") + 1].startswith("--customize-hook=chroot")
+    assert setup in command[4] and "--customize-hook" not in " ".join(mmdebstrap_command(plain, "http://a", Path("x")))
 
 
 @pytest.mark.parametrize(

@@ -95,7 +95,8 @@ class LanguageStandIn:
         version: Its ``major.minor`` (tags ``1.24``, ``1.24.9``, ``1.24-bookworm``, ``1.24.9-slim`` name it).
         suite: The Debian suite whose package has that minor version.
         packages: What the stand-in adds to :data:`BASE_PACKAGES`.
-        setup: A shell command run as root in the base image's last layer: the paths the official image has.
+        setup: A shell command run as root in the root file system (mmdebstrap's customize hook): the paths
+            the official image has.
         env: The ``ENV`` the official image sets, added after the ``FROM`` line.
         workdir: The ``WORKDIR`` the official image sets (``None``: none, ``/``).
     """
@@ -121,7 +122,13 @@ LANGUAGE_STAND_INS: tuple[LanguageStandIn, ...] = (
         suite="trixie",
         # The official image's cgo tools (g++ gcc libc6-dev make pkg-config) come with it.
         packages=("golang-1.24-go", "g++", "gcc", "libc6-dev", "make", "pkgconf"),
-        setup="ln -s /usr/lib/go-1.24 /usr/local/go && mkdir -p /go/src /go/bin && chmod -R 1777 /go",
+        # GOROOT is /usr/local/go itself, not links into Debian's /usr/lib and /usr/share: a multi-stage build
+        # copies it (`COPY --from=builder /usr/local/go /usr/local/go`), and a copied link would dangle.
+        setup=(
+            "cp -rL --preserve=mode,timestamps /usr/lib/go-1.24 /usr/local/go"
+            " && rm -rf /usr/lib/go-1.24 /usr/share/go-1.24 && ln -s /usr/local/go /usr/lib/go-1.24"
+            " && mkdir -p /go/src /go/bin && chmod -R 1777 /go"
+        ),
         env=(("GOTOOLCHAIN", "local"), ("GOPATH", "/go"), ("PATH", "/go/bin:/usr/local/go/bin:$PATH")),
         workdir="/go",
     ),
@@ -210,7 +217,8 @@ class BaseImage:
     Attributes:
         suite: The Debian suite.
         packages: The packages mmdebstrap installs.
-        setup: A shell command run as root after uv's layer (a language stand-in's paths); empty: none.
+        setup: A shell command run as root in the root file system once mmdebstrap has installed the
+            packages (a language stand-in's paths); empty: none.
     """
 
     suite: str
@@ -220,13 +228,13 @@ class BaseImage:
     def rootfs_key(self, mirror: str) -> str:
         """A hash of what mmdebstrap makes (the root file system, cached as a tar)."""
         added = [f"{name}:{hashlib.sha256(data).hexdigest()}" for name, data in sorted(BASE_FILES.items())]
-        recipe = "\n".join([_RECIPE_VERSION, self.suite, mirror, *self.packages, *added])
+        recipe = "\n".join([_RECIPE_VERSION, self.suite, mirror, *self.packages, *added, self.setup])
         return hashlib.sha256(recipe.encode()).hexdigest()[:16]
 
     def tag(self, mirror: str) -> str:
         """The image's tag: the suite and a hash of the whole recipe."""
         uv_env = hashlib.sha256(UV_INSTALLER_ENV).hexdigest()
-        recipe = "\n".join([self.rootfs_key(mirror), *BASE_CHANGES, BASE_UV, UV_LAYOUT, uv_env, self.setup])
+        recipe = "\n".join([self.rootfs_key(mirror), *BASE_CHANGES, BASE_UV, UV_LAYOUT, uv_env])
         return f"{_BASE_PREFIX}{self.suite}:{hashlib.sha256(recipe.encode()).hexdigest()[:16]}"
 
 
@@ -326,7 +334,9 @@ def mmdebstrap_command(base: BaseImage, mirror: str, output: Path) -> list[str]:
     no tar suffix (a ``.partial`` file) became a directory.
     """
     packages = "--include=" + ",".join(base.packages)
-    return ["mmdebstrap", "--variant=minbase", "--format=tar", packages, base.suite, str(output), mirror]
+    # The setup runs in the root file system itself: a layer on top would keep the files it moves twice.
+    hooks = [f'--customize-hook=chroot "$1" sh -c {shlex.quote(base.setup)}'] if base.setup else []
+    return ["mmdebstrap", "--variant=minbase", "--format=tar", packages, *hooks, base.suite, str(output), mirror]
 
 
 def _remove(path: Path) -> None:
@@ -389,8 +399,6 @@ def ensure_base_image(
         (work / "uv-env").write_bytes(UV_INSTALLER_ENV)
         lines.append("COPY uv-env /root/.local/bin/env")
         lines.append(f"RUN {pip} && {UV_LAYOUT} && uv --version && /root/.local/bin/uvx --version")
-        if base.setup:
-            lines.append(f"RUN {base.setup}")
         (work / "Dockerfile").write_text("\n".join(lines) + "\n")
         runtime.call("build", "-t", tag, str(work), timeout_s=timeout_s)
     finally:
