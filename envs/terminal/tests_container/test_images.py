@@ -24,7 +24,7 @@ from gem_terminal.container.images import (
     rewrite_dockerfile,
     task_dockerfile,
 )
-from gem_terminal.container.session import _tool_link_targets, integrity_violations
+from gem_terminal.container.session import _tool_link_targets, integrity_violations, solution_programs
 from gem_terminal.loader import SkippedTask, TerminalTask, load_task
 
 
@@ -305,6 +305,48 @@ def test_a_checker_that_installs_nothing_adds_no_build_step(tmp_path: Path) -> N
 )
 def test_integrity_rule(diff: list[str], bad: list[str]) -> None:
     assert integrity_violations(diff, {"python3", "pytest", "bash", "sh"}) == bad
+
+
+_GO_SOLUTION = "cd /app\ngo build -mod=readonly -o /usr/local/bin/variantgate ./cmd/variantgate\n"
+
+
+@pytest.mark.parametrize(
+    ("solution", "programs"),
+    [
+        pytest.param(_GO_SOLUTION + "test -x /usr/local/bin/variantgate\n", {"variantgate"}, id="go-build-o"),
+        pytest.param("cargo build --release && cp target/release/tool /usr/local/bin/tool\n", {"tool"}, id="cp"),
+        pytest.param("install -m 755 build/x /usr/local/sbin/x; echo done\n", {"x"}, id="install-sbin"),
+        pytest.param("cat > /usr/local/bin/report <<'EOF'\n#!/bin/sh\nEOF\n", {"report"}, id="redirect"),
+        pytest.param("echo hi | tee -a /usr/local/bin/hello.sh\n", {"hello.sh"}, id="tee"),
+        pytest.param("/usr/local/bin/variantgate serve --listen :80 &\n", set(), id="only-runs-it"),
+        pytest.param("ln -sf /opt/venv/bin/python3 /usr/local/bin/python3\n", set(), id="python-never"),
+        pytest.param("cp my-pytest /usr/local/bin/pytest\n", set(), id="checker-tool-never"),
+        pytest.param("cp /usr/local/bin/tool /tmp/tool.bak\n", set(), id="copied-from-not-to"),
+    ],
+)
+def test_the_programs_a_reference_solution_writes_in_usr_local_bin(solution: str, programs: set[str]) -> None:
+    assert solution_programs(solution) == programs
+
+
+@pytest.mark.parametrize(
+    ("diff", "bad"),
+    [
+        # The task's own program, rebuilt where its reference rebuilds it: the agent's work, checked as such.
+        pytest.param(["C /usr/local/bin", "C /usr/local/bin/variantgate"], [], id="rebuilt-program"),
+        pytest.param(["C /usr/local/bin", "D /usr/local/bin/variantgate"], [], id="removed-program"),
+        # Forging moves stay refused: another program of the image, a checker tool, a file below the program.
+        pytest.param(["C /usr/local/bin", "C /usr/local/bin/jq"], ["C /usr/local/bin/jq"], id="other-image-program"),
+        pytest.param(["C /usr/local/bin", "A /usr/local/bin/pytest"], ["A /usr/local/bin/pytest"], id="checker-tool"),
+        pytest.param(["C /usr/bin", "C /usr/bin/variantgate"], ["C /usr/bin/variantgate"], id="same-name-in-usr-bin"),
+    ],
+)
+def test_a_program_the_reference_writes_in_usr_local_bin_may_change(diff: list[str], bad: list[str]) -> None:
+    agent = solution_programs(_GO_SOLUTION + "cp x /usr/local/bin/pytest\n")
+    assert agent == {"variantgate"}
+    assert integrity_violations(diff, {"variantgate", "jq", "pytest", "bash"}, agent_programs=agent) == bad
+    # Without it (a task whose reference does not write it), the same change refuses the checker.
+    if not bad and diff[-1].startswith("C"):
+        assert integrity_violations(diff, {"variantgate"}) == [diff[-1]]
 
 
 @pytest.mark.parametrize(

@@ -44,6 +44,8 @@ def test_a_language_stand_in_runs_its_task_reference_1_no_op_0(
     language_env: TerminalEnv, task: str, no_leftovers: None
 ) -> None:
     # The build runs go/cargo; the checker relies on the official image's ENV (GOPATH, CARGO_HOME's bin on PATH).
+    # go-word-count's reference rebuilds /usr/local/bin/wordcount, which its image installed: that change is
+    # the agent's work (session.solution_programs), not a changed checker tool.
     loaded = load_task(LANGUAGE_TASKS / task, backend="container")
     assert isinstance(loaded, TerminalTask)
     reward, info = _play(language_env, task, reference_action(loaded))

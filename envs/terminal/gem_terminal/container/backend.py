@@ -18,7 +18,7 @@ from gem_terminal.container.images import (
     unresolvable_images,
 )
 from gem_terminal.container.runtime import Runtime, detect_runtime
-from gem_terminal.container.session import ContainerEpisode
+from gem_terminal.container.session import ContainerEpisode, solution_programs
 from gem_terminal.loader import SkippedTask, TerminalTask, load_task
 from gem_tool_python.episode import EpisodeConfig
 
@@ -152,6 +152,7 @@ def start_container_episode(
         agent_user=config.agent_user,
         checker_network=config.checker_network,
         cpus=cpus,
+        agent_programs=solution_programs(task.solution),
     )
 
 
