@@ -840,6 +840,13 @@ def module_downloads(task: TerminalTask) -> list[tuple[str, str]]:
         lines = [line for line, _ in _logical_lines(text) if line.split(None, 1)[0].upper() == "RUN"]
     except (ToolError, OSError, IndexError):
         return []
+    try:
+        return _module_downloads(lines, context)
+    except OSError:  # an unreadable file of the build context: the build says what it cannot read
+        return []
+
+
+def _module_downloads(lines: list[str], context: Path | None) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
     go = [line for line in lines if _GO_BUILDS.search(line) and "-mod=vendor" not in line]
     gomod = _go_requires(context) if go and context is not None else None
