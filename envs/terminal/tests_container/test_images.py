@@ -3,24 +3,29 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from gem_core.errors import ToolError
+from gem_terminal.container import backend
 from gem_terminal.container.images import (
+    BASE_PACKAGES,
     CA_ENV,
     BaseImage,
     base_image_for,
     checker_tools_script,
     mmdebstrap_command,
+    module_downloads,
+    no_stand_in_note,
     qualified,
     rewrite_dockerfile,
     task_dockerfile,
 )
-from gem_terminal.container.session import _tool_link_targets, integrity_violations
-from gem_terminal.loader import TerminalTask, load_task
+from gem_terminal.container.session import _tool_link_targets, integrity_violations, solution_programs
+from gem_terminal.loader import SkippedTask, TerminalTask, load_task
 
 
 def _same(name: str) -> str:
@@ -51,6 +56,19 @@ def _same(name: str) -> str:
         (f"python:3.12-slim@sha256:{'0f' * 32}", "trixie"),
         ("mirror.gcr.io/library/ubuntu:24.04", "trixie"),
         ("public.ecr.aws/docker/library/golang:1.22", None),
+        # Go and Rust: a stand-in only where a Debian package has the same minor version (trixie: 1.24, 1.85).
+        (f"public.ecr.aws/docker/library/golang:1.24-bookworm@sha256:{'cd' * 32}", "trixie"),
+        ("golang:1.24", "trixie"),
+        ("golang:1.24.9-trixie", "trixie"),
+        (f"public.ecr.aws/docker/library/rust:1.85-slim@sha256:{'ef' * 32}", "trixie"),
+        ("docker.io/library/rust:1.85.1-slim-bookworm", "trixie"),
+        ("golang:1.23-bookworm", None),
+        ("golang:1.24-alpine", None),
+        ("golang:latest", None),
+        ("golang", None),
+        ("rust:1.84-slim", None),
+        ("rust:1.85-alpine3.20", None),
+        ("rust:1", None),
         ("public.ecr.aws/someone/debian:12", None),
         (f"debian@sha256:{'ab' * 32}", None),  # a digest alone names no version
     ],
@@ -66,6 +84,46 @@ def test_base_image_tags_change_with_the_recipe() -> None:
     assert trixie is not None and bookworm is not None
     assert trixie.tag("http://a") != bookworm.tag("http://a") != trixie.tag("http://b")
     assert trixie.tag("http://a") == base_image_for("ubuntu:24.04").tag("http://a")  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("image", "package", "setup"),
+    [
+        pytest.param("golang:1.24-bookworm", "golang-1.24-go", "/usr/lib/go-1.24 /usr/local/go", id="golang"),
+        pytest.param("rust:1.85-slim", "cargo", "/usr/local/cargo/bin", id="rust"),
+    ],
+)
+def test_a_language_stand_in_is_trixie_with_its_toolchain(image: str, package: str, setup: str) -> None:
+    base = base_image_for(image)
+    plain = base_image_for("debian:trixie")
+    assert base is not None and plain is not None
+    assert package in base.packages and set(BASE_PACKAGES) <= set(base.packages) and setup in base.setup
+    # Its own tag: the toolchain's packages and setup are in the recipe.
+    assert base.rootfs_key("http://a") != plain.rootfs_key("http://a") and base.tag("http://a") != plain.tag("http://a")
+    # The setup runs in the root file system mmdebstrap makes (a layer on top would store what it moves twice).
+    command = mmdebstrap_command(base, "http://a", Path("/tmp/out.tar"))
+    assert command[command.index(f"--include={','.join(base.packages)}") + 1].startswith("--customize-hook=chroot")
+    assert setup in command[4] and "--customize-hook" not in " ".join(mmdebstrap_command(plain, "http://a", Path("x")))
+
+
+@pytest.mark.parametrize(
+    ("image", "note"),
+    [
+        pytest.param(
+            f"public.ecr.aws/docker/library/golang:1.22-bookworm@sha256:{'ab' * 32}",
+            "same minor version; stand-ins exist for golang:1.24 (Debian trixie's golang-1.24-go)",
+            id="golang-1.22",
+        ),
+        pytest.param("rust:1.84-slim", "stand-ins exist for rust:1.85 (Debian trixie's rustc)", id="rust-1.84"),
+        pytest.param("golang:1.24-alpine", "Alpine and Windows variants have none", id="golang-alpine"),
+        pytest.param("golang:latest", "stand-ins exist for golang:1.24", id="golang-latest"),
+        pytest.param("golang:1.24", "", id="golang-1.24-has-one"),
+        pytest.param("postgres:16", "", id="not-a-language"),
+    ],
+)
+def test_a_go_or_rust_image_without_a_stand_in_says_which_versions_have_one(image: str, note: str) -> None:
+    found = no_stand_in_note(image)
+    assert (note in found) if note else found == ""
 
 
 def test_from_platform_is_dropped_and_the_image_resolved_but_stage_names_kept() -> None:
@@ -115,6 +173,20 @@ def test_a_copy_of_several_files_gets_the_folder_slash_the_classic_builder_needs
         ),
         pytest.param("ghcr.io/laude-institute/t-bench/python-3-13:20250620", "itself", [], id="t-bench-pulled"),
         pytest.param("python:3.13-slim-bookworm", "stand-in", [], id="python-stand-in"),
+        # docker-library/golang sets these ENV and WORKDIR; rust-lang/docker-rust its ENV and no WORKDIR.
+        pytest.param(
+            f"public.ecr.aws/docker/library/golang:1.24-bookworm@sha256:{'cd' * 32}",
+            "stand-in",
+            ["ENV GOTOOLCHAIN=local GOPATH=/go PATH=/go/bin:/usr/local/go/bin:$PATH", "WORKDIR /go"],
+            id="golang-stand-in",
+        ),
+        pytest.param(
+            "rust:1.85-slim",
+            "stand-in",
+            ["ENV RUSTUP_HOME=/usr/local/rustup CARGO_HOME=/usr/local/cargo PATH=/usr/local/cargo/bin:$PATH"],
+            id="rust-stand-in",
+        ),
+        pytest.param("golang:1.24", "itself", [], id="golang-pulled"),
     ],
 )
 def test_a_stand_in_sets_the_workdir_its_original_image_sets(image: str, resolved: str, workdir: list[str]) -> None:
@@ -260,6 +332,48 @@ def test_integrity_rule(diff: list[str], bad: list[str]) -> None:
     assert integrity_violations(diff, {"python3", "pytest", "bash", "sh"}) == bad
 
 
+_GO_SOLUTION = "cd /app\ngo build -mod=readonly -o /usr/local/bin/variantgate ./cmd/variantgate\n"
+
+
+@pytest.mark.parametrize(
+    ("solution", "programs"),
+    [
+        pytest.param(_GO_SOLUTION + "test -x /usr/local/bin/variantgate\n", {"variantgate"}, id="go-build-o"),
+        pytest.param("cargo build --release && cp target/release/tool /usr/local/bin/tool\n", {"tool"}, id="cp"),
+        pytest.param("install -m 755 build/x /usr/local/sbin/x; echo done\n", {"x"}, id="install-sbin"),
+        pytest.param("cat > /usr/local/bin/report <<'EOF'\n#!/bin/sh\nEOF\n", {"report"}, id="redirect"),
+        pytest.param("echo hi | tee -a /usr/local/bin/hello.sh\n", {"hello.sh"}, id="tee"),
+        pytest.param("/usr/local/bin/variantgate serve --listen :80 &\n", set(), id="only-runs-it"),
+        pytest.param("ln -sf /opt/venv/bin/python3 /usr/local/bin/python3\n", set(), id="python-never"),
+        pytest.param("cp my-pytest /usr/local/bin/pytest\n", set(), id="checker-tool-never"),
+        pytest.param("cp /usr/local/bin/tool /tmp/tool.bak\n", set(), id="copied-from-not-to"),
+    ],
+)
+def test_the_programs_a_reference_solution_writes_in_usr_local_bin(solution: str, programs: set[str]) -> None:
+    assert solution_programs(solution) == programs
+
+
+@pytest.mark.parametrize(
+    ("diff", "bad"),
+    [
+        # The task's own program, rebuilt where its reference rebuilds it: the agent's work, checked as such.
+        pytest.param(["C /usr/local/bin", "C /usr/local/bin/variantgate"], [], id="rebuilt-program"),
+        pytest.param(["C /usr/local/bin", "D /usr/local/bin/variantgate"], [], id="removed-program"),
+        # Forging moves stay refused: another program of the image, a checker tool, a file below the program.
+        pytest.param(["C /usr/local/bin", "C /usr/local/bin/jq"], ["C /usr/local/bin/jq"], id="other-image-program"),
+        pytest.param(["C /usr/local/bin", "A /usr/local/bin/pytest"], ["A /usr/local/bin/pytest"], id="checker-tool"),
+        pytest.param(["C /usr/bin", "C /usr/bin/variantgate"], ["C /usr/bin/variantgate"], id="same-name-in-usr-bin"),
+    ],
+)
+def test_a_program_the_reference_writes_in_usr_local_bin_may_change(diff: list[str], bad: list[str]) -> None:
+    agent = solution_programs(_GO_SOLUTION + "cp x /usr/local/bin/pytest\n")
+    assert agent == {"variantgate"}
+    assert integrity_violations(diff, {"variantgate", "jq", "pytest", "bash"}, agent_programs=agent) == bad
+    # Without it (a task whose reference does not write it), the same change refuses the checker.
+    if not bad and diff[-1].startswith("C"):
+        assert integrity_violations(diff, {"variantgate"}) == [diff[-1]]
+
+
 @pytest.mark.parametrize(
     ("short", "full"),
     [
@@ -343,3 +457,96 @@ def test_mmdebstrap_writes_a_tar_whatever_the_output_is_named(name: str, tmp_pat
     # base image (one not cached yet) could not be built.
     command = mmdebstrap_command(BaseImage("bookworm"), "http://deb.debian.org/debian", tmp_path / name)
     assert "--format=tar" in command and command[-2:] == [str(tmp_path / name), "http://deb.debian.org/debian"]
+
+
+_GO_MOD = "module example.com/app\n\ngo 1.24\n"
+_GO_REQUIRE = _GO_MOD + "\nrequire github.com/google/uuid v1.6.0\n"
+_CARGO = '[package]\nname = "app"\nversion = "0.1.0"\nedition = "2021"\n'
+
+
+@pytest.mark.parametrize(
+    ("files", "run", "hosts"),
+    [
+        pytest.param(
+            {"go.mod": _GO_REQUIRE}, "go build -o /usr/local/bin/app .", ["proxy.golang.org"], id="go-require"
+        ),
+        pytest.param({"go.mod": _GO_REQUIRE}, "go mod download", ["proxy.golang.org"], id="go-mod-download"),
+        pytest.param(
+            {"go.mod": _GO_REQUIRE, "vendor/modules.txt": "# github.com/google/uuid v1.6.0\n"},
+            "go build .",
+            [],
+            id="go-vendored",
+        ),
+        pytest.param({"go.mod": _GO_REQUIRE}, "go build -mod=vendor .", [], id="go-mod-vendor-flag"),
+        pytest.param({"go.mod": _GO_MOD}, "go build .", [], id="go-std-only"),
+        pytest.param({"go.mod": _GO_REQUIRE}, "echo no build", [], id="go-not-built"),
+        pytest.param(
+            {}, "go install golang.org/x/tools/cmd/goimports@latest", ["proxy.golang.org"], id="go-install-at"
+        ),
+        pytest.param(
+            {"Cargo.toml": _CARGO + '[dependencies]\nserde = "1"\n'}, "cargo build", ["index.crates.io"], id="cargo-dep"
+        ),
+        pytest.param(
+            {"Cargo.toml": _CARGO + '[dependencies.serde]\nversion = "1"\n'},
+            "cargo build --release",
+            ["index.crates.io"],
+            id="cargo-dotted-dep",
+        ),
+        pytest.param(
+            {"Cargo.toml": _CARGO + '[dependencies]\nlocal = { path = "local" }\n'},
+            "cargo build",
+            [],
+            id="cargo-path-dep",
+        ),
+        pytest.param({"Cargo.toml": _CARGO + "[dependencies]\n"}, "cargo build", [], id="cargo-std-only"),
+        pytest.param(
+            {
+                "Cargo.toml": _CARGO + '[dependencies]\nserde = "1"\n',
+                ".cargo/config.toml": '[source.crates-io]\nreplace-with = "vendored"\n',
+            },
+            "cargo build",
+            [],
+            id="cargo-vendored",
+        ),
+        pytest.param(
+            {"Cargo.toml": _CARGO + '[dependencies]\nserde = "1"\n'}, "cargo build --offline", [], id="offline"
+        ),
+        pytest.param({}, "cargo install ripgrep", ["index.crates.io"], id="cargo-install-crate"),
+        pytest.param({"Cargo.toml": _CARGO}, "cargo install --path .", [], id="cargo-install-path"),
+    ],
+)
+def test_module_downloads_of_a_build(files: dict[str, str], run: str, hosts: list[str], tmp_path: Path) -> None:
+    # proxy.golang.org and crates.io are not reachable everywhere: a build that needs them is named at load.
+    task = _harbor(tmp_path, "echo 1 > /logs/verifier/reward.txt\n")
+    for name, text in files.items():
+        (tmp_path / "environment" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "environment" / name).write_text(text)
+    (tmp_path / "environment" / "Dockerfile").write_text(f"FROM golang:1.24\nCOPY . /src\nWORKDIR /src\nRUN {run}\n")
+    assert [host for host, _ in module_downloads(task)] == hosts
+
+
+def test_a_build_that_downloads_modules_from_a_host_that_does_not_answer_is_refused_at_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _harbor(tmp_path, "echo 1 > /logs/verifier/reward.txt\n")
+    (tmp_path / "environment" / "go.mod").write_text(_GO_REQUIRE)
+    (tmp_path / "environment" / "Dockerfile").write_text("FROM golang:1.24\nCOPY . /src\nRUN cd /src && go build .\n")
+    runtime = SimpleNamespace(kind="docker")  # a stand-in covers the image: no runtime is asked
+    monkeypatch.setattr(backend, "host_answers", lambda host: host != "proxy.golang.org")
+    found = backend.load_for_container(tmp_path, runtime, backend.ContainerConfig())  # type: ignore[arg-type]
+    assert isinstance(found, SkippedTask)
+    assert "downloads modules from proxy.golang.org, which does not answer here: go.mod requires" in found.reason
+    monkeypatch.setattr(backend, "host_answers", lambda host: True)
+    assert isinstance(backend.load_for_container(tmp_path, runtime, backend.ContainerConfig()), TerminalTask)  # type: ignore[arg-type]
+
+
+def test_a_go_image_without_a_stand_in_is_refused_at_load_naming_the_versions_that_have_one(tmp_path: Path) -> None:
+    _harbor(tmp_path, "echo 1 > /logs/verifier/reward.txt\n")
+    image = f"public.ecr.aws/docker/library/golang:1.22-bookworm@sha256:{'ab' * 32}"
+    (tmp_path / "environment" / "Dockerfile").write_text(f"FROM {image}\n")
+    runtime = SimpleNamespace(kind="docker", image_exists=lambda name: False, argv=("stub",))
+    runtime.call = lambda *args, **kw: SimpleNamespace(returncode=1)  # no registry answers
+    found = backend.load_for_container(tmp_path, runtime, backend.ContainerConfig())  # type: ignore[arg-type]
+    assert isinstance(found, SkippedTask)
+    assert f"FROM {image}, which is not here" in found.reason
+    assert "stand-ins exist for golang:1.24 (Debian trixie's golang-1.24-go)" in found.reason

@@ -9,9 +9,16 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gem_core.errors import ToolError
-from gem_terminal.container.images import BaseImages, build_task_image, unresolvable_images
+from gem_terminal.container.images import (
+    BaseImages,
+    build_task_image,
+    host_answers,
+    module_downloads,
+    no_stand_in_note,
+    unresolvable_images,
+)
 from gem_terminal.container.runtime import Runtime, detect_runtime
-from gem_terminal.container.session import ContainerEpisode
+from gem_terminal.container.session import ContainerEpisode, solution_programs
 from gem_terminal.loader import SkippedTask, TerminalTask, load_task
 from gem_tool_python.episode import EpisodeConfig
 
@@ -75,19 +82,30 @@ def load_for_container(path: Path, runtime: Runtime, config: ContainerConfig) ->
 
     :func:`gem_terminal.loader.load_task` with ``backend="container"``, then the images its ``FROM`` lines
     name: one that is not in the local store, has no stand-in in the image map and that no registry
-    serves refuses the task here, at load, rather than at its first ``reset``.
+    serves refuses the task here, at load, rather than at its first ``reset``; so does a build that
+    downloads Go or Rust modules (:func:`gem_terminal.container.images.module_downloads`) from a host that
+    does not answer here.
     """
     task = load_task(path, backend="container")
     if isinstance(task, SkippedTask):
         return task
     missing = unresolvable_images(runtime, task, config.base_images)
     if missing:
+        note = no_stand_in_note(missing[0])
         return SkippedTask(
             task.name,
             task.path,
             f"its image builds FROM {missing[0]}, which is not here, has no stand-in in the image map"
-            " and no registry serves it",
+            " and no registry serves it" + (f" ({note})" if note else ""),
         )
+    for host, why in module_downloads(task):
+        if not host_answers(host):
+            return SkippedTask(
+                task.name,
+                task.path,
+                f"its image build downloads modules from {host}, which does not answer here: {why}"
+                " (vendored modules build: vendor/, -mod=vendor, cargo vendor)",
+            )
     return task
 
 
@@ -134,6 +152,7 @@ def start_container_episode(
         agent_user=config.agent_user,
         checker_network=config.checker_network,
         cpus=cpus,
+        agent_programs=solution_programs(task.solution),
     )
 
 

@@ -22,6 +22,8 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -35,6 +37,7 @@ __all__ = [
     "CHECKER_TOOLS_DIR",
     "HUB_MIRRORS",
     "IMAGE_MAP",
+    "LANGUAGE_STAND_INS",
     "STAND_IN_WORKDIRS",
     "BaseImage",
     "base_image_for",
@@ -42,7 +45,10 @@ __all__ = [
     "checker_tools_script",
     "ensure_base_image",
     "hub_name",
+    "language_stand_in",
     "mmdebstrap_command",
+    "module_downloads",
+    "no_stand_in_note",
     "rewrite_dockerfile",
     "task_dockerfile",
     "unresolvable_images",
@@ -82,6 +88,78 @@ IMAGE_MAP: tuple[tuple[str, str], ...] = (
 #: ``FROM`` image (a regular expression over the whole name) -> the ``WORKDIR`` the original image sets,
 #: which its stand-in gets after the ``FROM`` line (the loader reads set-up lines by the same table).
 STAND_IN_WORKDIRS: tuple[tuple[str, str], ...] = BASE_WORKDIRS
+
+
+@dataclass(frozen=True)
+class LanguageStandIn:
+    """A language's official image (``golang:1.24``) and the Debian packages of its minor version that stand in.
+
+    Attributes:
+        image: The official image's name on Docker Hub (``golang``).
+        version: Its ``major.minor`` (tags ``1.24``, ``1.24.9``, ``1.24-bookworm``, ``1.24.9-slim`` name it).
+        suite: The Debian suite whose package has that minor version.
+        packages: What the stand-in adds to :data:`BASE_PACKAGES`.
+        setup: A shell command run as root in the root file system (mmdebstrap's customize hook): the paths
+            the official image has.
+        env: The ``ENV`` the official image sets, added after the ``FROM`` line.
+        workdir: The ``WORKDIR`` the official image sets (``None``: none, ``/``).
+    """
+
+    image: str
+    version: str
+    suite: str
+    packages: tuple[str, ...]
+    setup: str
+    env: tuple[tuple[str, str], ...]
+    workdir: str | None = None
+
+
+#: The official Go and Rust images that have a stand-in: only where a Debian suite's package has the same
+#: minor version (checked against the mirror's Packages index: trixie's golang-1.24-go is 1.24.4, its rustc
+#: and cargo 1.85.1). The ENV and WORKDIR are those of docker-library/golang and rust-lang/docker-rust; the
+#: setup puts the toolchain where those images have it. No module proxy comes with them: ``go mod download``
+#: and ``cargo fetch`` need proxy.golang.org and crates.io (:func:`module_downloads`).
+LANGUAGE_STAND_INS: tuple[LanguageStandIn, ...] = (
+    LanguageStandIn(
+        image="golang",
+        version="1.24",
+        suite="trixie",
+        # The official image's cgo tools (g++ gcc libc6-dev make pkg-config) come with it.
+        packages=("golang-1.24-go", "g++", "gcc", "libc6-dev", "make", "pkgconf"),
+        # GOROOT is /usr/local/go itself, not links into Debian's /usr/lib and /usr/share: a multi-stage build
+        # copies it (`COPY --from=builder /usr/local/go /usr/local/go`), and a copied link would dangle.
+        setup=(
+            "cp -rL --preserve=mode,timestamps /usr/lib/go-1.24 /usr/local/go"
+            " && rm -rf /usr/lib/go-1.24 /usr/share/go-1.24 && ln -s /usr/local/go /usr/lib/go-1.24"
+            " && mkdir -p /go/src /go/bin && chmod -R 1777 /go"
+        ),
+        env=(("GOTOOLCHAIN", "local"), ("GOPATH", "/go"), ("PATH", "/go/bin:/usr/local/go/bin:$PATH")),
+        workdir="/go",
+    ),
+    LanguageStandIn(
+        image="rust",
+        version="1.85",
+        suite="trixie",
+        packages=("rustc", "cargo", "gcc", "libc6-dev"),
+        # Debian's cargo and rustc in CARGO_HOME/bin, as rustup leaves them there (rustup itself is not there).
+        setup=(
+            "mkdir -p /usr/local/cargo/bin /usr/local/rustup"
+            " && ln -s /usr/bin/cargo /usr/bin/rustc /usr/bin/rustdoc /usr/local/cargo/bin/"
+            " && chmod -R a+w /usr/local/cargo /usr/local/rustup"
+        ),
+        env=(
+            ("RUSTUP_HOME", "/usr/local/rustup"),
+            ("CARGO_HOME", "/usr/local/cargo"),
+            ("PATH", "/usr/local/cargo/bin:$PATH"),
+        ),
+    ),
+)
+#: A language image's name and tag as :func:`language_stand_in` reads them; Alpine and Windows variants are
+#: other systems (no apt, no glibc), which a Debian stand-in does not imitate.
+_LANGUAGE_IMAGE = re.compile(
+    r"(docker\.io/)?(library/)?(?P<image>golang|rust)"
+    r"(:(?P<version>\d+\.\d+)(\.\d+)?(?P<variant>-[\w.-]+)?|:(?P<other>[\w.-]+))?"
+)
 #: Registries that serve Docker Hub's official images under a name of their own (``FROM`` lines of Terminal-Bench
 #: 2.1 tasks name ECR Public's copy): the image map reads such a name as Docker Hub's (:func:`hub_name`).
 HUB_MIRRORS = ("public.ecr.aws/docker/library/", "mirror.gcr.io/library/")
@@ -138,15 +216,23 @@ BASE_CHANGES = (
 
 @dataclass(frozen=True)
 class BaseImage:
-    """A base image built here from Debian's packages."""
+    """A base image built here from Debian's packages.
+
+    Attributes:
+        suite: The Debian suite.
+        packages: The packages mmdebstrap installs.
+        setup: A shell command run as root in the root file system once mmdebstrap has installed the
+            packages (a language stand-in's paths); empty: none.
+    """
 
     suite: str
     packages: tuple[str, ...] = BASE_PACKAGES
+    setup: str = ""
 
     def rootfs_key(self, mirror: str) -> str:
         """A hash of what mmdebstrap makes (the root file system, cached as a tar)."""
         added = [f"{name}:{hashlib.sha256(data).hexdigest()}" for name, data in sorted(BASE_FILES.items())]
-        recipe = "\n".join([_RECIPE_VERSION, self.suite, mirror, *self.packages, *added])
+        recipe = "\n".join([_RECIPE_VERSION, self.suite, mirror, *self.packages, *added, self.setup])
         return hashlib.sha256(recipe.encode()).hexdigest()[:16]
 
     def tag(self, mirror: str) -> str:
@@ -171,8 +257,40 @@ def hub_name(image: str) -> str:
     return name
 
 
+def language_stand_in(image: str) -> LanguageStandIn | None:
+    """The entry of :data:`LANGUAGE_STAND_INS` for ``image`` (a Go or Rust image of the same minor version)."""
+    found = _LANGUAGE_IMAGE.fullmatch(hub_name(image))
+    if found is None or found.group("version") is None:
+        return None
+    variant = found.group("variant") or ""
+    if re.search(r"alpine|windows|nanoserver", variant):
+        return None
+    for entry in LANGUAGE_STAND_INS:
+        if (entry.image, entry.version) == (found.group("image"), found.group("version")):
+            return entry
+    return None
+
+
+def no_stand_in_note(image: str) -> str:
+    """Why a Go or Rust image has no stand-in and which versions have one (empty for other images)."""
+    found = _LANGUAGE_IMAGE.fullmatch(hub_name(image))
+    if found is None or language_stand_in(image) is not None:
+        return ""
+    name = found.group("image")
+    have = ", ".join(
+        f"{e.image}:{e.version} (Debian {e.suite}'s {e.packages[0]})" for e in LANGUAGE_STAND_INS if e.image == name
+    )
+    variant = found.group("variant") or ""
+    why = "Alpine and Windows variants have none" if re.search(r"alpine|windows|nanoserver", variant) else ""
+    why = why or "a stand-in is made only from a Debian package of the same minor version"
+    return f"{why}; stand-ins exist for {have}"
+
+
 def base_image_for(image: str) -> BaseImage | None:
-    """The local stand-in of ``image`` from :data:`IMAGE_MAP`, or ``None`` when it has none."""
+    """The local stand-in of ``image`` from :data:`IMAGE_MAP` or :data:`LANGUAGE_STAND_INS`, or ``None``."""
+    language = language_stand_in(image)
+    if language is not None:
+        return BaseImage(language.suite, BASE_PACKAGES + language.packages, language.setup)
     name = hub_name(image)
     for pattern, suite in IMAGE_MAP:
         if re.fullmatch(pattern, name):
@@ -220,7 +338,9 @@ def mmdebstrap_command(base: BaseImage, mirror: str, output: Path) -> list[str]:
     no tar suffix (a ``.partial`` file) became a directory.
     """
     packages = "--include=" + ",".join(base.packages)
-    return ["mmdebstrap", "--variant=minbase", "--format=tar", packages, base.suite, str(output), mirror]
+    # The setup runs in the root file system itself: a layer on top would keep the files it moves twice.
+    hooks = [f'--customize-hook=chroot "$1" sh -c {shlex.quote(base.setup)}'] if base.setup else []
+    return ["mmdebstrap", "--variant=minbase", "--format=tar", packages, *hooks, base.suite, str(output), mirror]
 
 
 def _remove(path: Path) -> None:
@@ -352,6 +472,20 @@ def _split_bodies(body: list[str]) -> list[list[str]]:
     return parts[:-1]
 
 
+def stand_in_lines(image: str) -> list[str]:
+    """The ``ENV`` and ``WORKDIR`` lines the stand-in of ``image`` gets after its ``FROM`` line.
+
+    What the original image sets that tasks built on it rely on (:data:`STAND_IN_WORKDIRS`,
+    :data:`LANGUAGE_STAND_INS`); written into the task's Dockerfile, so its image's tag changes with them.
+    """
+    language = language_stand_in(image)
+    if language is not None:
+        lines = ["ENV " + " ".join(f"{key}={value}" for key, value in language.env)]
+        return lines + ([f"WORKDIR {language.workdir}"] if language.workdir else [])
+    workdir = next((w for p, w in STAND_IN_WORKDIRS if re.fullmatch(p, hub_name(image))), None)
+    return [f"WORKDIR {workdir}"] if workdir else []
+
+
 def _copy_into_folder(keyword: str, rest: str, context: Path | None) -> str:
     """A ``COPY``/``ADD`` of several files with ``/`` after its destination, which the classic builder needs.
 
@@ -414,9 +548,7 @@ def rewrite_dockerfile(
                 out.append(f"COPY .gem/ca.pem {_CA_PATH}")
                 out.append("ENV " + " ".join(f"{k}={v}" for k, v in CA_ENV.items()))
             if name != original and name.startswith(_BASE_PREFIX):  # a stand-in, not the image named
-                workdir = next((w for p, w in STAND_IN_WORKDIRS if re.fullmatch(p, hub_name(original))), None)
-                if workdir:
-                    out.append(f"WORKDIR {workdir}")
+                out += stand_in_lines(original)
             continue
         bodies = _split_bodies(body)
         if not bodies:
@@ -662,6 +794,119 @@ def unresolvable_images(runtime: Runtime, task: TerminalTask, base_images: BaseI
             continue
         missing.append(image)
     return missing
+
+
+# --- Module downloads in a build ------------------------------------------------------------------
+
+#: A ``RUN`` that downloads Go modules when the go.mod it builds requires any (``go install x@v`` and
+#: ``go get`` download whatever the module says).
+_GO_BUILDS = re.compile(r"\bgo\s+(mod\s+(download|tidy|vendor)|build|install|test|run|vet|generate|list)\b")
+_GO_FETCHES = re.compile(r"\bgo\s+(get\s|install\s+\S+@)")
+_CARGO_BUILDS = re.compile(
+    r"\bcargo\s+(\+\S+\s+)?(build|fetch|test|run|check|vendor|install|update|generate-lockfile)\b"
+)
+_CARGO_FETCHES = re.compile(r"\bcargo\s+install\s+(?!.*--path)")
+#: The hosts a Go and a Rust build download modules from (Go's default GOPROXY, crates.io's sparse index).
+MODULE_HOSTS = {"go": "proxy.golang.org", "cargo": "index.crates.io"}
+
+
+def _go_requires(context: Path) -> str | None:
+    """A go.mod in the build context that requires modules it does not vendor (its path), else ``None``."""
+    for gomod in sorted(context.rglob("go.mod")):
+        if "vendor" in gomod.relative_to(context).parts[:-1]:
+            continue
+        text = gomod.read_text(encoding="utf-8", errors="replace")
+        if re.search(r"^\s*require\b", text, re.MULTILINE) and not (gomod.parent / "vendor" / "modules.txt").is_file():
+            return gomod.relative_to(context).as_posix()
+    return None
+
+
+def _cargo_requires(context: Path) -> str | None:
+    """A Cargo.toml in the build context with a dependency that is no ``path`` and no vendored source."""
+    table = re.compile(r"^\[(.*\.)?(dependencies|dev-dependencies|build-dependencies)(\.[^\]]+)?\]\s*$")
+    for manifest in sorted(context.rglob("Cargo.toml")):
+        parts = manifest.relative_to(context).parts[:-1]
+        if "vendor" in parts or "target" in parts:
+            continue
+        config = [manifest.parent / ".cargo" / name for name in ("config.toml", "config")]
+        if any(c.is_file() and "[source." in c.read_text(errors="replace") for c in config):
+            continue  # a vendored or local registry
+        current: str | None = None
+        for raw in manifest.read_text(encoding="utf-8", errors="replace").splitlines():
+            line = raw.split("#", 1)[0].strip()
+            if line.startswith("["):
+                if current == "dotted":  # the last [dependencies.name] had no path
+                    return manifest.relative_to(context).as_posix()
+                found = table.match(line)
+                current = (found.group(3) or "") if found else None
+                if found and found.group(3):  # [dependencies.name]: one dependency, its keys follow
+                    current = "dotted"
+                continue
+            if current is None or "=" not in line:
+                continue
+            if current == "dotted":
+                if line.split("=", 1)[0].strip() == "path":
+                    current = None  # a path dependency: nothing to download
+                continue
+            if not re.search(r"\bpath\s*=", line):
+                return manifest.relative_to(context).as_posix()
+        if current == "dotted":
+            return manifest.relative_to(context).as_posix()
+    return None
+
+
+def module_downloads(task: TerminalTask) -> list[tuple[str, str]]:
+    """What the task's image build downloads from a module host: ``[(host, why)]``, empty when nothing.
+
+    A ``RUN`` that builds Go with a go.mod of the build context that requires modules it does not vendor,
+    or runs ``go get``/``go install x@v``; one that builds with cargo where a Cargo.toml has a dependency
+    that is neither a ``path`` nor from a vendored source (``.cargo/config.toml`` with ``[source.*]``), or
+    runs ``cargo install <crate>``. ``-mod=vendor`` and ``--offline`` builds download nothing. Best effort: a
+    go.mod the build writes itself is not seen.
+    """
+    try:
+        text, context = task_dockerfile(task)
+        lines = [line for line, _ in _logical_lines(text) if line.split(None, 1)[0].upper() == "RUN"]
+    except (ToolError, OSError, IndexError):
+        return []
+    try:
+        return _module_downloads(lines, context)
+    except OSError:  # an unreadable file of the build context: the build says what it cannot read
+        return []
+
+
+def _module_downloads(lines: list[str], context: Path | None) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+    go = [line for line in lines if _GO_BUILDS.search(line) and "-mod=vendor" not in line]
+    gomod = _go_requires(context) if go and context is not None else None
+    fetch = next((line for line in lines if _GO_FETCHES.search(line)), None)
+    if gomod or fetch:
+        why = f"{gomod} requires modules that it does not vendor" if gomod else f"{fetch[:80]!r}"
+        found.append((MODULE_HOSTS["go"], why))
+    cargo = [line for line in lines if _CARGO_BUILDS.search(line) and "--offline" not in line]
+    manifest = _cargo_requires(context) if cargo and context is not None else None
+    fetch = next((line for line in lines if _CARGO_FETCHES.search(line) and "--offline" not in line), None)
+    if manifest or fetch:
+        why = f"{manifest} has dependencies from crates.io" if manifest else f"{fetch[:80]!r}"
+        found.append((MODULE_HOSTS["cargo"], why))
+    return found
+
+
+_host_answers_cache: dict[str, bool] = {}
+
+
+def host_answers(host: str, timeout_s: float = 10.0) -> bool:
+    """Whether ``https://host/`` answers here (any HTTP status counts); asked once per host and process."""
+    if host not in _host_answers_cache:
+        try:
+            with urllib.request.urlopen(f"https://{host}/", timeout=timeout_s):
+                pass
+            _host_answers_cache[host] = True
+        except urllib.error.HTTPError:
+            _host_answers_cache[host] = True
+        except (urllib.error.URLError, OSError):
+            _host_answers_cache[host] = False
+    return _host_answers_cache[host]
 
 
 _registry_answers: dict[tuple[tuple[str, ...], str], bool] = {}

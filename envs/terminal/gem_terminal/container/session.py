@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import posixpath
+import re
 import selectors
 import subprocess
 import threading
@@ -34,7 +35,15 @@ from gem_core.errors import CheckPhaseError, ToolError
 from gem_terminal.container.runtime import Runtime
 from gem_tool_python.episode import CommandResult, EpisodeBudget, EpisodeConfig, keep_ends
 
-__all__ = ["CALL_BOUNDS_S", "DRIVER", "OWNER_LABEL", "ContainerEpisode", "IntegrityReport", "integrity_violations"]
+__all__ = [
+    "CALL_BOUNDS_S",
+    "DRIVER",
+    "OWNER_LABEL",
+    "ContainerEpisode",
+    "IntegrityReport",
+    "integrity_violations",
+    "solution_programs",
+]
 
 #: The session's driver. A request is a header line and raw bytes: ``RUN id timeout_s cap n_cmd n_cwd n_env``
 #: then the command, its folder (empty: the session's) and ``b64(NUL-separated KEY=VALUE)`` (empty: none);
@@ -213,11 +222,37 @@ def _under(path: str, roots: tuple[str, ...]) -> bool:
     return any(path == root or path.startswith(root.rstrip("/") + "/") or path.startswith(root + ".") for root in roots)
 
 
+#: A program in :data:`ADDABLE` that a shell text writes: a compiler's or downloader's ``-o PATH``, a
+#: redirection or ``tee`` to it, or the destination (last word) of ``cp``, ``mv``, ``install``, ``ln``.
+_NAME = r"[A-Za-z0-9_.+-]+"
+_WRITES = (
+    re.compile(rf"(?:\s-o\s*|--output[= ]|>>?\s*|\btee\s+(?:-a\s+)?)/usr/local/s?bin/({_NAME})(?![\w/.+-])"),
+    re.compile(rf"\b(?:cp|mv|install|ln)\s[^\n;&|]*\s/usr/local/s?bin/({_NAME})\s*(?:$|[;&|)])", re.MULTILINE),
+)
+
+
+def _is_checker_tool(name: str) -> bool:
+    return name in CHECKER_TOOLS or name.startswith("python")
+
+
+def solution_programs(solution: str) -> frozenset[str]:
+    """The programs in ``/usr/local/bin`` or ``/usr/local/sbin`` that a task's reference solution writes.
+
+    They are the agent's work product, not the checker's tools: a task that builds its program into
+    ``/usr/local/bin`` in its image and asks the agent to rebuild it there (its reference does:
+    ``go build -o /usr/local/bin/NAME``) is checked on what the agent built. A checker tool's name
+    (``python*``, ``pytest``, ``uv``, ``pip``...) is never one of them.
+    """
+    found = {match.group(1) for pattern in _WRITES for match in pattern.finditer(solution)}
+    return frozenset(name for name in found if not _is_checker_tool(name))
+
+
 def integrity_violations(
     diff_lines: list[str],
     image_programs: set[str],
     path_folders: tuple[str, ...] = (),
     tool_links: dict[str, str] | None = None,
+    agent_programs: frozenset[str] = frozenset(),
 ) -> list[str]:
     """The changes of a container diff (``C|A|D path`` lines) that touch :data:`PROTECTED` paths.
 
@@ -228,7 +263,9 @@ def integrity_violations(
     one of ``image_programs``, is a violation too. ``tool_links`` (a checker tool's link in a protected
     folder -> where it points, :func:`_tool_link_targets`): a change of a target outside the protected
     paths, or a folder on its way added or deleted, is one (``/usr/local/bin/uv`` linked to root's
-    ``~/.local/bin/uv`` runs whatever the agent put there).
+    ``~/.local/bin/uv`` runs whatever the agent put there). ``agent_programs``: programs directly in
+    :data:`ADDABLE` that the task's reference solution writes (:func:`solution_programs`); their change is
+    the agent's work, not a violation (a checker tool's name never is one).
     """
     entries = []
     for line in diff_lines:
@@ -247,10 +284,12 @@ def integrity_violations(
             continue
         if not _under(path, PROTECTED):
             continue
+        if parent in ADDABLE and name in agent_programs and not _is_checker_tool(name):
+            continue  # the program the task asks the agent to build there
         if kind == "C" and any(other.startswith(path + "/") for other in paths):
             continue  # a folder whose content changed
         if kind == "A" and _under(path, ADDABLE):
-            shadows = name in image_programs or name in CHECKER_TOOLS or name.startswith("python")
+            shadows = name in image_programs or _is_checker_tool(name)
             if parent in ADDABLE and not shadows:
                 continue
             if parent not in ADDABLE and any(path.startswith(root + "/") for root in ADDABLE):
@@ -328,6 +367,8 @@ class ContainerEpisode:
         agent_user: Run the agent's commands as this user (default: the image's ``USER``).
         checker_network: Give the checker's container the runtime's default network (the agent never has one).
         cpus: CPUs of each of the episode's containers (``--cpus``; ``None``: no limit).
+        agent_programs: Programs in ``/usr/local/bin`` the agent may change: the task's reference solution
+            writes them (:func:`solution_programs`).
 
     Raises:
         ToolError: the container or its session did not start.
@@ -343,8 +384,10 @@ class ContainerEpisode:
         agent_user: str | None = None,
         checker_network: bool = False,
         cpus: float | None = None,
+        agent_programs: frozenset[str] = frozenset(),
     ) -> None:
         self.runtime, self.image, self.config = runtime, image, config
+        self.agent_programs = agent_programs
         self.agent_user, self.checker_network, self.cpus = agent_user, checker_network, cpus
         self._lock = threading.Lock()
         self.budget = EpisodeBudget(config)
@@ -660,7 +703,7 @@ class ContainerEpisode:
         path = tuple({**self.image_env, **self.config.env}.get("PATH", "").split(":"))
         # What is wrong whatever the image's programs are: refused before a container of the agent's
         # files is started (a deleted `bash` would keep it from starting, which is the agent's doing).
-        early = integrity_violations(diff.splitlines(), set(), path)
+        early = integrity_violations(diff.splitlines(), set(), path, agent_programs=self.agent_programs)
         if early:
             self.integrity = IntegrityReport(early)
             return _changed(early)
@@ -688,7 +731,7 @@ class ContainerEpisode:
                     "the checker's container does not start from the agent's files (twice), while it does from"
                     f" the task's image: {again}"
                 )
-        violations = integrity_violations(diff.splitlines(), programs, path, links)
+        violations = integrity_violations(diff.splitlines(), programs, path, links, self.agent_programs)
         self.integrity = IntegrityReport(violations)
         self._closed = False  # the checker's session is open
         return _changed(violations) if violations else None
