@@ -535,7 +535,7 @@ def test_a_build_that_downloads_modules_from_a_host_that_does_not_answer_is_refu
     monkeypatch.setattr(backend, "host_answers", lambda host: host != "proxy.golang.org")
     found = backend.load_for_container(tmp_path, runtime, backend.ContainerConfig())  # type: ignore[arg-type]
     assert isinstance(found, SkippedTask)
-    assert "downloads modules from proxy.golang.org, which does not answer here: go.mod requires" in found.reason
+    assert "downloads from proxy.golang.org, which does not answer here: go.mod requires" in found.reason
     monkeypatch.setattr(backend, "host_answers", lambda host: True)
     assert isinstance(backend.load_for_container(tmp_path, runtime, backend.ContainerConfig()), TerminalTask)  # type: ignore[arg-type]
 
@@ -550,3 +550,25 @@ def test_a_go_image_without_a_stand_in_is_refused_at_load_naming_the_versions_th
     assert isinstance(found, SkippedTask)
     assert f"FROM {image}, which is not here" in found.reason
     assert "stand-ins exist for golang:1.24 (Debian trixie's golang-1.24-go)" in found.reason
+
+
+@pytest.mark.parametrize(
+    ("run", "hosts"),
+    [
+        pytest.param(
+            "RUN pip install torch==2.7.0 --index-url https://download.pytorch.org/whl/cpu",
+            ["download.pytorch.org"],
+            id="index-url",
+        ),
+        pytest.param("RUN pip3 install -i 'https://mirror.example/simple' numpy", ["mirror.example"], id="dash-i"),
+        pytest.param("RUN uv pip install --extra-index-url=https://x.org/simple y", ["x.org"], id="uv-extra"),
+        pytest.param("RUN pip install --index-url https://pypi.org/simple numpy", [], id="pypi-itself"),
+        pytest.param("RUN pip install numpy", [], id="no-index"),
+    ],
+)
+def test_pip_from_another_index_than_pypis_names_its_host(tmp_path: Path, run: str, hosts: list[str]) -> None:
+    (tmp_path / "Dockerfile").write_text(f"FROM debian:bookworm\n{run}\n")
+    task = TerminalTask(
+        name="t", path=tmp_path, instruction="x", dockerfile=tmp_path / "Dockerfile", build_context=tmp_path
+    )
+    assert [host for host, _ in module_downloads(task)] == hosts

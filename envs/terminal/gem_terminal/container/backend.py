@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gem_core.errors import ToolError
 from gem_terminal.container.images import (
+    MODULE_HOSTS,
     BaseImages,
     build_task_image,
     host_answers,
@@ -103,8 +104,12 @@ def load_for_container(path: Path, runtime: Runtime, config: ContainerConfig) ->
             return SkippedTask(
                 task.name,
                 task.path,
-                f"its image build downloads modules from {host}, which does not answer here: {why}"
-                " (vendored modules build: vendor/, -mod=vendor, cargo vendor)",
+                f"its image build downloads from {host}, which does not answer here: {why}"
+                + (
+                    " (vendored modules build: vendor/, -mod=vendor, cargo vendor)"
+                    if host in MODULE_HOSTS.values()
+                    else ""
+                ),
             )
     return task
 

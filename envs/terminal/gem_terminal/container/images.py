@@ -889,7 +889,17 @@ def _module_downloads(lines: list[str], context: Path | None) -> list[tuple[str,
     if manifest or fetch:
         why = f"{manifest} has dependencies from crates.io" if manifest else f"{fetch[:80]!r}"
         found.append((MODULE_HOSTS["cargo"], why))
+    for line in lines:  # pip from another index than PyPI (PyTorch's CPU wheels: cartpole-rl-training)
+        for match in _PIP_INDEX.finditer(line):
+            if match.group(2) not in ("pypi.org", "files.pythonhosted.org"):
+                found.append((match.group(2), f"{line[:80]!r} installs from {match.group(1)}"))
     return found
+
+
+_PIP_INDEX = re.compile(
+    r"""\b(?:pip3?(?:\.\d+)?|uv\s+pip)\s[^\n;&|]*?(?:--index-url|--extra-index-url|-i)[= ]\s*['"]?"""
+    r"""(https?://([^/\s'":]+)[^\s'"]*)"""
+)
 
 
 _host_answers_cache: dict[str, bool] = {}
