@@ -572,3 +572,11 @@ def test_pip_from_another_index_than_pypis_names_its_host(tmp_path: Path, run: s
         name="t", path=tmp_path, instruction="x", dockerfile=tmp_path / "Dockerfile", build_context=tmp_path
     )
     assert [host for host, _ in module_downloads(task)] == hosts
+
+
+def test_an_image_a_copy_reads_from_is_resolved_and_checked_like_a_from_image() -> None:
+    # conda-env-conflict-resolution: `COPY --from=continuumio/miniconda3:25.1.1-2 /opt/conda /opt/conda`.
+    text = "FROM a AS build\nFROM b\nCOPY --from=build /x /y\nCOPY --from=other/img:1 /o /o\nCOPY --from=0 /z /z\n"
+    out = rewrite_dockerfile(text, lambda name: f"local/{name}")
+    assert out.images == ["local/a", "local/b", "local/other/img:1"]
+    assert "COPY --from=local/other/img:1 /o /o" in out.text and "COPY --from=build /x /y" in out.text

@@ -552,7 +552,16 @@ def rewrite_dockerfile(
             continue
         bodies = _split_bodies(body)
         if not bodies:
-            out.append(_copy_into_folder(keyword, rest, context) if keyword in ("COPY", "ADD") else line)
+            if keyword in ("COPY", "ADD"):
+                # `COPY --from=IMAGE` (not a stage) reads an image: resolved and checked like a FROM image.
+                source = re.search(r"(?:^|\s)--from=(\S+)", rest)
+                if source and source.group(1).lower() not in stages and not source.group(1).isdigit():
+                    name = resolve(source.group(1))
+                    images.append(name)
+                    rest = rest[: source.start(1)] + name + rest[source.end(1) :]
+                out.append(_copy_into_folder(keyword, rest, context))
+            else:
+                out.append(line)
             continue
         if keyword == "RUN":
             # The shell runs the instruction with its heredocs as written (quoting, <<-, expansion);
@@ -774,7 +783,7 @@ def build_task_image(
 
 
 def unresolvable_images(runtime: Runtime, task: TerminalTask, base_images: BaseImages = "auto") -> list[str]:
-    """The ``FROM`` images of a task that nothing here can provide.
+    """The ``FROM`` images of a task (and those a ``COPY --from`` reads) that nothing here can provide.
 
     That is: not in the local store, no stand-in in :data:`IMAGE_MAP` (unless ``base_images="pull"``),
     and no registry that answers for them. A registry is asked for the image's manifest once per image
