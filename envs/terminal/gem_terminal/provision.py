@@ -135,7 +135,12 @@ def split_commands(text: str) -> list[tuple[str, str]]:
         pieces.append((separator, piece))
         head = (piece.split() or [""])[0].rsplit("/", 1)[-1]
         if head not in _SHELLS:  # `bash <<EOF` runs its body: those lines stay commands
-            pending.extend((dash == "-", word) for dash, _, word in _HEREDOC_OPENER.findall(piece))
+            pending.extend(
+                (match.group(1) == "-", match.group(3))
+                for match in _HEREDOC_OPENER.finditer(piece)
+                # `$((x<<y))` is a shift, not a heredoc
+                if piece.count("(", 0, match.start()) == piece.count(")", 0, match.start())
+            )
 
     i = 0
     while i < len(text):

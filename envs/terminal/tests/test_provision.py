@@ -282,6 +282,8 @@ def test_a_heredoc_s_body_is_data_not_commands_unless_a_shell_reads_it() -> None
         "cat > /x/f << 'EOF'", "chmod +x /x/f", "echo next", "bash <<X", "curl https://h.com", "X", ""
     ]  # fmt: skip
     assert provision_script(text.split("echo next")[0], checker=False).downloads == ()
+    shift = "echo $((1<<x))\ncurl https://h.com\n"  # a shift in arithmetic opens no heredoc
+    assert provision_script(shift, checker=False).downloads == ("curl https://h.com",)
     assert provision_script(text, checker=False).downloads == ("curl https://h.com",)
 
 
