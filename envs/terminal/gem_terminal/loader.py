@@ -697,7 +697,7 @@ def _needs_root(command: str, step: RunStep, workdir: str) -> bool:
                 cwd = _changed_dir(cwd, words[1:] if head != "popd" else ["-"], in_subshell=segment.lstrip()[:1] == "(")
                 continue
             paths = [_absolute(t, cwd) for t in _redirect_targets(words)]
-            plain = [w for w in words if w not in _REDIRECTIONS]
+            plain = _without_redirections(words)
             if head in _ROOT_COMMANDS:
                 return True
             venv = _venv_folder(head, plain)
@@ -739,6 +739,22 @@ def _pipeline_stages(tokens: list[str]) -> list[list[str]]:
         elif token not in ("(", ")"):
             stages[-1].append(token)
     return [stage for stage in stages if stage]
+
+
+def _without_redirections(words: list[str]) -> list[str]:
+    """A command's words without its redirections (``2>/dev/null``: the fd, the operator, the file)."""
+    kept: list[str] = []
+    skip = False
+    for index, word in enumerate(words):
+        if skip:
+            skip = False
+        elif word in _REDIRECTIONS:
+            skip = True
+        elif word.isdigit() and index + 1 < len(words) and words[index + 1] in _REDIRECTIONS:
+            continue
+        else:
+            kept.append(word)
+    return kept
 
 
 def _redirect_targets(words: list[str]) -> list[str]:

@@ -479,6 +479,11 @@ SETUP_FOLDERS = [
     ),
     pytest.param("FROM debian:bookworm\nWORKDIR /app\nRUN echo x | tee /opt/x\n", True, id="tee-in-a-pipeline"),
     pytest.param(
+        "FROM debian:bookworm\nRUN mkdir -p /app/d 2>/dev/null && cp /etc/hostname /app/h > /tmp/log\nWORKDIR /app\n",
+        False,
+        id="redirections-are-no-operands",
+    ),
+    pytest.param(
         "FROM debian:bookworm\nWORKDIR /app\nRUN cat > notes.txt <<'EOF'\nx > /etc/y\nEOF\n",
         False,
         id="heredoc-is-data",
