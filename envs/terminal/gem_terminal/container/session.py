@@ -56,6 +56,14 @@ gem_lc=${LC_ALL-__unset__}
 LC_ALL=C
 d=$(mktemp -d /tmp/.gem-session.XXXXXX) || exit 90
 mkfifo "$d/tick" && exec 9<>"$d/tick"
+# The first part of a stream: dd of one byte at a time reads no further than asked and writes what it
+# read at once (a reader stopped while a background job holds the pipe keeps what came before). A dd
+# without status=none (busybox) gets head, whose buffer such a stop loses.
+if dd bs=1 count=1 status=none </dev/null 2>/dev/null; then
+  first() { dd bs=1 count="$1" status=none; }
+else
+  first() { head -c "$1"; }
+fi
 n=0
 while IFS=' ' read -r op id a b c e; do
   cmd= cwd= envb=
@@ -74,13 +82,12 @@ while IFS=' ' read -r op id a b c e; do
     fifos=(); for i in $(seq "$n" $((n + 31))); do fifos+=("$d/o$i" "$d/e$i"); done
     mkfifo "${fifos[@]}"
   fi
-  # Each stream's reader: its first cap+1 bytes (dd of one byte at a time: unbuffered, so what was read
-  # is on disk if the reader is stopped, and nothing is read past them), then the last half cap of the
-  # rest. It reads to the end, so a command writing past the cap runs on. Its own process group (set -m),
-  # so stopping it stops dd too.
+  # Each stream's reader: its first cap+1 bytes (`first`, above), then the last half cap of the rest.
+  # It reads to the end, so a command writing past the cap runs on. Its own process group (set -m), so
+  # stopping it stops dd too.
   set -m
-  { dd bs=1 count=$((b + 1)) status=none > "$d/O$n"; exec tail -c $((b - b / 2)) > "$d/P$n"; } < "$d/o$n" & ho=$!
-  { dd bs=1 count=$((b + 1)) status=none > "$d/E$n"; exec tail -c $((b - b / 2)) > "$d/Q$n"; } < "$d/e$n" & he=$!
+  { first $((b + 1)) > "$d/O$n"; exec tail -c $((b - b / 2)) > "$d/P$n"; } < "$d/o$n" & ho=$!
+  { first $((b + 1)) > "$d/E$n"; exec tail -c $((b - b / 2)) > "$d/Q$n"; } < "$d/e$n" & he=$!
   set +m
   (
     if [ "$gem_lc" = __unset__ ]; then unset LC_ALL; else LC_ALL=$gem_lc; fi
