@@ -527,7 +527,7 @@ def test_a_set_up_file_larger_than_the_default_file_limit_is_written_as_a_contai
 
 @needs_episodes
 def test_set_up_before_any_workdir_runs_in_app_and_its_venvs_see_the_hosts_packages(tmp_path: Path) -> None:
-    dockerfile = BASE + "COPY data.txt .\nRUN echo prepared > ready && uv venv && python3 -m venv tools\n"
+    dockerfile = BASE + "COPY data.txt .\nRUN echo prepared > ready && uv venv && python3 -m venv --without-pip tools\n"
     write_task(tmp_path / "tasks" / "app", Dockerfile=dockerfile, **{"run-tests.sh": "#!/bin/bash\ntrue\n"})
     env = TerminalEnv(tasks_dir=str(tmp_path / "tasks"))
     try:
