@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,12 +39,37 @@ def gem(*argv: str) -> tuple[int, str]:
     return code, out.getvalue()
 
 
+def _left_after_close(uid: int, wait_s: float = 5.0) -> list[str]:
+    """The processes of ``uid`` still there ``wait_s`` after a close, each described for the failure message.
+
+    A process the kernel is still tearing down (already killed, its exit not yet complete) may show for a
+    moment on a loaded machine; one still there after the wait is a leak, named with its state and pid
+    namespace so the cause can be found.
+    """
+    deadline = time.monotonic() + wait_s
+    while (left := processes_of(uid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    described = []
+    for pid in left:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # gone meanwhile
+        fields = {k: v.strip() for k, _, v in (line.partition(":") for line in status.splitlines())}
+        described.append(
+            f"{pid} {fields.get('Name')} {fields.get('State')} ppid={fields.get('PPid')} "
+            f"nspid={fields.get('NSpid')} {command[:80]!r}"
+        )
+    return described
+
+
 @pytest.fixture
 def env() -> Iterator[TerminalEnv]:
     made = TerminalEnv(task="files-create-tree", max_turns=8, command_timeout_s=3.0, sandbox={"uid": 1_400_000_091})
     yield made
     made.close()
-    assert processes_of(1_400_000_091) == []
+    assert _left_after_close(1_400_000_091) == []
 
 
 def test_state_persists_across_turns_and_both_syntaxes_run(env: TerminalEnv) -> None:
