@@ -783,18 +783,13 @@ def _absolute(path: str, cwd: str | None) -> str | None:
 
 
 def _venv_folder(head: str, words: list[str]) -> str | None:
-    """The folder a command makes a virtual environment in, else ``None``.
+    """The folder ``python3 -m venv DIR`` makes, else ``None``: a verifier's venv in ``/opt`` is root's to make.
 
-    ``python3 -m venv DIR``, ``virtualenv DIR``, ``uv venv DIR``: a verifier's venv in ``/opt`` is a folder
-    only root may make.
+    Set-up text is provisioned first, where ``uv venv DIR`` and ``virtualenv DIR`` became that command.
     """
-    if re.fullmatch(r"python[\d.]*", head) and words[1:3] == ["-m", "venv"]:
-        rest = words[3:]
-    elif head == "virtualenv" or (head == "uv" and words[1:2] == ["venv"]):
-        rest = words[1:] if head == "virtualenv" else words[2:]
-    else:
+    if not (re.fullmatch(r"python[\d.]*", head) and words[1:3] == ["-m", "venv"]):
         return None
-    operands = [word for word in rest if not word.startswith("-")]
+    operands = [word for word in words[3:] if not word.startswith("-")]
     return operands[-1] if operands else None
 
 

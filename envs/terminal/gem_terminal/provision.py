@@ -674,7 +674,7 @@ def _script_run(words: list[str]) -> str | None:
     head = words[0].rsplit("/", 1)[-1]
     if head in ("bash", "sh", "dash", "source", "."):
         operands = [w for w in words[1:] if not w.startswith("-")]
-        return operands[0] if operands and words[1:2] != ["-c"] and "-c" not in words[1:] else None
+        return operands[0] if operands and "-c" not in words else None
     if "/" in words[0] and words[0].endswith(".sh"):
         return words[0]
     return None
@@ -715,20 +715,13 @@ def _host_venv(words: list[str]) -> str | None:
         options, rest = ["python3", "-m", "venv"], words[1:]
     else:
         return None
-    operands: list[str] = []
-    value_options = {"--python", "-p", "--prompt", "--index-url", "--extra-index-url", "--cache-dir"}
     if head == "uv" and "--seed" not in rest:
         options.append("--without-pip")  # uv's venvs have no pip unless seeded
-    skip = False
-    for word in rest:
-        if skip:
-            skip = False
-        elif word in value_options:
-            skip = True
-        elif word in ("--clear", "--symlinks", "--copies", "--without-pip") and head != "virtualenv":
-            options.append(word)
-        elif not word.startswith("-"):
-            operands.append(word)
+    if head != "virtualenv":  # venv's own flags that uv shares; virtualenv's mean other things
+        options += [w for w in rest if w in ("--clear", "--symlinks", "--copies", "--without-pip")]
+    operands = _packages(
+        rest, value_options=("--python", "-p", "--prompt", "--index-url", "--extra-index-url", "--cache-dir")
+    )
     if head == "uv" and not operands:
         operands = [".venv"]  # uv's default
     if not operands:
